@@ -1,0 +1,159 @@
+"""The JSON records the worker reads and writes: one schema module for the worker and Spark.
+
+Every time is epoch milliseconds (int). Kafka record keys are the aggregation key, UTF-8.
+
+Input (input topic), field names configurable in ``app.settings``::
+
+    {"ts": 1700000000000, "value": 3.5}
+
+Aggregate (aggregates topic), one per accepted event (or per touched key and batch)::
+
+    {"key": "sensor-7", "event_ts": ..., "stream_time": ...,
+     "windows": {"5m": {"start": ..., "end": ..., "count": 12,
+                        "aggregates": {"sum": 40.5, "max": 9.0}}}}
+
+Range query (query topic) and its answer (answers topic)::
+
+    {"query_id": "q1", "key": "sensor-7", "from": ..., "to": ...,
+     "window": "5m" (optional), "aggregations": ["sum"] (optional)}
+    {"query_id": "q1", "key": "sensor-7", "from": ..., "to": ..., "result": {"sum": 40.5},
+     "count": 12, "stream_time": ..., "error": null}
+
+A window's bounds are inclusive: ``start = stream_time - size`` and ``end = stream_time``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Field names, for code (the worker, the Spark schema) that must not spell them twice.
+KEY = "key"
+EVENT_TS = "event_ts"
+STREAM_TIME = "stream_time"
+WINDOWS = "windows"
+WINDOW_START = "start"
+WINDOW_END = "end"
+WINDOW_COUNT = "count"
+WINDOW_AGGREGATES = "aggregates"
+QUERY_ID = "query_id"
+FROM = "from"
+TO = "to"
+WINDOW = "window"
+AGGREGATIONS = "aggregations"
+RESULT = "result"
+COUNT = "count"
+ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    """The aggregates of one window ``[start, end]`` (inclusive) of one key."""
+
+    start: int
+    end: int
+    count: int
+    aggregates: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateRecord:
+    """What the aggregates topic carries: every configured window of ``key`` at ``stream_time``."""
+
+    key: str
+    event_ts: int
+    stream_time: int
+    windows: dict[str, WindowResult] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AggregateRecord:
+        return cls(
+            key=obj[KEY],
+            event_ts=int(obj[EVENT_TS]),
+            stream_time=int(obj[STREAM_TIME]),
+            windows={
+                name: WindowResult(
+                    start=int(w[WINDOW_START]),
+                    end=int(w[WINDOW_END]),
+                    count=int(w[WINDOW_COUNT]),
+                    aggregates=dict(w[WINDOW_AGGREGATES]),
+                )
+                for name, w in obj[WINDOWS].items()
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RangeQuery:
+    """A range query over ``[from_ts, to_ts]`` (inclusive) of ``key``'s retained events.
+
+    ``window`` (a configured window name) replaces the bounds by that window at stream time;
+    ``aggregations`` restricts the result to some of the configured aggregations.
+    """
+
+    query_id: str
+    key: str
+    from_ts: int | None = None
+    to_ts: int | None = None
+    window: str | None = None
+    aggregations: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        obj: dict[str, Any] = {QUERY_ID: self.query_id, KEY: self.key}
+        if self.from_ts is not None:
+            obj[FROM] = self.from_ts
+        if self.to_ts is not None:
+            obj[TO] = self.to_ts
+        if self.window is not None:
+            obj[WINDOW] = self.window
+        if self.aggregations is not None:
+            obj[AGGREGATIONS] = list(self.aggregations)
+        return obj
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The answer to a ``RangeQuery``; ``error`` is set (and ``result`` empty) when it failed."""
+
+    query_id: str
+    key: str
+    from_ts: int | None
+    to_ts: int | None
+    result: dict[str, Any]
+    count: int
+    stream_time: int | None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            QUERY_ID: self.query_id,
+            KEY: self.key,
+            FROM: self.from_ts,
+            TO: self.to_ts,
+            RESULT: self.result,
+            COUNT: self.count,
+            STREAM_TIME: self.stream_time,
+            ERROR: self.error,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Answer:
+        return cls(
+            query_id=obj[QUERY_ID],
+            key=obj[KEY],
+            from_ts=obj.get(FROM),
+            to_ts=obj.get(TO),
+            result=dict(obj.get(RESULT) or {}),
+            count=int(obj.get(COUNT) or 0),
+            stream_time=obj.get(STREAM_TIME),
+            error=obj.get(ERROR),
+        )
+
+
+def dumps(obj: dict[str, Any]) -> bytes:
+    """Compact UTF-8 JSON; NaN and infinities are refused (they are not JSON)."""
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
