@@ -1,0 +1,435 @@
+"""The worker's configuration: one frozen ``Settings`` built from four layered sources.
+
+Precedence, lowest to highest::
+
+    defaults  <  TOML file  <  environment FIBA_<NAME>  <  CLI flags --<name-with-dashes>
+
+The TOML file is ``config_file`` or, when that is not given, the path in ``FIBA_CONFIG``; its
+keys sit at the top level or in a ``[fiba]`` table. Every setting has the same name everywhere:
+TOML key = lower-case env suffix = CLI flag with ``_`` spelled ``-`` (``SETTINGS_HELP`` lists
+them with their help text, for the CLI). CLI overrides whose value is ``None`` (a flag not
+given) are ignored.
+
+Durations are written ``"250ms"``, ``"10s"``, ``"5m"``, ``"1h"``, ``"1d"`` or as an integer
+number of milliseconds, and are stored as int milliseconds. Every validation failure raises
+``ConfigError`` with one human-readable message naming the setting and its source.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; ``str(exc)`` is one clear line for the user."""
+
+
+class WindowSpec(NamedTuple):
+    """One configured sliding window: its name as written (``"5m"``) and its size in ms."""
+
+    name: str
+    size_ms: int
+
+
+BROKER_PROFILES = ("kafka", "embedded")
+EMIT_MODES = ("event", "batch", "changes")
+TIMESTAMP_SOURCES = ("field", "kafka")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
+
+_DURATION_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
+_HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
+
+
+def parse_duration(value: str | int) -> int:
+    """Milliseconds of ``"250ms"``, ``"10s"``, ``"5m"``, ``"1h"``, ``"1d"`` or an int of ms.
+
+    Raises ``ValueError`` for anything else (negative numbers, fractions, unknown units).
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"negative duration: {value}")
+        return value
+    match = _DURATION.match(str(value))
+    if match is None:
+        raise ValueError(
+            f"not a duration: {value!r} (use e.g. 250ms, 10s, 5m, 1h, 1d or integer ms)"
+        )
+    number, unit = match.groups()
+    return int(number) * _DURATION_UNITS_MS[unit or "ms"]
+
+
+def parse_bootstrap_servers(value: str) -> tuple[str, ...]:
+    """``host:port`` entries of a broker string: ``kafka://h1:9092,h2:9092`` or ``h1:9092;h2``.
+
+    The ``kafka://`` scheme is optional; a missing port means 9092.
+    """
+    text = value.strip()
+    if text.startswith("kafka://"):
+        text = text[len("kafka://") :]
+    servers = []
+    for part in re.split(r"[,;]", text):
+        entry = part.strip().rstrip("/")
+        if not entry:
+            continue
+        if not _HOST_PORT.match(entry):
+            raise ValueError(f"not a host:port: {entry!r}")
+        if not re.search(r":\d+$", entry):
+            entry = f"{entry}:9092"
+        servers.append(entry)
+    if not servers:
+        raise ValueError(f"no broker address in {value!r}")
+    return tuple(servers)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything a worker (and the CLI around it) needs; see the module docstring for sources.
+
+    Durations are int milliseconds; ``windows`` keeps the configured order and names.
+    """
+
+    broker: str = "kafka://127.0.0.1:9092"
+    broker_profile: str = "kafka"
+    security_protocol: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    app_id: str = "fiba"
+    input_topic: str = "fiba-events"
+    aggregates_topic: str = "fiba-aggregates"
+    queries_topic: str = "fiba-queries"
+    answers_topic: str = "fiba-answers"
+    dead_letter_topic: str = "fiba-dead-letters"
+    partitions: int = 4
+    replication_factor: int = 1
+    retention: int = 3_600_000
+    windows: tuple[WindowSpec, ...] = (
+        WindowSpec("1m", 60_000),
+        WindowSpec("5m", 300_000),
+        WindowSpec("1h", 3_600_000),
+    )
+    aggregations: tuple[str, ...] = ("count", "sum", "max", "mean", "pop_stddev")
+    max_future_skew: int = 300_000
+    resolution: int | None = None
+    emit: str = "event"
+    batch_max_records: int = 1000
+    batch_max_wait: int = 200
+    key_field: str | None = None
+    ts_field: str = "ts"
+    value_field: str = "value"
+    timestamp_source: str = "field"
+    max_key_bytes: int = 1024
+    max_value_bytes: int = 65536
+    state_dir: Path = Path("./fiba-data")
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    sweep_interval: int = 30_000
+    standby_replicas: int = 0
+    log_level: str = "info"
+
+    @property
+    def bootstrap_servers(self) -> tuple[str, ...]:
+        """The ``host:port`` entries of ``broker`` (for aiokafka clients)."""
+        return parse_bootstrap_servers(self.broker)
+
+    @property
+    def faust_broker(self) -> str:
+        """``broker`` in Faust's URL form: ``kafka://h1:9092;h2:9092``."""
+        return "kafka://" + ";".join(self.bootstrap_servers)
+
+    @property
+    def embedded(self) -> bool:
+        """True with the embedded-broker profile (Tansu workarounds switched on)."""
+        return self.broker_profile == "embedded"
+
+    @property
+    def changelog_topic(self) -> str:
+        """The changelog topic of the per-key window store."""
+        return f"{self.app_id}-windows-changelog"
+
+    @property
+    def window_sizes(self) -> dict[str, int]:
+        """Window name -> size in ms, in configured order."""
+        return {w.name: w.size_ms for w in self.windows}
+
+
+SETTINGS_HELP: dict[str, str] = {
+    "broker": "Kafka bootstrap servers: host:port[,host:port...], kafka:// optional",
+    "broker_profile": "kafka | embedded (Tansu workarounds: short timeouts, single batches)",
+    "security_protocol": "PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL",
+    "sasl_mechanism": "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | GSSAPI | OAUTHBEARER",
+    "sasl_username": "SASL user name",
+    "sasl_password": "SASL password",
+    "ssl_cafile": "CA certificate file (PEM)",
+    "ssl_certfile": "client certificate file (PEM)",
+    "ssl_keyfile": "client private key file (PEM)",
+    "app_id": "consumer group id and prefix of internal topics",
+    "input_topic": "topic of input events (key = aggregation key)",
+    "aggregates_topic": "topic the per-event window aggregates are written to",
+    "queries_topic": "topic of range queries (co-partitioned with the input)",
+    "answers_topic": "topic the range-query answers are written to",
+    "dead_letter_topic": "topic of rejected input (original bytes + reason headers)",
+    "partitions": "partitions of the topics the app creates",
+    "replication_factor": "replication factor of the topics the app creates",
+    "retention": "R: how far behind stream time events are kept (duration)",
+    "windows": "comma-separated window sizes, each <= retention (e.g. 1m,5m,1h)",
+    "aggregations": "comma-separated aggregation names (stores.monoids)",
+    "max_future_skew": "events further than this ahead of stream time are rejected (duration)",
+    "resolution": "pane size: event times are rounded down to it (duration; unset = exact)",
+    "emit": "event | batch | changes",
+    "batch_max_records": "largest batch in emit=batch",
+    "batch_max_wait": "longest wait for a batch in emit=batch (duration)",
+    "key_field": "field of the value holding the aggregation key (unset = Kafka key)",
+    "ts_field": "field of the value holding the event time (epoch ms or ISO-8601)",
+    "value_field": "field of the value holding the aggregated value",
+    "timestamp_source": "field | kafka (the Kafka record timestamp is the event time)",
+    "max_key_bytes": "larger keys go to the dead-letter topic",
+    "max_value_bytes": "larger values go to the dead-letter topic",
+    "state_dir": "directory of this worker's local state",
+    "web_host": "interface of this worker's HTTP server",
+    "web_port": "port of this worker's HTTP server",
+    "sweep_interval": "period of the idle-key eviction sweep (duration)",
+    "standby_replicas": "standby replicas of the window store",
+    "log_level": "debug | info | warning | error | critical",
+}
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> Settings:
+    """Build and validate ``Settings`` from defaults, TOML, environment and CLI overrides.
+
+    Raises ``ConfigError`` (one clear message) on an unreadable file, an unknown TOML key or
+    override, or any invalid value.
+    """
+    raw: dict[str, tuple[Any, str]] = {}
+    path = config_file if config_file is not None else environ.get("FIBA_CONFIG") or None
+    if path is not None:
+        for name, value in _read_toml(Path(path)).items():
+            raw[name] = (value, f"{path}: {name}")
+    for name in SETTINGS_HELP:
+        env_name = f"FIBA_{name.upper()}"
+        if env_name in environ:
+            raw[name] = (environ[env_name], f"environment {env_name}")
+    for flag, value in (overrides or {}).items():
+        name = flag.lstrip("-").replace("-", "_")
+        if name not in SETTINGS_HELP:
+            raise ConfigError(f"unknown setting --{flag.lstrip('-').replace('_', '-')}")
+        if value is not None:
+            raw[name] = (value, f"--{name.replace('_', '-')}")
+
+    values: dict[str, Any] = {}
+    for name, (value, source) in raw.items():
+        try:
+            values[name] = _PARSERS[name](value)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+    settings = Settings(**values)
+    _validate(settings, {name: source for name, (_, source) in raw.items()})
+    return settings
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            doc = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    table = doc.pop("fiba", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: 'fiba' must be a table")
+    merged = {**doc, **table}
+    unknown = sorted(set(merged) - set(SETTINGS_HELP))
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown setting(s) {', '.join(unknown)}")
+    return merged
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value.strip()
+
+
+def _optional_text(value: Any) -> str | None:
+    text = _text(value)
+    return text or None
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    try:
+        return int(_text(value))
+    except ValueError:
+        raise ValueError(f"expected an integer, got {value!r}") from None
+
+
+def _optional_duration(value: Any) -> int | None:
+    if isinstance(value, str) and not value.strip():
+        return None
+    return parse_duration(value)
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, list | tuple) else _text(value).split(",")
+    names = tuple(_text(item) for item in items)
+    if not names or any(not n for n in names):
+        raise ValueError(f"expected a comma-separated list of names, got {value!r}")
+    return names
+
+
+def _windows(value: Any) -> tuple[WindowSpec, ...]:
+    specs = []
+    for name in _names(value):
+        try:
+            size = parse_duration(name)
+        except ValueError as exc:
+            raise ValueError(f"bad window {name!r}: {exc}") from None
+        specs.append(WindowSpec(name, size))
+    return tuple(specs)
+
+
+def _choice(options: tuple[str, ...], upper: bool = False) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = _text(value)
+        text = text.upper() if upper else text.lower()
+        if text not in options:
+            raise ValueError(f"{value!r} is not one of {', '.join(options)}")
+        return text
+
+    return parse
+
+
+def _optional_choice(options: tuple[str, ...]) -> Callable[[Any], str | None]:
+    parse = _choice(options, upper=True)
+    return lambda value: parse(value) if _optional_text(value) else None
+
+
+def _broker(value: Any) -> str:
+    text = _text(value)
+    parse_bootstrap_servers(text)
+    return text
+
+
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "broker": _broker,
+    "broker_profile": _choice(BROKER_PROFILES),
+    "security_protocol": _optional_choice(SECURITY_PROTOCOLS),
+    "sasl_mechanism": _optional_choice(SASL_MECHANISMS),
+    "sasl_username": _optional_text,
+    "sasl_password": _optional_text,
+    "ssl_cafile": _optional_text,
+    "ssl_certfile": _optional_text,
+    "ssl_keyfile": _optional_text,
+    "app_id": _text,
+    "input_topic": _text,
+    "aggregates_topic": _text,
+    "queries_topic": _text,
+    "answers_topic": _text,
+    "dead_letter_topic": _text,
+    "partitions": _int,
+    "replication_factor": _int,
+    "retention": parse_duration,
+    "windows": _windows,
+    "aggregations": _names,
+    "max_future_skew": parse_duration,
+    "resolution": _optional_duration,
+    "emit": _choice(EMIT_MODES),
+    "batch_max_records": _int,
+    "batch_max_wait": parse_duration,
+    "key_field": _optional_text,
+    "ts_field": _text,
+    "value_field": _text,
+    "timestamp_source": _choice(TIMESTAMP_SOURCES),
+    "max_key_bytes": _int,
+    "max_value_bytes": _int,
+    "state_dir": lambda value: Path(_text(value)),
+    "web_host": _text,
+    "web_port": _int,
+    "sweep_interval": parse_duration,
+    "standby_replicas": _int,
+    "log_level": _choice(LOG_LEVELS),
+}
+
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
+
+
+def _validate(s: Settings, sources: Mapping[str, str]) -> None:
+    """Cross-field checks; the message names where the offending value came from."""
+
+    def fail(name: str, message: str) -> None:
+        raise ConfigError(f"{sources.get(name, name)}: {message}")
+
+    if not s.app_id or not _TOPIC_NAME.match(s.app_id):
+        fail("app_id", f"{s.app_id!r} is not a valid group id / topic prefix")
+    topics = (
+        "input_topic",
+        "aggregates_topic",
+        "queries_topic",
+        "answers_topic",
+        "dead_letter_topic",
+    )
+    for name in topics:
+        topic = getattr(s, name)
+        if not _TOPIC_NAME.match(topic):
+            fail(name, f"{topic!r} is not a valid Kafka topic name")
+    names = [getattr(s, t) for t in topics]
+    if len(set(names)) != len(names):
+        fail("input_topic", f"the five topics must be distinct, got {', '.join(names)}")
+    positive = (
+        "partitions",
+        "replication_factor",
+        "batch_max_records",
+        "max_key_bytes",
+        "max_value_bytes",
+    )
+    for name in positive:
+        if getattr(s, name) < 1:
+            fail(name, f"must be >= 1, got {getattr(s, name)}")
+    for name in ("retention", "sweep_interval", "batch_max_wait"):
+        if getattr(s, name) <= 0:
+            fail(name, "must be a positive duration")
+    if s.standby_replicas < 0:
+        fail("standby_replicas", f"must be >= 0, got {s.standby_replicas}")
+    if not 0 < s.web_port < 65536:
+        fail("web_port", f"must be a TCP port (1-65535), got {s.web_port}")
+    if s.resolution is not None and s.resolution <= 0:
+        fail("resolution", "must be a positive duration (or unset for exact times)")
+    if not s.windows:
+        fail("windows", "at least one window is needed")
+    window_names = [w.name for w in s.windows]
+    if len(set(window_names)) != len(window_names):
+        fail("windows", f"duplicate window name in {', '.join(window_names)}")
+    for w in s.windows:
+        if w.size_ms <= 0:
+            fail("windows", f"window {w.name!r} must be longer than 0 ms")
+        if w.size_ms > s.retention:
+            fail("windows", f"window {w.name!r} is longer than the retention ({s.retention} ms)")
+    if len(set(s.aggregations)) != len(s.aggregations):
+        fail("aggregations", f"duplicate aggregation in {', '.join(s.aggregations)}")
+    if s.sasl_mechanism and s.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        fail("sasl_mechanism", "needs security_protocol SASL_PLAINTEXT or SASL_SSL")
+    for name in ("ts_field", "value_field"):
+        if not getattr(s, name):
+            fail(name, "must not be empty")

@@ -1,0 +1,150 @@
+"""Settings: parsing of each source, precedence between them, and one-line errors."""
+
+from pathlib import Path
+
+import pytest
+
+from app.settings import (
+    ConfigError,
+    Settings,
+    WindowSpec,
+    load_settings,
+    parse_bootstrap_servers,
+    parse_duration,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("250ms", 250),
+        ("10s", 10_000),
+        ("5m", 300_000),
+        ("1h", 3_600_000),
+        ("1d", 86_400_000),
+        ("1500", 1500),
+        (42, 42),
+        (" 2 s ", 2000),
+    ],
+)
+def test_parse_duration_units(text, ms):
+    assert parse_duration(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "5 minutes", "1.5s", "-3", "5w", True, -1])
+def test_parse_duration_rejects(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "servers"),
+    [
+        ("kafka://127.0.0.1:9092", ("127.0.0.1:9092",)),
+        ("a:1,b:2", ("a:1", "b:2")),
+        ("kafka://a:1;b", ("a:1", "b:9092")),
+        ("localhost", ("localhost:9092",)),
+    ],
+)
+def test_bootstrap_servers(text, servers):
+    assert parse_bootstrap_servers(text) == servers
+
+
+def test_defaults_without_any_source():
+    s = load_settings(environ={})
+    assert s == Settings()
+    assert s.windows == (
+        WindowSpec("1m", 60_000),
+        WindowSpec("5m", 300_000),
+        WindowSpec("1h", 3_600_000),
+    )
+    assert s.retention == 3_600_000 and s.resolution is None and s.emit == "event"
+    assert s.faust_broker == "kafka://127.0.0.1:9092"
+    assert s.changelog_topic == "fiba-windows-changelog"
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "fiba.toml"
+    path.write_text(text)
+    return path
+
+
+def test_precedence_defaults_toml_env_cli(tmp_path):
+    path = _toml(
+        tmp_path, 'retention = "2h"\nwindows = "10s,2h"\nweb_port = 7000\napp_id = "from-toml"\n'
+    )
+    env = {"FIBA_WEB_PORT": "7001", "FIBA_APP_ID": "from-env"}
+    s = load_settings(path, overrides={"app-id": "from-cli", "emit": None}, environ=env)
+    assert s.retention == 7_200_000
+    assert s.windows == (WindowSpec("10s", 10_000), WindowSpec("2h", 7_200_000))
+    assert s.web_port == 7001
+    assert s.app_id == "from-cli"
+    assert s.emit == "event"
+
+
+def test_config_path_from_environment_and_fiba_table(tmp_path):
+    path = _toml(tmp_path, '[fiba]\nemit = "batch"\naggregations = ["count", "max"]\n')
+    s = load_settings(environ={"FIBA_CONFIG": str(path)})
+    assert s.emit == "batch"
+    assert s.aggregations == ("count", "max")
+
+
+def test_optional_settings_can_be_unset_and_set():
+    s = load_settings(overrides={"resolution": "1s", "key_field": "device"}, environ={})
+    assert s.resolution == 1000 and s.key_field == "device"
+    s = load_settings(environ={"FIBA_RESOLUTION": "", "FIBA_KEY_FIELD": ""})
+    assert s.resolution is None and s.key_field is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"windows": "5x"}, "bad window '5x'"),
+        ({"windows": "2h"}, "longer than the retention"),
+        ({"windows": "1m,1m"}, "duplicate window"),
+        ({"emit": "sometimes"}, "not one of event, batch, changes"),
+        ({"retention": "forever"}, "not a duration"),
+        ({"web_port": "http"}, "expected an integer"),
+        ({"web_port": 70000}, "TCP port"),
+        ({"partitions": 0}, "must be >= 1"),
+        ({"broker": "kafka://"}, "no broker address"),
+        ({"broker_profile": "docker"}, "not one of kafka, embedded"),
+        ({"answers_topic": "fiba-events"}, "must be distinct"),
+        ({"input_topic": "bad topic"}, "not a valid Kafka topic name"),
+        ({"sasl_mechanism": "PLAIN"}, "needs security_protocol"),
+        ({"no-such-flag": 1}, "unknown setting --no-such-flag"),
+    ],
+)
+def test_invalid_values_raise_one_clear_config_error(overrides, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_settings(overrides=overrides, environ={})
+    message = str(info.value)
+    assert fragment in message
+    assert "\n" not in message
+
+
+def test_error_names_its_source(tmp_path):
+    with pytest.raises(ConfigError, match="environment FIBA_EMIT"):
+        load_settings(environ={"FIBA_EMIT": "never"})
+    path = _toml(tmp_path, 'emit = "never"\n')
+    with pytest.raises(ConfigError, match=r"fiba\.toml: emit"):
+        load_settings(path, environ={})
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("retention = ", "not valid TOML"),
+        ("colour = 'blue'", "unknown setting(s) colour"),
+        ("fiba = 3", "'fiba' must be a table"),
+    ],
+)
+def test_bad_config_files(tmp_path, text, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_settings(_toml(tmp_path, text), environ={})
+    assert fragment in str(info.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_settings(tmp_path / "absent.toml", environ={})
