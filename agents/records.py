@@ -157,3 +157,37 @@ class Answer:
 def dumps(obj: dict[str, Any]) -> bytes:
     """Compact UTF-8 JSON; NaN and infinities are refused (they are not JSON)."""
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+
+
+# --- Dead letters ------------------------------------------------------------------------------
+# Kafka Connect DLQ convention: a dead-letter record's key and value are the ORIGINAL bytes of the
+# rejected record; these headers (UTF-8 values) say why and where it came from.
+DLQ_REASON = "fiba.error.reason"
+DLQ_DETAIL = "fiba.error.detail"
+DLQ_TOPIC = "fiba.error.topic"
+DLQ_PARTITION = "fiba.error.partition"
+DLQ_OFFSET = "fiba.error.offset"
+
+# Reason codes (the value of the ``fiba.error.reason`` header).
+REASON_MALFORMED_JSON = "malformed_json"
+REASON_MISSING_FIELD = "missing_field"
+REASON_BAD_KEY = "bad_key"
+REASON_BAD_VALUE = "bad_value"
+REASON_BAD_TIMESTAMP = "bad_timestamp"
+REASON_LATE = "late"
+REASON_FUTURE = "future"
+REASON_OVERSIZE = "oversize"
+REASON_BAD_QUERY = "bad_query"
+
+
+def dead_letter_headers(
+    reason: str, detail: str, topic: str, partition: int, offset: int
+) -> list[tuple[str, bytes]]:
+    """The headers of a dead-letter record, in the order of the constants above."""
+    return [
+        (DLQ_REASON, reason.encode()),
+        (DLQ_DETAIL, detail.encode()),
+        (DLQ_TOPIC, topic.encode()),
+        (DLQ_PARTITION, str(partition).encode()),
+        (DLQ_OFFSET, str(offset).encode()),
+    ]

@@ -1,0 +1,178 @@
+"""Input records -> ``Event``: parsing and validation, with a reason code for every rejection.
+
+An input record is a Kafka record whose key is the aggregation key (UTF-8) and whose value is a
+JSON object ``{"ts": ..., "value": ...}``; the field names come from ``app.settings``
+(``ts_field``, ``value_field``, and ``key_field`` when the key sits inside the value). The event
+time is epoch milliseconds (an int, an integral float, or a string of digits) or an ISO-8601
+string (without an offset it means UTC); with ``timestamp_source = "kafka"`` it is the Kafka
+record timestamp instead. The value is a finite number (not a boolean) or a JSON object (for
+argmax/argmin and other multi-field aggregations; whether the configured aggregations accept it
+is decided when it is lifted, see ``stores.key_windows``).
+
+``EventParser.parse`` returns an ``Event`` or raises ``BadEvent(reason, detail)``; ``reason`` is
+one of the dead-letter codes of ``agents.records``. Parsing costs O(size of the record).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from agents.records import (
+    REASON_BAD_KEY,
+    REASON_BAD_TIMESTAMP,
+    REASON_BAD_VALUE,
+    REASON_MALFORMED_JSON,
+    REASON_MISSING_FIELD,
+    REASON_OVERSIZE,
+)
+from app.settings import Settings
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+
+
+class BadEvent(Exception):
+    """An input record that cannot be aggregated: ``reason`` (a short code) and ``detail``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One valid input event: aggregation ``key``, event time ``ts`` (epoch ms) and ``value``."""
+
+    key: str
+    ts: int
+    value: Any
+
+
+def _reject_constant(name: str) -> Any:
+    raise BadEvent(REASON_BAD_VALUE, f"{name} is not a finite number")
+
+
+def parse_event_time(raw: Any) -> int:
+    """Epoch ms of ``raw``: an int, an integral finite float, a digit string or ISO-8601.
+
+    Raises ``BadEvent(bad_timestamp)`` for anything else (booleans, fractions of a ms, text).
+    """
+    if isinstance(raw, bool):
+        raise BadEvent(REASON_BAD_TIMESTAMP, f"not a time: {raw!r}")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float):
+        if math.isfinite(raw) and raw.is_integer():
+            return int(raw)
+        raise BadEvent(REASON_BAD_TIMESTAMP, f"not a whole number of ms: {raw!r}")
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise BadEvent(REASON_BAD_TIMESTAMP, f"not epoch ms nor ISO-8601: {raw!r}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return (moment - _EPOCH) // _ONE_MS
+    raise BadEvent(REASON_BAD_TIMESTAMP, f"not a time: {raw!r}")
+
+
+def check_value(raw: Any) -> Any:
+    """``raw`` if it is a finite number (not a bool) or a JSON object; else ``BadEvent``."""
+    if isinstance(raw, bool) or raw is None:
+        raise BadEvent(REASON_BAD_VALUE, f"not a number: {raw!r}")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float):
+        if math.isfinite(raw):
+            return raw
+        raise BadEvent(REASON_BAD_VALUE, f"not a finite number: {raw!r}")
+    if isinstance(raw, dict):
+        return raw
+    raise BadEvent(REASON_BAD_VALUE, f"not a number or an object: {raw!r}")
+
+
+class EventParser:
+    """Turns raw Kafka records into ``Event`` values according to one ``Settings``."""
+
+    __slots__ = (
+        "_kafka_time",
+        "_key_field",
+        "_max_key",
+        "_max_value",
+        "_ts_field",
+        "_value_field",
+    )
+
+    def __init__(self, settings: Settings) -> None:
+        self._key_field = settings.key_field
+        self._ts_field = settings.ts_field
+        self._value_field = settings.value_field
+        self._kafka_time = settings.timestamp_source == "kafka"
+        self._max_key = settings.max_key_bytes
+        self._max_value = settings.max_value_bytes
+
+    def parse(self, key: bytes | None, value: bytes | None, kafka_ts: int | None) -> Event:
+        """The ``Event`` of one record (``kafka_ts``: the record timestamp in ms).
+
+        Raises ``BadEvent`` with reason ``oversize``, ``bad_key``, ``malformed_json``,
+        ``missing_field``, ``bad_timestamp`` or ``bad_value``.
+        """
+        if value is None:
+            raise BadEvent(REASON_MALFORMED_JSON, "empty value (tombstone)")
+        if len(value) > self._max_value:
+            raise BadEvent(
+                REASON_OVERSIZE, f"value of {len(value)} bytes > max_value_bytes {self._max_value}"
+            )
+        try:
+            obj = json.loads(value, parse_constant=_reject_constant)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BadEvent(REASON_MALFORMED_JSON, f"not JSON: {exc}") from None
+        except RecursionError:
+            raise BadEvent(REASON_MALFORMED_JSON, "JSON nested too deeply") from None
+        if not isinstance(obj, dict):
+            raise BadEvent(REASON_MALFORMED_JSON, f"not a JSON object: {type(obj).__name__}")
+        return Event(self._key(key, obj), self._time(obj, kafka_ts), self._value(obj))
+
+    def _key(self, key: bytes | None, obj: dict[str, Any]) -> str:
+        if self._key_field is None:
+            if key is None:
+                raise BadEvent(REASON_MISSING_FIELD, "record has no Kafka key")
+            if len(key) > self._max_key:
+                raise BadEvent(
+                    REASON_OVERSIZE, f"key of {len(key)} bytes > max_key_bytes {self._max_key}"
+                )
+            try:
+                return key.decode()
+            except UnicodeDecodeError:
+                raise BadEvent(REASON_BAD_KEY, "Kafka key is not UTF-8") from None
+        if self._key_field not in obj:
+            raise BadEvent(REASON_MISSING_FIELD, f"no {self._key_field!r} field")
+        raw = obj[self._key_field]
+        if isinstance(raw, bool) or not isinstance(raw, str | int):
+            raise BadEvent(REASON_BAD_KEY, f"key field is not a string: {raw!r}")
+        text = str(raw)
+        if len(text.encode()) > self._max_key:
+            raise BadEvent(REASON_OVERSIZE, f"key longer than max_key_bytes {self._max_key}")
+        return text
+
+    def _time(self, obj: dict[str, Any], kafka_ts: int | None) -> int:
+        if self._kafka_time:
+            if kafka_ts is None or kafka_ts < 0:
+                raise BadEvent(REASON_BAD_TIMESTAMP, "record has no Kafka timestamp")
+            return kafka_ts
+        if self._ts_field not in obj:
+            raise BadEvent(REASON_MISSING_FIELD, f"no {self._ts_field!r} field")
+        return parse_event_time(obj[self._ts_field])
+
+    def _value(self, obj: dict[str, Any]) -> Any:
+        if self._value_field not in obj:
+            raise BadEvent(REASON_MISSING_FIELD, f"no {self._value_field!r} field")
+        return check_value(obj[self._value_field])
