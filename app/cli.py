@@ -1,0 +1,567 @@
+"""The ``fiba`` command line: embedded broker, topics, worker, producer, tail, queries, demo.
+
+Every command that talks to Kafka accepts ``--config PATH`` and the settings flags that concern
+it (``--<setting-name-with-dashes>``, see ``app.settings``); precedence is defaults < TOML <
+``FIBA_*`` environment < flags. A configuration error or an unreachable broker stops the command
+at start with one line on stderr and exit code 2; other failures exit with 1. Heavy modules
+(aiokafka, Faust, Spark, the benchmarks) are imported inside the commands, so ``fiba --help``
+stays fast; ``bench``, ``spark-join`` and ``spark-read`` hand their arguments to the click
+commands of ``bench.cli`` and ``spark_bridge.cli``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import json
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import IO, TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from app.settings import SETTINGS_HELP, ConfigError, Settings, load_settings, parse_duration
+
+if TYPE_CHECKING:
+    from agents.records import RangeQuery
+
+T = TypeVar("T")
+
+CONNECTION_SETTINGS = (
+    "broker",
+    "broker_profile",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+)
+TOPIC_SETTINGS = (
+    "input_topic",
+    "queries_topic",
+    "aggregates_topic",
+    "answers_topic",
+    "dead_letter_topic",
+)
+TOPIC_CREATION_SETTINGS = (
+    *CONNECTION_SETTINGS,
+    "app_id",
+    *TOPIC_SETTINGS,
+    "partitions",
+    "replication_factor",
+)
+INPUT_FORMAT_SETTINGS = ("input_topic", "key_field", "ts_field", "value_field")
+DEMO_SETTINGS = (
+    "partitions",
+    "retention",
+    "windows",
+    "aggregations",
+    "emit",
+    "resolution",
+    "max_future_skew",
+    "log_level",
+)
+TAIL_TOPICS = {
+    "input": "input_topic",
+    "queries": "queries_topic",
+    "aggregates": "aggregates_topic",
+    "answers": "answers_topic",
+    "dead-letters": "dead_letter_topic",
+}
+"""``fiba tail --topic`` choices -> the setting naming that topic."""
+
+DELEGATED_COMMANDS = {
+    "bench": ("bench.cli:bench", "Run the benchmarks (see `fiba bench --help`)."),
+    "spark-join": (
+        "spark_bridge.cli:spark_join",
+        "As-of join of a batch dataset with the aggregates topic, on Spark.",
+    ),
+    "spark-read": (
+        "spark_bridge.cli:spark_read",
+        "Show a sample of an output topic as a Spark DataFrame.",
+    ),
+}
+"""Commands implemented elsewhere: name -> ("module:click_command", short help)."""
+
+
+class CliFailure(click.ClickException):
+    """A failure reported as one ``fiba: ...`` line on stderr with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"fiba: {self.message}", err=True)
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+def flag(name: str) -> str:
+    """The CLI flag of setting ``name``: ``input_topic`` -> ``--input-topic``."""
+    return "--" + name.replace("_", "-")
+
+
+def load(config: str | None, overrides: dict[str, Any]) -> Settings:
+    """``load_settings`` with a ``ConfigError`` turned into exit code 2."""
+    try:
+        return load_settings(config, overrides)
+    except ConfigError as exc:
+        raise CliFailure(str(exc), exit_code=2) from None
+
+
+def with_settings(*names: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Decorate a command with ``--config`` and the flags of settings ``names``.
+
+    The command receives the loaded ``Settings`` as its first argument instead of the flags.
+    """
+
+    def decorate(command: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(command)
+        def run(*args: Any, config: str | None, **kwargs: Any) -> T:
+            overrides = {name: kwargs.pop(name) for name in names}
+            return command(load(config, overrides), *args, **kwargs)
+
+        for name in reversed(names):
+            run = click.option(
+                flag(name),
+                name,
+                default=None,
+                metavar="VALUE",
+                help=f"{SETTINGS_HELP[name]} [env FIBA_{name.upper()}]",
+            )(run)
+        return click.option(
+            "--config",
+            type=click.Path(dir_okay=False),
+            envvar="FIBA_CONFIG",
+            help="TOML settings file (keys at top level or in [fiba]) [env FIBA_CONFIG]",
+        )(run)
+
+    return decorate
+
+
+def require_broker(settings: Settings) -> None:
+    """Stop with exit code 2 when no bootstrap server of ``settings`` is reachable."""
+    from app.clients import BrokerUnreachable, check_reachable
+
+    try:
+        check_reachable(settings)
+    except BrokerUnreachable as exc:
+        raise CliFailure(f"{exc}; is it running? (`fiba broker` starts one)", 2) from None
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; Kafka connection errors become exit code 2, other Kafka errors 1."""
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    try:
+        return asyncio.run(coro)
+    except KafkaConnectionError as exc:
+        raise CliFailure(f"cannot reach the Kafka broker: {exc}", 2) from None
+    except KafkaError as exc:
+        raise CliFailure(f"Kafka error: {exc}") from None
+
+
+def parse_time(value: str) -> int:
+    """Epoch milliseconds of an integer or an ISO-8601 time (naive times are UTC)."""
+    text = value.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither epoch ms nor an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+class TimeParam(click.ParamType):
+    """A click parameter of epoch ms or ISO-8601 time."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        return value if isinstance(value, int) else parse_time(str(value))
+
+
+class DurationParam(click.ParamType):
+    """A click parameter of a duration ("250ms", "30s", "5m", "1h", "1d", or integer ms)."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+TIME = TimeParam()
+DURATION = DurationParam()
+
+
+# --- the group ---------------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def cli() -> None:
+    """fiba-stream: exact out-of-order sliding-window aggregation over Kafka (FiBA on Faust)."""
+
+
+def main() -> None:
+    """Console-script entry point ``fiba``."""
+    cli(prog_name="fiba")
+
+
+@cli.command()
+@click.option("--port", type=int, default=None, help="port (default: the port of --broker)")
+@with_settings("broker")
+def broker(settings: Settings, port: int | None) -> None:
+    """Run the embedded broker (Tansu, in memory) on loopback until Ctrl-C or SIGTERM."""
+    from app.broker import BrokerError, EmbeddedBroker
+
+    if port is None:
+        port = int(settings.bootstrap_servers[0].rpartition(":")[2])
+    server = EmbeddedBroker(port=port)
+    try:
+        server.start()
+    except BrokerError as exc:
+        raise CliFailure(str(exc)) from None
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    click.echo(f"embedded broker on {server.bootstrap} (log: {server.log_path}); Ctrl-C stops it")
+    click.echo(f"clients: --broker {server.bootstrap} --broker-profile embedded")
+    try:
+        while server.running:
+            time.sleep(0.5)
+        raise CliFailure(f"the embedded broker exited; see {server.log_path}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+@cli.group()
+def topics() -> None:
+    """Manage the app's topics."""
+
+
+@topics.command("create")
+@with_settings(*TOPIC_CREATION_SETTINGS)
+def topics_create(settings: Settings) -> None:
+    """Create every topic explicitly (idempotent; a partition-count mismatch is an error)."""
+    from app.topics import TopicError, create_topics
+
+    require_broker(settings)
+    try:
+        outcomes = run_async(create_topics(settings))
+    except TopicError as exc:
+        raise CliFailure(str(exc)) from None
+    for outcome in outcomes:
+        state = "created" if outcome.created else "exists "
+        click.echo(f"{state} {outcome.name} ({outcome.partitions} partitions)")
+
+
+@cli.command()
+@with_settings(*SETTINGS_HELP)
+def worker(settings: Settings) -> None:
+    """Run a stream-processing worker (topics must exist: `fiba topics create`)."""
+    require_broker(settings)
+    from app.worker import run_worker
+
+    run_worker(settings)
+
+
+# --- produce -----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("file", type=click.File("r"), required=False)
+@click.option("--generate", "count", type=click.IntRange(min=0), help="generate N events")
+@click.option("--keys", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option(
+    "--ooo-fraction",
+    type=click.FloatRange(0, 1),
+    default=0.2,
+    show_default=True,
+    help="fraction of out-of-order events",
+)
+@click.option(
+    "--max-lateness",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    help="how far behind stream time an out-of-order event may be",
+)
+@click.option(
+    "--interval",
+    type=DURATION,
+    default="100ms",
+    show_default=True,
+    help="event-time step between in-order events",
+)
+@click.option("--start", type=TIME, default=None, help="time of the first event (default: now)")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="events/s (default: max)")
+@click.option("--seed", type=int, default=None, help="random seed (same seed, same events)")
+@with_settings(*CONNECTION_SETTINGS, *INPUT_FORMAT_SETTINGS)
+def produce(
+    settings: Settings,
+    file: IO[str] | None,
+    count: int | None,
+    keys: int,
+    ooo_fraction: float,
+    max_lateness: int,
+    interval: int,
+    start: int | None,
+    rate: float | None,
+    seed: int | None,
+) -> None:
+    """Send events to the input topic: the lines of FILE.jsonl ('-' = stdin) or --generate N.
+
+    A FILE line is a JSON object whose key field (the key_field setting, else "key") is the
+    Kafka key; with key_field unset, "key" is removed from the value. Generated events are
+    {"<ts_field>": ms, "<value_field>": int} keyed key-0..key-K-1, a fraction of them out of
+    order (app.generator); their Kafka timestamp is the event time.
+    """
+    from app.generator import generate_events
+    from app.kafka_io import BadInputLine, event_record, file_records, send_records
+
+    if (file is None) == (count is None):
+        raise click.UsageError("give either FILE or --generate N")
+    if count is not None:
+        try:
+            events = generate_events(
+                count,
+                keys=keys,
+                ooo_fraction=ooo_fraction,
+                max_lateness_ms=max_lateness,
+                interval_ms=interval,
+                start_ms=start if start is not None else int(time.time() * 1000),
+                seed=seed,
+            )
+            records = [event_record(e, settings) for e in events]
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    else:
+        records = file_records(file, settings)
+    require_broker(settings)
+    try:
+        sent = run_async(send_records(settings, records, total=count, rate=rate))
+    except BadInputLine as exc:
+        raise CliFailure(f"{file.name}: {exc} (records before it were sent)") from None
+    click.echo(f"sent {sent} records to {settings.input_topic}", err=True)
+
+
+# --- tail --------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option(
+    "--topic",
+    "which",
+    type=click.Choice(list(TAIL_TOPICS)),
+    default="aggregates",
+    show_default=True,
+)
+@click.option("--from-beginning", is_flag=True, help="start at the oldest record, not the end")
+@click.option("--limit", type=click.IntRange(min=1), help="stop after N records")
+@click.option("--idle-timeout", type=DURATION, help="stop when nothing arrives for this long")
+@with_settings(*CONNECTION_SETTINGS, *TOPIC_SETTINGS)
+def tail(
+    settings: Settings,
+    which: str,
+    from_beginning: bool,
+    limit: int | None,
+    idle_timeout: int | None,
+) -> None:
+    """Print the records of a topic as JSON lines (partition, offset, key, value, headers).
+
+    Dead letters carry their reason headers (fiba.error.reason, fiba.error.detail, ...).
+    Follows the topic until Ctrl-C, --limit or --idle-timeout.
+    """
+    from app.kafka_io import MissingTopic, tail_topic
+
+    require_broker(settings)
+    topic = getattr(settings, TAIL_TOPICS[which])
+
+    def show(record: dict[str, Any]) -> None:
+        click.echo(json.dumps(record, ensure_ascii=False))
+
+    try:
+        run_async(
+            tail_topic(
+                settings,
+                topic,
+                show,
+                from_beginning=from_beginning,
+                limit=limit,
+                idle_timeout_ms=idle_timeout,
+            )
+        )
+    except MissingTopic as exc:
+        raise CliFailure(str(exc)) from None
+    except KeyboardInterrupt:
+        pass
+
+
+# --- query -------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--from", "from_ts", type=TIME, help="range start (epoch ms or ISO-8601)")
+@click.option("--to", "to_ts", type=TIME, help="range end, inclusive")
+@click.option("--window", help="a configured window name (e.g. 5m) instead of --from/--to")
+@click.option("--aggregations", help="comma-separated subset of the configured aggregations")
+@click.option("--http", is_flag=True, help="ask the worker's HTTP endpoint, not the query topic")
+@click.option("--timeout", type=DURATION, default="30s", show_default=True)
+@with_settings(*CONNECTION_SETTINGS, "queries_topic", "answers_topic", "web_host", "web_port")
+def query(
+    settings: Settings,
+    key: str,
+    from_ts: int | None,
+    to_ts: int | None,
+    window: str | None,
+    aggregations: str | None,
+    http: bool,
+    timeout: int,
+) -> None:
+    """Range query over KEY's retained events: --from T --to T, or --window NAME.
+
+    Prints the answer as one JSON line; exit code 1 when the worker answered with an error.
+    """
+    from agents.records import RangeQuery
+
+    if window is None and (from_ts is None or to_ts is None):
+        raise click.UsageError("give --from and --to, or --window")
+    if window is not None and (from_ts is not None or to_ts is not None):
+        raise click.UsageError("--window excludes --from/--to")
+    request = RangeQuery(
+        query_id=uuid.uuid4().hex,
+        key=key,
+        from_ts=from_ts,
+        to_ts=to_ts,
+        window=window,
+        aggregations=tuple(a.strip() for a in aggregations.split(",")) if aggregations else None,
+    )
+    if http:
+        answer = http_query(settings, request, timeout / 1000)
+    else:
+        from app.kafka_io import MissingTopic, NoAnswer, ask
+
+        require_broker(settings)
+        try:
+            answer = run_async(ask(settings, request, timeout / 1000))
+        except (MissingTopic, NoAnswer) as exc:
+            raise CliFailure(str(exc)) from None
+    click.echo(json.dumps(answer, ensure_ascii=False))
+    if answer.get("error"):
+        raise CliFailure(f"the worker answered with an error: {answer['error']}")
+
+
+def http_query(settings: Settings, request: RangeQuery, timeout: float) -> dict[str, Any]:
+    """Ask the worker's ``GET /windows/{key}?from=&to=`` (or ``?window=``); the JSON answer."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    params: dict[str, Any] = {}
+    if request.window is not None:
+        params["window"] = request.window
+    else:
+        params["from"], params["to"] = request.from_ts, request.to_ts
+    if request.aggregations:
+        params["aggregations"] = ",".join(request.aggregations)
+    host = "127.0.0.1" if settings.web_host in ("0.0.0.0", "::", "") else settings.web_host
+    url = (
+        f"http://{host}:{settings.web_port}/windows/"
+        f"{urllib.parse.quote(request.key, safe='')}?{urllib.parse.urlencode(params)}"
+    )
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CliFailure(f"cannot reach the worker at {url}: {reason}", 2) from None
+    try:
+        answer = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CliFailure(f"the worker at {url} did not answer with JSON: {body[:200]!r}") from None
+    if not isinstance(answer, dict):
+        raise CliFailure(f"the worker at {url} answered {answer!r}")
+    return answer
+
+
+# --- demo --------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--events", type=click.IntRange(min=1), default=2000, show_default=True)
+@click.option("--keys", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--seed", type=int, default=7, show_default=True)
+@click.option("--timeout", type=DURATION, default="180s", show_default=True)
+@with_settings(*DEMO_SETTINGS)
+def demo(settings: Settings, events: int, keys: int, seed: int, timeout: int) -> None:
+    """Run everything on an embedded broker: topics, a worker, an out-of-order stream,
+    aggregates, dead letters and range queries; stops all it started."""
+    from app.demo import DemoError, run_demo
+
+    try:
+        summary = run_demo(
+            settings, events=events, keys=keys, seed=seed, timeout=timeout / 1000, log=click.echo
+        )
+    except DemoError as exc:
+        raise CliFailure(str(exc)) from None
+    if not summary.exact:
+        raise CliFailure("some results differ from the brute-force check (see above)")
+
+
+# --- commands of other modules -----------------------------------------------------------------
+
+
+def _delegate(name: str, target: str, short_help: str) -> click.Command:
+    """A command ``name`` that imports ``target`` ("module:command") only when run."""
+
+    @click.command(
+        name,
+        help=short_help,
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> None:
+        module, _, attr = target.partition(":")
+        real: click.Command = getattr(importlib.import_module(module), attr)
+        real.main(list(args), prog_name=f"fiba {name}")
+
+    return command
+
+
+for _name, (_target, _help) in DELEGATED_COMMANDS.items():
+    cli.add_command(_delegate(_name, _target, _help))
+
+
+def command_names() -> set[str]:
+    """Names of every ``fiba`` command, subcommands as "group sub" (e.g. "topics create")."""
+    names = set()
+    for name, command in cli.commands.items():
+        names.add(name)
+        if isinstance(command, click.Group):
+            names.update(f"{name} {sub}" for sub in command.commands)
+    return names
+
+
+if __name__ == "__main__":
+    main()

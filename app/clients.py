@@ -1,0 +1,86 @@
+"""Kafka client plumbing shared by the CLI tools: connection options, reachability, end offsets.
+
+- ``client_options(settings)``: the aiokafka keyword arguments for the bootstrap servers and the
+  security passthrough (SSL files, SASL) of ``Settings``.
+- ``check_reachable(settings)``: fail fast, with one clear message, when no bootstrap server
+  accepts a TCP connection.
+- ``end_offsets(consumer, partitions, settings)``: the offset after the last record of each
+  partition. On a real Kafka this is ListOffsets(latest); the embedded profile takes the Fetch
+  high watermark instead, because the embedded broker's ListOffsets is wrong (it hides the tail
+  of a multi-record batch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.helpers import create_ssl_context
+
+from app.settings import Settings
+
+
+class BrokerUnreachable(Exception):
+    """No bootstrap server accepted a connection; ``str(exc)`` is one clear line."""
+
+
+def client_options(settings: Settings) -> dict[str, Any]:
+    """aiokafka client keyword arguments (bootstrap servers, security) of ``settings``."""
+    options: dict[str, Any] = {"bootstrap_servers": list(settings.bootstrap_servers)}
+    if settings.security_protocol:
+        options["security_protocol"] = settings.security_protocol
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        options["ssl_context"] = create_ssl_context(
+            cafile=settings.ssl_cafile,
+            certfile=settings.ssl_certfile,
+            keyfile=settings.ssl_keyfile,
+        )
+    if settings.sasl_mechanism:
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_plain_username"] = settings.sasl_username
+        options["sasl_plain_password"] = settings.sasl_password
+    return options
+
+
+def check_reachable(settings: Settings, timeout: float = 3.0) -> None:
+    """Return when one bootstrap server accepts a TCP connection; else ``BrokerUnreachable``.
+
+    Tries each server in turn with ``timeout`` seconds each.
+    """
+    reasons = []
+    for server in settings.bootstrap_servers:
+        host, _, port = server.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return
+        except OSError as exc:
+            reasons.append(f"{server}: {exc.strerror or exc}")
+    raise BrokerUnreachable(f"cannot reach the Kafka broker ({'; '.join(reasons)})")
+
+
+async def end_offsets(
+    consumer: AIOKafkaConsumer,
+    partitions: Sequence[TopicPartition],
+    settings: Settings,
+    timeout: float = 10.0,
+) -> dict[TopicPartition, int]:
+    """The end offset (offset of the next record to be written) of each assigned partition.
+
+    With the embedded profile: seek the partitions to their beginning and fetch until every
+    high watermark is known (records fetched on the way are discarded; the caller seeks
+    afterwards). Raises ``TimeoutError`` when a high watermark stays unknown for ``timeout``.
+    """
+    if not settings.embedded:
+        return dict(await consumer.end_offsets(list(partitions)))
+    await consumer.seek_to_beginning(*partitions)
+    deadline = time.monotonic() + timeout
+    while any(consumer.highwater(tp) is None for tp in partitions):
+        if time.monotonic() > deadline:
+            raise TimeoutError("no high watermark from the broker for " + str(list(partitions)))
+        await consumer.getmany(*partitions, timeout_ms=200, max_records=1)
+        await asyncio.sleep(0)
+    return {tp: int(consumer.highwater(tp)) for tp in partitions}

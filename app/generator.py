@@ -1,0 +1,85 @@
+"""A built-in generator of keyed, out-of-order input events (for ``fiba produce`` and the demo).
+
+The generated stream is a sequence of ``Event(key, ts, value)``. Its *stream time* after an
+event is the largest ``ts`` seen so far in the whole stream. An event is *out of order* when its
+``ts`` is strictly smaller than the stream time before it; otherwise it is in order and advances
+the stream time by exactly ``interval_ms``.
+
+Guarantees, for ``n`` events and an out-of-order fraction ``f``:
+
+- exactly ``ooo_count(n, f) = min(round(n * f), n - 1)`` events are out of order (the first
+  event cannot be), at positions drawn by the seeded generator;
+- an out-of-order event lies between 1 ms and ``max_lateness_ms`` behind the stream time
+  before it, so no event is more than ``max_lateness_ms`` behind the stream time of any
+  partition it lands on (a partition's stream time never exceeds the whole stream's);
+- keys are ``key-0`` .. ``key-{keys-1}``, drawn uniformly; values are integers in
+  ``[0, 1000)`` (integers keep sums exact, so results can be checked by brute force);
+- the same arguments (including ``seed``) give the same stream.
+
+Each event costs O(1) time; the out-of-order positions cost O(n) memory up front.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import NamedTuple
+
+MAX_VALUE = 1000
+"""Generated values are integers in ``[0, MAX_VALUE)``."""
+
+
+class Event(NamedTuple):
+    """One input event: aggregation key, event time (epoch ms) and value."""
+
+    key: str
+    ts: int
+    value: int
+
+
+def key_name(index: int) -> str:
+    """The name of generated key number ``index``."""
+    return f"key-{index}"
+
+
+def ooo_count(n: int, ooo_fraction: float) -> int:
+    """How many of ``n`` generated events are out of order for ``ooo_fraction``."""
+    return max(0, min(round(n * ooo_fraction), n - 1))
+
+
+def generate_events(
+    n: int,
+    *,
+    keys: int = 10,
+    ooo_fraction: float = 0.2,
+    max_lateness_ms: int = 30_000,
+    interval_ms: int = 100,
+    start_ms: int = 1_700_000_000_000,
+    seed: int | None = None,
+) -> Iterator[Event]:
+    """``n`` events over ``keys`` keys, ``ooo_fraction`` of them out of order (module docstring).
+
+    The first event is at ``start_ms``; in-order events follow ``interval_ms`` apart.
+    Raises ``ValueError`` on arguments that cannot give such a stream.
+    """
+    if n < 0:
+        raise ValueError(f"the number of events must be >= 0, got {n}")
+    if keys < 1:
+        raise ValueError(f"the number of keys must be >= 1, got {keys}")
+    if not 0.0 <= ooo_fraction <= 1.0:
+        raise ValueError(f"the out-of-order fraction must be in [0, 1], got {ooo_fraction}")
+    if interval_ms < 1:
+        raise ValueError(f"the interval must be >= 1 ms, got {interval_ms}")
+    late = ooo_count(n, ooo_fraction)
+    if late and max_lateness_ms < 1:
+        raise ValueError("out-of-order events need a max lateness of at least 1 ms")
+    rng = random.Random(seed)
+    out_of_order = set(rng.sample(range(1, n), late)) if late else set()
+    stream_time = start_ms - interval_ms
+    for i in range(n):
+        if i in out_of_order:
+            ts = stream_time - rng.randint(1, max_lateness_ms)
+        else:
+            stream_time += interval_ms
+            ts = stream_time
+        yield Event(key_name(rng.randrange(keys)), ts, rng.randrange(MAX_VALUE))

@@ -1,0 +1,246 @@
+"""The Kafka side of the CLI tools and the demo: send input records, tail a topic, range queries.
+
+All functions are coroutines over aiokafka clients built from ``Settings``
+(``app.clients.client_options``), so they work on the embedded broker and on a real cluster;
+"the end of a topic" is taken with ``app.clients.end_offsets`` (Fetch high watermark in the
+embedded profile). Consumers here join no group and commit nothing: they are read-only views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from agents.records import QUERY_ID, RangeQuery, dumps
+from app.clients import client_options, end_offsets
+from app.generator import Event
+from app.settings import Settings
+
+InputRecord = tuple[bytes, bytes, int | None]
+"""An input-topic record: Kafka key, value, timestamp (ms, or None for the producer's clock)."""
+
+
+class MissingTopic(Exception):
+    """The topic to read does not exist; ``str(exc)`` is one clear line."""
+
+
+class BadInputLine(ValueError):
+    """A line of an input file that is not a JSON object with a string key."""
+
+
+class NoAnswer(TimeoutError):
+    """No answer to a range query arrived in time."""
+
+
+def event_record(event: Event, settings: Settings) -> InputRecord:
+    """The input record of a generated ``event`` with the configured field names.
+
+    Value ``{"<ts_field>": ts, "<value_field>": value}`` (plus ``key_field`` when set); the
+    Kafka key is the aggregation key and the Kafka timestamp the event time.
+    """
+    value: dict[str, Any] = {settings.ts_field: event.ts, settings.value_field: event.value}
+    if settings.key_field:
+        value[settings.key_field] = event.key
+    return event.key.encode(), dumps(value), event.ts
+
+
+def file_records(lines: Iterable[str], settings: Settings) -> Iterator[InputRecord]:
+    """Input records of JSON-lines text; blank lines are skipped.
+
+    Each line is a JSON object whose key field (``key_field``, else ``"key"``) holds the
+    aggregation key as a string; with ``key_field`` unset that member is removed from the value.
+    An integer event time becomes the Kafka timestamp. Raises ``BadInputLine`` (with the line
+    number) at the first line that is not such an object.
+    """
+    key_field = settings.key_field or "key"
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BadInputLine(f"line {number}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get(key_field), str):
+            raise BadInputLine(f"line {number}: not a JSON object with a string {key_field!r}")
+        key = obj[key_field] if settings.key_field else obj.pop(key_field)
+        ts = obj.get(settings.ts_field)
+        timestamp = ts if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0 else None
+        yield key.encode(), dumps(obj), timestamp
+
+
+async def start_producer(settings: Settings) -> AIOKafkaProducer:
+    """A started aiokafka producer for ``settings`` (acks=all, small linger)."""
+    producer = AIOKafkaProducer(**client_options(settings), acks="all", linger_ms=5)
+    await producer.start()
+    return producer
+
+
+async def send_records(
+    settings: Settings,
+    records: Iterable[InputRecord],
+    *,
+    topic: str | None = None,
+    total: int | None = None,
+    rate: float | None = None,
+    progress: bool = True,
+    chunk: int = 1000,
+) -> int:
+    """Send ``records`` to ``topic`` (default: the input topic); returns how many were sent.
+
+    ``rate`` caps the records per second; ``progress`` shows a tqdm bar on stderr. Deliveries
+    are awaited every ``chunk`` records, so memory stays bounded and a failed delivery stops
+    the run with its exception.
+    """
+    from tqdm import tqdm
+
+    target = topic or settings.input_topic
+    producer = await start_producer(settings)
+    sent = 0
+    pending: list[asyncio.Future[Any]] = []
+    began = time.monotonic()
+    try:
+        with tqdm(
+            total=total, unit="ev", desc="produce", file=sys.stderr, disable=not progress
+        ) as bar:
+            for key, value, timestamp in records:
+                if rate is not None:
+                    ahead = began + sent / rate - time.monotonic()
+                    if ahead > 0:
+                        await asyncio.sleep(ahead)
+                pending.append(await producer.send(target, value, key=key, timestamp_ms=timestamp))
+                sent += 1
+                if len(pending) >= chunk:
+                    await asyncio.gather(*pending)
+                    bar.update(len(pending))
+                    pending.clear()
+            await asyncio.gather(*pending)
+            bar.update(len(pending))
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
+    """A started, group-less consumer assigned every partition of the existing ``topic``.
+
+    The topic's existence is checked in the full topic list first (``MissingTopic`` if absent):
+    a metadata request naming a missing topic would auto-create it on some brokers.
+    """
+    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
+    await consumer.start()
+    try:
+        if topic not in await consumer.topics():
+            raise MissingTopic(f"topic {topic!r} does not exist (run `fiba topics create`)")
+        partitions = consumer.partitions_for_topic(topic) or set()
+        consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
+    except BaseException:
+        await consumer.stop()
+        raise
+    return consumer
+
+
+async def seek_to_end(consumer: AIOKafkaConsumer, settings: Settings) -> None:
+    """Position every assigned partition after its last record (profile-aware end offsets)."""
+    offsets = await end_offsets(consumer, list(consumer.assignment()), settings)
+    for tp, offset in offsets.items():
+        consumer.seek(tp, offset)
+
+
+def record_as_dict(record: ConsumerRecord) -> dict[str, Any]:
+    """A consumed record as a JSON-friendly dict: partition, offset, timestamp, key, value and,
+    when present, headers. A value that is not JSON stays a (UTF-8, replaced) string."""
+    value = record.value
+    try:
+        shown: Any = json.loads(value) if value is not None else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        shown = value.decode("utf-8", "replace")
+    out: dict[str, Any] = {
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "key": record.key.decode("utf-8", "replace") if record.key is not None else None,
+        "value": shown,
+    }
+    if record.headers:
+        out["headers"] = {
+            name: data.decode("utf-8", "replace") if data is not None else None
+            for name, data in record.headers
+        }
+    return out
+
+
+async def tail_topic(
+    settings: Settings,
+    topic: str,
+    show: Callable[[dict[str, Any]], None],
+    *,
+    from_beginning: bool = False,
+    limit: int | None = None,
+    idle_timeout_ms: int | None = None,
+) -> int:
+    """Pass each record of ``topic`` (``record_as_dict``) to ``show``; returns how many.
+
+    Starts at the end of every partition, or at the beginning; stops after ``limit`` records
+    or ``idle_timeout_ms`` without a record, else follows the topic until cancelled.
+    """
+    consumer = await start_consumer(settings, topic)
+    shown = 0
+    try:
+        if from_beginning:
+            await consumer.seek_to_beginning()
+        else:
+            await seek_to_end(consumer, settings)
+        idle_since = time.monotonic()
+        while limit is None or shown < limit:
+            batches = await consumer.getmany(timeout_ms=200)
+            for records in batches.values():
+                for record in records[: None if limit is None else limit - shown]:
+                    show(record_as_dict(record))
+                    shown += 1
+            if batches:
+                idle_since = time.monotonic()
+            elif idle_timeout_ms is not None and (
+                (time.monotonic() - idle_since) * 1000 >= idle_timeout_ms
+            ):
+                break
+    finally:
+        await consumer.stop()
+    return shown
+
+
+async def ask(settings: Settings, query: RangeQuery, timeout: float) -> dict[str, Any]:
+    """Send ``query`` to the query topic (keyed by its key); its answer from the answers topic.
+
+    The answers topic is read from its end as it was before the query was sent, so the answer
+    cannot be missed; answers to other queries are skipped. Raises ``NoAnswer`` after
+    ``timeout`` seconds.
+    """
+    consumer = await start_consumer(settings, settings.answers_topic)
+    try:
+        await seek_to_end(consumer, settings)
+        producer = await start_producer(settings)
+        try:
+            await producer.send_and_wait(
+                settings.queries_topic, dumps(query.to_json()), key=query.key.encode()
+            )
+        finally:
+            await producer.stop()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                for record in records:
+                    answer = record_as_dict(record)["value"]
+                    if isinstance(answer, dict) and answer.get(QUERY_ID) == query.query_id:
+                        return answer
+    finally:
+        await consumer.stop()
+    raise NoAnswer(
+        f"no answer on {settings.answers_topic} within {timeout:g}s (is a worker running?)"
+    )

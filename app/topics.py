@@ -1,0 +1,150 @@
+"""The app's topics and their idempotent, explicit creation (``fiba topics create``).
+
+Every topic is created explicitly with its partition count and explicit configs
+(``retention.ms``, ``retention.bytes``, ``cleanup.policy``), never left to broker
+auto-creation: auto-created topics get the broker's default partition count, which breaks the
+co-partitioning below, and some brokers (the embedded one) report only explicitly set configs.
+
+Topics of ``Settings`` (all with ``partitions`` partitions and ``replication_factor``):
+
+- input, queries: the queries topic is co-partitioned with the input (same count, same key), so
+  the worker owning a key's input partition receives that key's queries;
+- the window-store changelog ``<app_id>-windows-changelog``, co-partitioned with the input
+  (its partition i holds the state of input partition i); compacted and never expired;
+- aggregates, answers, dead letters.
+
+Data topics keep their records ``DATA_RETENTION_MS`` (7 days); the changelog keeps them forever
+(``cleanup.policy=compact``: its latest record per store entry is the state).
+
+Creation is idempotent: a topic that already exists with the wanted partition count is fine;
+one with another count raises ``TopicMismatch`` naming the topic and both counts. Existing
+topics are described only after CreateTopics reported them as existing, so no metadata request
+ever names a missing topic (which would auto-create it on some brokers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from app.clients import client_options
+from app.settings import Settings
+
+DATA_RETENTION_MS = 7 * 24 * 3_600_000
+"""How long the input and output topics keep records (``retention.ms``)."""
+
+DATA_TOPIC_CONFIGS: Mapping[str, str] = {
+    "cleanup.policy": "delete",
+    "retention.ms": str(DATA_RETENTION_MS),
+    "retention.bytes": "-1",
+}
+CHANGELOG_TOPIC_CONFIGS: Mapping[str, str] = {
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+}
+
+_NO_ERROR = 0
+_TOPIC_ALREADY_EXISTS = 36
+
+
+class TopicError(Exception):
+    """A topic could not be created as specified; ``str(exc)`` is one clear line."""
+
+
+class TopicMismatch(TopicError):
+    """A topic exists with another partition count than the settings require."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """What a topic must look like: name, partition count, replication factor, configs."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOutcome:
+    """The result of creating one topic: ``created`` is False when it already existed."""
+
+    name: str
+    partitions: int
+    created: bool
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """Every topic the app uses, in creation order (the input first)."""
+    data_topics = (
+        settings.input_topic,
+        settings.queries_topic,
+        settings.aggregates_topic,
+        settings.answers_topic,
+        settings.dead_letter_topic,
+    )
+    specs = [
+        TopicSpec(name, settings.partitions, settings.replication_factor, DATA_TOPIC_CONFIGS)
+        for name in data_topics
+    ]
+    specs.append(
+        TopicSpec(
+            settings.changelog_topic,
+            settings.partitions,
+            settings.replication_factor,
+            CHANGELOG_TOPIC_CONFIGS,
+        )
+    )
+    return specs
+
+
+async def create_topics(
+    settings: Settings, specs: Sequence[TopicSpec] | None = None
+) -> list[TopicOutcome]:
+    """Create ``specs`` (default: ``topic_specs(settings)``) idempotently; see the module doc.
+
+    One CreateTopics request, then one metadata request for the topics that already existed.
+    Raises ``TopicMismatch`` or ``TopicError``; connection failures propagate from aiokafka.
+    """
+    wanted = list(specs if specs is not None else topic_specs(settings))
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    await admin.start()
+    try:
+        response = await admin.create_topics(
+            [
+                NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=dict(s.configs))
+                for s in wanted
+            ]
+        )
+        errors = {topic: (code, message) for topic, code, message, *_ in response.topic_errors}
+        existing = []
+        for spec in wanted:
+            code, message = errors.get(spec.name, (_NO_ERROR, None))
+            if code == _TOPIC_ALREADY_EXISTS:
+                existing.append(spec)
+            elif code != _NO_ERROR:
+                raise TopicError(
+                    f"cannot create topic {spec.name!r}: {message or f'error code {code}'}"
+                )
+        counts = await _partition_counts(admin, [s.name for s in existing])
+    finally:
+        await admin.close()
+    for spec in existing:
+        if counts[spec.name] != spec.partitions:
+            raise TopicMismatch(
+                f"topic {spec.name!r} already exists with {counts[spec.name]} partitions, "
+                f"but the settings need {spec.partitions} (the input, queries and changelog "
+                "topics must be co-partitioned): set partitions accordingly or recreate it"
+            )
+    return [TopicOutcome(s.name, s.partitions, s not in existing) for s in wanted]
+
+
+async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """Partition count of each named (existing) topic."""
+    if not names:
+        return {}
+    described = await admin.describe_topics(names)
+    return {t["topic"]: len(t["partitions"]) for t in described}
