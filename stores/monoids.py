@@ -1,0 +1,690 @@
+"""Aggregation monoids: the lift / combine / lower interface of the Reactive Aggregator paper.
+
+A *monoid* here is any object with four members (Tangwongsan et al., VLDB 2015, Table 1):
+
+- ``identity`` — the partial aggregate of the empty window;
+- ``lift(x)`` — the partial aggregate of a window holding the single input ``x``;
+- ``combine(a, b)`` — the partial aggregate of window ``a`` followed by window ``b``; it must be
+  associative with ``identity`` as neutral element, but need be neither commutative nor
+  invertible;
+- ``lower(a)`` — the user-facing result of a whole window's partial aggregate.
+
+Users can bring their own (duck typing; see :class:`Monoid`) or build one from four functions
+with :func:`make_monoid`. The built-ins below are :class:`FunctionMonoid` values whose
+``combine`` is a plain function or builtin (``sum`` combines with ``operator.add``), because
+``combine`` is the hot path of every aggregator.
+
+Partials are immutable values (ints, floats, tuples, ``None``), since window stores share and
+persist them. Each built-in also offers a JSON-safe round trip of its partial state,
+``to_state(partial)`` (a value :func:`json.dumps` accepts) and ``from_state(obj)`` (its
+inverse, applied to what :func:`json.loads` returns), e.g. tuples travel as lists and the big
+integers of ``bloom`` and ``distinct_count`` as hexadecimal strings.
+
+Built-ins (by name through :func:`monoid`; lowered value of the empty window in brackets):
+
+=================  ==========================================================  ===========
+name               semantics                                                   empty
+=================  ==========================================================  ===========
+``count``          number of inputs                                            ``0``
+``sum``            sum; exact for ints, plain float addition otherwise         ``0``
+``min``/``max``    smallest / largest input (inputs must be mutually ordered)  ``None``
+``mean``           arithmetic mean, compensated (Neumaier) sum                 ``None``
+``geomean``        geometric mean via a compensated sum of logarithms          ``None``
+``sample_stddev``  sample standard deviation (n - 1), Chan et al. combine      ``None``
+``pop_stddev``     population standard deviation (n), Chan et al. combine      ``None``
+``maxcount``       how many inputs equal the maximum                           ``0``
+``mincount``       how many inputs equal the minimum                           ``0``
+``argmax``         ``arg`` of the largest ``value``; ties: the oldest wins     ``None``
+``argmin``         ``arg`` of the smallest ``value``; ties: the oldest wins    ``None``
+``first``          oldest input (non-commutative)                              ``None``
+``last``           youngest input (non-commutative)                            ``None``
+``collect``        list of all inputs in window order (non-commutative)        ``[]``
+``bloom``          Bloom filter of the inputs (the papers' expensive operator) empty filter
+``distinct_count`` HyperLogLog estimate of the number of distinct inputs       ``0``
+=================  ==========================================================  ===========
+
+:func:`compose` makes one monoid out of several (partials are tuples, ``lower`` returns a
+dict), so a single window serves many aggregations; :func:`premap` adapts a monoid's input
+(e.g. picks a field out of a JSON object).
+
+Numeric behaviour. ``sum`` and ``count`` are exact on ints; on floats ``sum`` is plain
+left-to-right addition in the aggregator's combine order. ``mean`` keeps ``(n, s, c)`` where
+``s + c`` is a Neumaier-compensated sum, so its error stays about one rounding of the true sum
+however large the window or the values (ints stay exact: ``c`` is then always ``0``).
+``sample_stddev`` and ``pop_stddev`` keep ``(n, mean, M2)`` (M2 = sum of squared deviations)
+and combine with Chan, Golub and LeVeque's parallel update, which avoids the catastrophic
+cancellation of the textbook ``sum(x²) - sum(x)²/n`` for large values with small spread.
+``geomean`` keeps ``(n, s, c)`` with ``s + c`` a compensated sum of ``log(x)``; it is defined
+for positive inputs only: ``lift`` raises :class:`ValueError` for zero, negative or NaN input.
+Floating-point combine is associative only up to rounding; these representations keep the
+rounding error independent of the combine order to first order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import operator
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "BloomFilter",
+    "FunctionMonoid",
+    "Monoid",
+    "argmax",
+    "argmin",
+    "bloom",
+    "compose",
+    "distinct_count",
+    "make_monoid",
+    "monoid",
+    "monoid_names",
+    "premap",
+]
+
+
+@runtime_checkable
+class Monoid(Protocol):
+    """What every aggregator needs from an aggregation operation (duck-typed).
+
+    ``combine`` must be associative and ``identity`` its neutral element:
+    ``combine(identity, a) == a == combine(a, identity)``. Partials should be immutable.
+    """
+
+    identity: Any
+
+    def lift(self, x: Any) -> Any:
+        """Partial aggregate of the one-input window ``[x]``."""
+        ...
+
+    def combine(self, a: Any, b: Any) -> Any:
+        """Partial aggregate of window ``a`` followed by window ``b``."""
+        ...
+
+    def lower(self, a: Any) -> Any:
+        """Result of the window whose partial aggregate is ``a``."""
+        ...
+
+
+def _same(x: Any) -> Any:
+    """Identity function (lift/lower/state conversion of monoids whose values need none)."""
+    return x
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionMonoid:
+    """A monoid assembled from plain functions; attribute access returns them unwrapped.
+
+    ``to_state``/``from_state`` give a JSON-safe round trip of partials;
+    ``commutative`` records whether ``combine(a, b) == combine(b, a)`` (informational).
+    """
+
+    name: str
+    identity: Any
+    lift: Callable[[Any], Any]
+    combine: Callable[[Any, Any], Any]
+    lower: Callable[[Any], Any]
+    to_state: Callable[[Any], Any] = _same
+    from_state: Callable[[Any], Any] = _same
+    commutative: bool = False
+
+    def __repr__(self) -> str:
+        return f"<monoid {self.name}>"
+
+
+def make_monoid(
+    identity: Any,
+    lift: Callable[[Any], Any],
+    combine: Callable[[Any, Any], Any],
+    lower: Callable[[Any], Any] = _same,
+    *,
+    name: str = "custom",
+    to_state: Callable[[Any], Any] = _same,
+    from_state: Callable[[Any], Any] = _same,
+    commutative: bool = False,
+) -> FunctionMonoid:
+    """Build a monoid from its functions.
+
+    The default ``to_state``/``from_state`` pass partials through unchanged, which is right
+    when partials are already JSON-native (numbers, strings, ``None``, lists of those).
+    """
+    return FunctionMonoid(name, identity, lift, combine, lower, to_state, from_state, commutative)
+
+
+# --- count, sum, min, max ----------------------------------------------------------------------
+
+
+def _one(_x: Any) -> int:
+    return 1
+
+
+def _min(a: Any, b: Any) -> Any:
+    """Smaller of ``a`` and ``b``, ``None`` being the identity; ties keep ``a``."""
+    if a is None:
+        return b
+    if b is None or not b < a:
+        return a
+    return b
+
+
+def _max(a: Any, b: Any) -> Any:
+    """Larger of ``a`` and ``b``, ``None`` being the identity; ties keep ``a``."""
+    if a is None:
+        return b
+    if b is None or not b > a:
+        return a
+    return b
+
+
+COUNT = FunctionMonoid("count", 0, _one, operator.add, _same, commutative=True)
+SUM = FunctionMonoid("sum", 0, _same, operator.add, _same, commutative=True)
+MIN = FunctionMonoid("min", None, _same, _min, _same, commutative=True)
+MAX = FunctionMonoid("max", None, _same, _max, _same, commutative=True)
+
+
+def _tuple_or_none(obj: Any) -> Any:
+    return None if obj is None else tuple(obj)
+
+
+def _list_or_none(partial: Any) -> Any:
+    return None if partial is None else list(partial)
+
+
+# --- mean and geomean: compensated sums ---------------------------------------------------------
+
+
+def _compensated_combine(a: tuple, b: tuple) -> tuple:
+    """Combine ``(n, s, c)`` triples: counts add, ``s + c`` is a Neumaier-compensated sum.
+
+    The rounding error of ``a.s + b.s`` is computed exactly (Fast2Sum on the operands ordered by
+    magnitude) and accumulated in ``c``; on ints the error is always ``0``.
+    """
+    s1 = a[1]
+    s2 = b[1]
+    s = s1 + s2
+    err = (s1 - s) + s2 if abs(s1) >= abs(s2) else (s2 - s) + s1
+    return (a[0] + b[0], s, a[2] + b[2] + err)
+
+
+def _mean_lift(x: Any) -> tuple:
+    return (1, x, 0)
+
+
+def _mean_lower(a: tuple) -> float | None:
+    n = a[0]
+    return (a[1] + a[2]) / n if n else None
+
+
+def _geomean_lift(x: Any) -> tuple:
+    if not x > 0:
+        raise ValueError(f"geomean is defined for positive inputs only, got {x!r}")
+    return (1, math.log(x), 0.0)
+
+
+def _geomean_lower(a: tuple) -> float | None:
+    n = a[0]
+    return math.exp((a[1] + a[2]) / n) if n else None
+
+
+MEAN = FunctionMonoid(
+    "mean", (0, 0, 0), _mean_lift, _compensated_combine, _mean_lower, list, tuple, True
+)
+GEOMEAN = FunctionMonoid(
+    "geomean",
+    (0, 0.0, 0.0),
+    _geomean_lift,
+    _compensated_combine,
+    _geomean_lower,
+    list,
+    tuple,
+    True,
+)
+
+
+# --- standard deviations: Chan et al. ----------------------------------------------------------
+
+
+def _moments_lift(x: Any) -> tuple:
+    return (1, float(x), 0.0)
+
+
+def _moments_combine(a: tuple, b: tuple) -> tuple:
+    """Chan, Golub, LeVeque parallel update of ``(n, mean, M2)`` (M2 = sum of squared devs)."""
+    na = a[0]
+    if not na:
+        return b
+    nb = b[0]
+    if not nb:
+        return a
+    n = na + nb
+    delta = b[1] - a[1]
+    return (n, a[1] + delta * nb / n, a[2] + b[2] + delta * delta * na * nb / n)
+
+
+def _sample_stddev_lower(a: tuple) -> float | None:
+    n = a[0]
+    return math.sqrt(max(a[2], 0.0) / (n - 1)) if n > 1 else None
+
+
+def _pop_stddev_lower(a: tuple) -> float | None:
+    n = a[0]
+    return math.sqrt(max(a[2], 0.0) / n) if n else None
+
+
+SAMPLE_STDDEV = FunctionMonoid(
+    "sample_stddev",
+    (0, 0.0, 0.0),
+    _moments_lift,
+    _moments_combine,
+    _sample_stddev_lower,
+    list,
+    tuple,
+    True,
+)
+POP_STDDEV = FunctionMonoid(
+    "pop_stddev",
+    (0, 0.0, 0.0),
+    _moments_lift,
+    _moments_combine,
+    _pop_stddev_lower,
+    list,
+    tuple,
+    True,
+)
+
+
+# --- maxcount, mincount --------------------------------------------------------------------------
+
+
+def _count_lift(x: Any) -> tuple:
+    return (x, 1)
+
+
+def _maxcount_combine(a: tuple, b: tuple) -> tuple:
+    """``(max, count)``: pick the higher maximum, add the counts if equal; ``count 0`` = empty."""
+    if not a[1]:
+        return b
+    if not b[1]:
+        return a
+    if b[0] > a[0]:
+        return b
+    if a[0] > b[0]:
+        return a
+    return (a[0], a[1] + b[1])
+
+
+def _mincount_combine(a: tuple, b: tuple) -> tuple:
+    """``(min, count)``: pick the lower minimum, add the counts if equal; ``count 0`` = empty."""
+    if not a[1]:
+        return b
+    if not b[1]:
+        return a
+    if b[0] < a[0]:
+        return b
+    if a[0] < b[0]:
+        return a
+    return (a[0], a[1] + b[1])
+
+
+_second = operator.itemgetter(1)
+
+MAXCOUNT = FunctionMonoid(
+    "maxcount", (None, 0), _count_lift, _maxcount_combine, _second, list, tuple, True
+)
+MINCOUNT = FunctionMonoid(
+    "mincount", (None, 0), _count_lift, _mincount_combine, _second, list, tuple, True
+)
+
+
+# --- argmax, argmin -------------------------------------------------------------------------------
+
+
+def _arg_lifter(value_field: Hashable, arg_field: Hashable) -> Callable[[Any], tuple]:
+    def lift(x: Any) -> tuple:
+        if isinstance(x, Mapping):
+            return (x[value_field], x[arg_field])
+        value, arg = x
+        return (value, arg)
+
+    return lift
+
+
+def _argmax_combine(a: tuple | None, b: tuple | None) -> tuple | None:
+    """``(value, arg)`` with the larger value; on a tie the first (older) one is kept."""
+    if a is None:
+        return b
+    if b is None or not b[0] > a[0]:
+        return a
+    return b
+
+
+def _argmin_combine(a: tuple | None, b: tuple | None) -> tuple | None:
+    """``(value, arg)`` with the smaller value; on a tie the first (older) one is kept."""
+    if a is None:
+        return b
+    if b is None or not b[0] < a[0]:
+        return a
+    return b
+
+
+def _arg_lower(a: tuple | None) -> Any:
+    return None if a is None else a[1]
+
+
+def argmax(value_field: Hashable = "value", arg_field: Hashable = "arg") -> FunctionMonoid:
+    """``arg`` of the input with the largest ``value`` (Table 1's ArgMax).
+
+    An input is either a mapping (e.g. a JSON object) read at ``value_field`` and ``arg_field``,
+    or a ``(value, arg)`` pair. Ties break deterministically towards the oldest input (the
+    first in window order), so combine is not commutative. Empty window: ``None``.
+    """
+    return FunctionMonoid(
+        "argmax",
+        None,
+        _arg_lifter(value_field, arg_field),
+        _argmax_combine,
+        _arg_lower,
+        _list_or_none,
+        _tuple_or_none,
+    )
+
+
+def argmin(value_field: Hashable = "value", arg_field: Hashable = "arg") -> FunctionMonoid:
+    """``arg`` of the input with the smallest ``value``; same input and tie rules as argmax."""
+    return FunctionMonoid(
+        "argmin",
+        None,
+        _arg_lifter(value_field, arg_field),
+        _argmin_combine,
+        _arg_lower,
+        _list_or_none,
+        _tuple_or_none,
+    )
+
+
+# --- first, last, collect: non-commutative ------------------------------------------------------
+# first/last keep ``()`` (empty) or ``(x,)``: the empty tuple is falsy and every 1-tuple truthy,
+# so ``a or b`` is first's combine whatever x is (None and 0 included).
+
+
+def _singleton(x: Any) -> tuple:
+    return (x,)
+
+
+def _first_combine(a: tuple, b: tuple) -> tuple:
+    return a or b
+
+
+def _last_combine(a: tuple, b: tuple) -> tuple:
+    return b or a
+
+
+def _only_or_none(a: tuple) -> Any:
+    return a[0] if a else None
+
+
+FIRST = FunctionMonoid("first", (), _singleton, _first_combine, _only_or_none, list, tuple)
+LAST = FunctionMonoid("last", (), _singleton, _last_combine, _only_or_none, list, tuple)
+COLLECT = FunctionMonoid("collect", (), _singleton, operator.add, list, list, tuple)
+"""Inputs in window order; combine is tuple concatenation, O(len(a) + len(b))."""
+
+
+# --- hashing shared by bloom and distinct_count ---------------------------------------------------
+
+
+def _stable_bytes(x: Any) -> bytes:
+    """Process-independent encoding of an input (Python's ``hash`` of str is salted).
+
+    Strings and bytes are hashed as themselves; anything else by its canonical JSON text
+    (sorted keys), falling back to ``repr`` for non-JSON values. Hence ``1`` and ``1.0`` are
+    different items, as they are in JSON text.
+    """
+    if isinstance(x, str):
+        return b"s" + x.encode()
+    if isinstance(x, bytes):
+        return b"b" + x
+    return b"j" + json.dumps(x, sort_keys=True, separators=(",", ":"), default=repr).encode()
+
+
+def _hash64(x: Any) -> int:
+    return int.from_bytes(hashlib.blake2b(_stable_bytes(x), digest_size=8).digest(), "little")
+
+
+# --- bloom ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BloomFilter:
+    """The lowered value of the ``bloom`` monoid: an immutable Bloom filter over ``m`` bits.
+
+    ``item in f`` never answers ``False`` for an item that was inserted; it may answer ``True``
+    for one that was not (with probability about the configured ``error_rate`` while at most
+    ``capacity`` distinct items were inserted).
+    """
+
+    bits: int
+    m: int
+    k: int
+
+    def __contains__(self, item: Any) -> bool:
+        probe = _bloom_positions(item, self.m, self.k)
+        return self.bits & probe == probe
+
+    def estimated_count(self) -> float:
+        """Swamidass-Baldi estimate of the number of distinct items inserted."""
+        ones = self.bits.bit_count()
+        if ones >= self.m:
+            return math.inf
+        return -self.m / self.k * math.log1p(-ones / self.m)
+
+
+def _bloom_positions(item: Any, m: int, k: int) -> int:
+    """Bit mask of the ``k`` positions of ``item`` (Kirsch-Mitzenmacher double hashing)."""
+    digest = hashlib.blake2b(_stable_bytes(item), digest_size=16).digest()
+    h1 = int.from_bytes(digest[:8], "little")
+    h2 = int.from_bytes(digest[8:], "little") | 1
+    mask = 0
+    for i in range(k):
+        mask |= 1 << ((h1 + i * h2) % m)
+    return mask
+
+
+def _hex(bits: int) -> str:
+    return format(bits, "x")
+
+
+def _unhex(text: str) -> int:
+    return int(text, 16)
+
+
+def bloom(capacity: int = 1024, error_rate: float = 0.01) -> FunctionMonoid:
+    """Bloom filter of the inputs, sized for ``capacity`` distinct items at ``error_rate``.
+
+    The partial is the filter's bit set as a Python int (``m`` bits, ``k`` hash functions with
+    ``m = -capacity·ln(error_rate)/ln(2)²`` and ``k = round(m/capacity·ln 2)``); lift hashes the
+    input (see ``_stable_bytes``), combine is bitwise or (commutative, idempotent), lower wraps
+    the bits in a :class:`BloomFilter`. Empty window: a filter containing nothing.
+    """
+    if capacity < 1 or not 0.0 < error_rate < 1.0:
+        raise ValueError("bloom needs capacity >= 1 and 0 < error_rate < 1")
+    m = max(8, math.ceil(-capacity * math.log(error_rate) / math.log(2) ** 2))
+    k = max(1, round(m / capacity * math.log(2)))
+
+    def lift(x: Any) -> int:
+        return _bloom_positions(x, m, k)
+
+    def lower(bits: int) -> BloomFilter:
+        return BloomFilter(bits, m, k)
+
+    return FunctionMonoid("bloom", 0, lift, operator.or_, lower, _hex, _unhex, True)
+
+
+# --- distinct_count: HyperLogLog ------------------------------------------------------------------
+# The 2^p registers live in one Python int, one byte per register (register i = byte i, little
+# endian); register values never exceed 64 - p + 1 < 128, so the register-wise maximum of two
+# sketches is computed for all registers at once with SWAR arithmetic on the ints.
+
+
+def distinct_count(precision: int = 12) -> FunctionMonoid:
+    """HyperLogLog estimate of the number of distinct inputs (Flajolet et al. 2007).
+
+    ``precision`` p in [4, 16] gives m = 2^p registers and a relative standard error of about
+    ``1.04 / sqrt(m)`` (1.6 % for the default p = 12); small cardinalities (estimate below
+    2.5·m) use linear counting and are nearly exact. Partials are mergeable sketches: combine is
+    the register-wise maximum (commutative, idempotent), so the union of overlapping windows is
+    estimated correctly. A partial takes up to m bytes. Inputs are hashed as in ``bloom``.
+    Lower returns an int; the empty window gives ``0``.
+    """
+    if not 4 <= precision <= 16:
+        raise ValueError(f"distinct_count precision must be in [4, 16], got {precision}")
+    p = precision
+    m = 1 << p
+    width = 64 - p
+    low_mask = (1 << width) - 1
+    high_bits = int.from_bytes(b"\x80" * m, "little")
+    alpha = 0.7213 / (1 + 1.079 / m)
+    inverse_powers = [2.0**-r for r in range(width + 2)]
+
+    def lift(x: Any) -> int:
+        h = _hash64(x)
+        rank = width - (h & low_mask).bit_length() + 1
+        return rank << (8 * (h >> width))
+
+    def combine(a: int, b: int) -> int:
+        if not a:
+            return b
+        if not b:
+            return a
+        a_wins = (((a | high_bits) - b) & high_bits) >> 7  # 1 in each byte where a >= b
+        keep_a = a_wins * 0xFF
+        return (a & keep_a) | (b & ~keep_a)
+
+    def lower(a: int) -> int:
+        if not a:
+            return 0
+        registers = a.to_bytes(m, "little")
+        estimate = alpha * m * m / sum(map(inverse_powers.__getitem__, registers))
+        zeros = registers.count(0)
+        if estimate <= 2.5 * m and zeros:
+            estimate = m * math.log(m / zeros)
+        return round(estimate)
+
+    return FunctionMonoid("distinct_count", 0, lift, combine, lower, _hex, _unhex, True)
+
+
+# --- compose, premap ------------------------------------------------------------------------------
+
+
+def compose(parts: Mapping[str, Any]) -> FunctionMonoid:
+    """One monoid computing several aggregations of the same input at once.
+
+    ``parts`` maps result names to monoids (any objects with the monoid members). The partial is
+    the tuple of the parts' partials in ``parts`` order, combine combines component-wise, and
+    lower returns ``{name: part.lower(...)}``. Each part's input is the whole input (wrap a part
+    with :func:`premap` to feed it one field). State round-trips through each part's
+    ``to_state``/``from_state`` when it has them.
+    """
+    if not parts:
+        raise ValueError("compose needs at least one monoid")
+    names = tuple(parts)
+    monoids = tuple(parts.values())
+    lifts = tuple(m.lift for m in monoids)
+    combines = tuple(m.combine for m in monoids)
+    lowers = tuple(m.lower for m in monoids)
+    to_states = tuple(getattr(m, "to_state", _same) for m in monoids)
+    from_states = tuple(getattr(m, "from_state", _same) for m in monoids)
+
+    def lift(x: Any) -> tuple:
+        return tuple([f(x) for f in lifts])
+
+    def combine(a: tuple, b: tuple) -> tuple:
+        return tuple([f(x, y) for f, x, y in zip(combines, a, b, strict=True)])
+
+    def lower(a: tuple) -> dict:
+        return {n: f(x) for n, f, x in zip(names, lowers, a, strict=True)}
+
+    def to_state(a: tuple) -> list:
+        return [f(x) for f, x in zip(to_states, a, strict=True)]
+
+    def from_state(obj: list) -> tuple:
+        return tuple([f(x) for f, x in zip(from_states, obj, strict=True)])
+
+    return FunctionMonoid(
+        "compose(" + ",".join(names) + ")",
+        tuple(m.identity for m in monoids),
+        lift,
+        combine,
+        lower,
+        to_state,
+        from_state,
+        all(getattr(m, "commutative", False) for m in monoids),
+    )
+
+
+def premap(inner: Any, transform: Callable[[Any], Any] | Hashable) -> FunctionMonoid:
+    """``inner`` fed with ``transform(x)`` instead of ``x``.
+
+    ``transform`` is a function, or a key (e.g. a JSON field name) to read with ``x[key]``.
+    Partials, combine and lower are ``inner``'s own.
+    """
+    extract = transform if callable(transform) else operator.itemgetter(transform)
+    inner_lift = inner.lift
+
+    def lift(x: Any) -> Any:
+        return inner_lift(extract(x))
+
+    return FunctionMonoid(
+        f"premap({getattr(inner, 'name', 'custom')})",
+        inner.identity,
+        lift,
+        inner.combine,
+        inner.lower,
+        getattr(inner, "to_state", _same),
+        getattr(inner, "from_state", _same),
+        getattr(inner, "commutative", False),
+    )
+
+
+# --- by name --------------------------------------------------------------------------------------
+
+_BY_NAME: dict[str, Callable[..., FunctionMonoid]] = {
+    "count": lambda: COUNT,
+    "sum": lambda: SUM,
+    "min": lambda: MIN,
+    "max": lambda: MAX,
+    "mean": lambda: MEAN,
+    "geomean": lambda: GEOMEAN,
+    "sample_stddev": lambda: SAMPLE_STDDEV,
+    "pop_stddev": lambda: POP_STDDEV,
+    "maxcount": lambda: MAXCOUNT,
+    "mincount": lambda: MINCOUNT,
+    "argmax": argmax,
+    "argmin": argmin,
+    "first": lambda: FIRST,
+    "last": lambda: LAST,
+    "collect": lambda: COLLECT,
+    "bloom": bloom,
+    "distinct_count": distinct_count,
+}
+
+
+def monoid_names() -> list[str]:
+    """Names :func:`monoid` accepts."""
+    return list(_BY_NAME)
+
+
+def monoid(name: str, **params: Any) -> FunctionMonoid:
+    """The built-in monoid called ``name``; ``params`` go to parameterised ones.
+
+    Parameterised: ``argmax``/``argmin`` (``value_field``, ``arg_field``), ``bloom``
+    (``capacity``, ``error_rate``), ``distinct_count`` (``precision``). Unknown names raise
+    :class:`ValueError` listing the known ones.
+    """
+    try:
+        factory = _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown monoid {name!r}; known: {', '.join(_BY_NAME)}") from None
+    return factory(**params)

@@ -1,0 +1,301 @@
+"""Laws and semantics of the built-in aggregation monoids (``stores.monoids``).
+
+Every built-in is checked for the identity laws, associativity, a JSON round trip of its
+partials and ``lower`` against a direct computation (``statistics``, brute force) on random
+data; the sketches for their documented guarantees.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from functools import reduce
+from typing import Any, NamedTuple
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stores.monoids import Monoid, compose, make_monoid, monoid, monoid_names, premap
+
+
+def fold(m: Any, xs: list) -> Any:
+    """Partial aggregate of ``xs`` folded left to right (the naive reference order)."""
+    return reduce(m.combine, map(m.lift, xs), m.identity)
+
+
+def close(a: Any, b: Any, rel: float = 1e-9, abs_: float = 1e-9) -> bool:
+    """Structural equality, floats compared with a tolerance."""
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return len(a) == len(b) and all(close(x, y, rel, abs_) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k], rel, abs_) for k in a)
+    return a == b
+
+
+def _arg_reference(better: Callable[[Any, Any], bool]) -> Callable[[list], Any]:
+    def reference(xs: list) -> Any:
+        best = None
+        for value, arg in xs:
+            if best is None or better(value, best[0]):
+                best = (value, arg)
+        return None if best is None else best[1]
+
+    return reference
+
+
+class Case(NamedTuple):
+    """A built-in under test: its inputs, a direct computation of its result, exactness."""
+
+    inputs: st.SearchStrategy
+    reference: Callable[[list], Any]
+    exact: bool
+
+
+small_ints = st.integers(-5, 5)
+floats = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
+numbers = st.one_of(st.integers(-(10**6), 10**6), floats)
+positives = st.floats(1e-3, 1e6, allow_nan=False)
+pairs = st.tuples(small_ints, st.text(max_size=3))
+
+CASES: dict[str, Case] = {
+    "count": Case(st.integers(), len, True),
+    "sum": Case(st.integers(), sum, True),
+    "min": Case(small_ints, lambda xs: min(xs) if xs else None, True),
+    "max": Case(small_ints, lambda xs: max(xs) if xs else None, True),
+    "mean": Case(numbers, lambda xs: math.fsum(xs) / len(xs) if xs else None, False),
+    "geomean": Case(positives, lambda xs: statistics.geometric_mean(xs) if xs else None, False),
+    "sample_stddev": Case(numbers, lambda xs: statistics.stdev(xs) if len(xs) > 1 else None, False),
+    "pop_stddev": Case(numbers, lambda xs: statistics.pstdev(xs) if xs else None, False),
+    "maxcount": Case(small_ints, lambda xs: xs.count(max(xs)) if xs else 0, True),
+    "mincount": Case(small_ints, lambda xs: xs.count(min(xs)) if xs else 0, True),
+    "argmax": Case(pairs, _arg_reference(lambda v, best: v > best), True),
+    "argmin": Case(pairs, _arg_reference(lambda v, best: v < best), True),
+    "first": Case(st.one_of(st.none(), small_ints), lambda xs: xs[0] if xs else None, True),
+    "last": Case(st.one_of(st.none(), small_ints), lambda xs: xs[-1] if xs else None, True),
+    "collect": Case(st.one_of(st.none(), small_ints, st.text()), list, True),
+    "bloom": Case(st.integers(), lambda xs: None, True),
+    "distinct_count": Case(st.integers(0, 200), lambda xs: len(set(xs)), True),
+}
+
+EXACT_LOWER = [n for n in CASES if n not in {"bloom", "distinct_count"}]
+
+# the per-monoid properties run once per built-in: a third of the profile's examples each keeps
+# the module fast while the profile (ci / dev) still scales them
+PER_MONOID = settings(max_examples=max(10, settings.default.max_examples // 3))
+
+
+def test_every_builtin_is_covered_and_a_monoid() -> None:
+    assert set(CASES) == set(monoid_names())
+    for name in monoid_names():
+        assert isinstance(monoid(name), Monoid)
+
+
+def test_unknown_name_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="known: count, sum"):
+        monoid("median")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@PER_MONOID
+@given(data=st.data())
+def test_monoid_laws_and_state_round_trip(name: str, data: st.DataObject) -> None:
+    """Identity laws, associativity, honest commutativity flag, JSON round trip of partials."""
+    m = monoid(name)
+    case = CASES[name]
+    a, b, c = (fold(m, data.draw(st.lists(case.inputs, max_size=6))) for _ in range(3))
+    assert m.combine(m.identity, a) == a
+    assert m.combine(a, m.identity) == a
+    left = m.combine(m.combine(a, b), c)
+    right = m.combine(a, m.combine(b, c))
+    if case.exact:
+        assert left == right
+    else:
+        assert close(m.lower(left), m.lower(right), abs_=1e-6)
+    if m.commutative:
+        assert close(m.lower(m.combine(a, b)), m.lower(m.combine(b, a)), abs_=1e-6)
+    for partial in (a, left):
+        assert m.from_state(json.loads(json.dumps(m.to_state(partial)))) == partial
+
+
+@pytest.mark.parametrize("name", EXACT_LOWER)
+@PER_MONOID
+@given(data=st.data())
+def test_lower_matches_direct_computation(name: str, data: st.DataObject) -> None:
+    m = monoid(name)
+    case = CASES[name]
+    xs = data.draw(st.lists(case.inputs, max_size=30))
+    # a random binary tree of combines must agree with the direct computation too
+    partials = [m.lift(x) for x in xs]
+    while len(partials) > 1:
+        i = data.draw(st.integers(0, len(partials) - 2))
+        partials[i : i + 2] = [m.combine(partials[i], partials[i + 1])]
+    result = m.lower(partials[0] if partials else m.identity)
+    expected = case.reference(xs)
+    if case.exact:
+        assert result == expected
+    else:
+        assert close(result, expected, rel=1e-7, abs_=1e-6)
+
+
+def test_commutative_flags() -> None:
+    non_commutative = {n for n in monoid_names() if not monoid(n).commutative}
+    assert non_commutative == {"argmax", "argmin", "first", "last", "collect"}
+
+
+# --- semantics of particular monoids -------------------------------------------------------------
+
+
+def test_empty_windows_lower_to_documented_values() -> None:
+    expected = {
+        "count": 0,
+        "sum": 0,
+        "min": None,
+        "max": None,
+        "mean": None,
+        "geomean": None,
+        "sample_stddev": None,
+        "pop_stddev": None,
+        "maxcount": 0,
+        "mincount": 0,
+        "argmax": None,
+        "argmin": None,
+        "first": None,
+        "last": None,
+        "collect": [],
+        "distinct_count": 0,
+    }
+    for name, value in expected.items():
+        m = monoid(name)
+        assert m.lower(m.identity) == value, name
+    empty_filter = monoid("bloom").lower(0)
+    assert 1 not in empty_filter and empty_filter.estimated_count() == 0
+
+
+def test_argmax_ties_keep_the_oldest_and_accept_mappings_or_pairs() -> None:
+    m = monoid("argmax", value_field="price", arg_field="id")
+    xs = [{"price": 3, "id": "a"}, (5, "b"), {"price": 5, "id": "c"}, (1, "d")]
+    assert m.lower(fold(m, xs)) == "b"
+    assert m.lower(m.combine(m.lift((5, "c")), m.lift((5, "b")))) == "c"
+    assert (
+        monoid("argmin").lower(fold(monoid("argmin"), [(2, "x"), {"value": 2, "arg": "y"}])) == "x"
+    )
+
+
+def test_first_last_collect_keep_window_order() -> None:
+    xs = [None, 0, "a", None]
+    assert monoid("first").lower(fold(monoid("first"), xs)) is None
+    assert monoid("first").lower(fold(monoid("first"), xs[1:])) == 0
+    assert monoid("last").lower(fold(monoid("last"), xs[:-1])) == "a"
+    assert monoid("collect").lower(fold(monoid("collect"), xs)) == xs
+
+
+def test_geomean_rejects_non_positive_input() -> None:
+    m = monoid("geomean")
+    for bad in (0, -1.5, math.nan):
+        with pytest.raises(ValueError, match="positive"):
+            m.lift(bad)
+
+
+def test_mean_and_stddev_stay_accurate_for_large_values() -> None:
+    rng = random.Random(7)
+    xs = [1e9 + rng.random() for _ in range(20_000)] + [1e17, -1e17]
+    mean = monoid("mean")
+    assert math.isclose(mean.lower(fold(mean, xs)), math.fsum(xs) / len(xs), rel_tol=1e-15)
+    ys = xs[:-2]
+    for name, reference in (("sample_stddev", statistics.stdev), ("pop_stddev", statistics.pstdev)):
+        m = monoid(name)
+        assert math.isclose(m.lower(fold(m, ys)), reference(ys), rel_tol=1e-6)
+
+
+def test_sum_and_mean_are_exact_on_integers() -> None:
+    xs = [10**30, 1, -(10**30), 3]
+    assert monoid("sum").lower(fold(monoid("sum"), xs)) == 4
+    assert monoid("mean").lower(fold(monoid("mean"), xs)) == 1.0
+
+
+@pytest.mark.parametrize("cardinality", [50, 2_000, 20_000])
+def test_distinct_count_within_documented_error(cardinality: int) -> None:
+    precision = 12
+    m = monoid("distinct_count", precision=precision)
+    bound = 4 * 1.04 / math.sqrt(2**precision)  # four standard errors
+    values = [f"user-{i}" for i in range(cardinality)]
+    sketch = fold(m, values + values[: cardinality // 3])  # duplicates do not count
+    assert abs(m.lower(sketch) - cardinality) <= bound * cardinality
+
+
+def test_distinct_count_merges_overlapping_sketches_as_a_union() -> None:
+    m = monoid("distinct_count")
+    left = fold(m, range(0, 6_000))
+    right = fold(m, range(3_000, 9_000))
+    assert m.combine(left, right) == fold(m, range(9_000))
+
+
+def test_bloom_has_no_false_negatives_and_few_false_positives() -> None:
+    m = monoid("bloom", capacity=500, error_rate=0.01)
+    inserted = list(range(0, 1_000, 2))
+    f = m.lower(fold(m, inserted))
+    assert all(x in f for x in inserted)
+    false_positives = sum(x in f for x in range(1, 20_000, 2))
+    assert false_positives <= 0.03 * 10_000
+    assert abs(f.estimated_count() - len(inserted)) <= 0.05 * len(inserted)
+
+
+def test_sketch_hashing_is_stable_across_processes() -> None:
+    # str hashing must not depend on PYTHONHASHSEED: persisted partials stay valid
+    script = (
+        "from stores.monoids import monoid; "
+        "b, d = monoid('bloom'), monoid('distinct_count'); "
+        "print(b.to_state(b.lift('abc')), d.to_state(d.lift('abc')))"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    b, d = monoid("bloom"), monoid("distinct_count")
+    assert outputs == {f"{b.to_state(b.lift('abc'))} {d.to_state(d.lift('abc'))}\n"}
+
+
+@given(st.lists(st.integers(-100, 100), max_size=20))
+def test_compose_computes_every_part(xs: list[int]) -> None:
+    parts = {"sum": monoid("sum"), "max": monoid("max"), "last": monoid("last")}
+    m = compose(parts)
+    a = fold(m, xs)
+    assert m.lower(a) == {name: p.lower(fold(p, xs)) for name, p in parts.items()}
+    assert m.from_state(json.loads(json.dumps(m.to_state(a)))) == a
+    assert not m.commutative
+
+
+def test_premap_and_compose_serve_json_records() -> None:
+    m = compose(
+        {
+            "total": premap(monoid("sum"), "qty"),
+            "top": monoid("argmax", value_field="qty", arg_field="sku"),
+            "skus": premap(monoid("distinct_count"), "sku"),
+        }
+    )
+    records = [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 5}, {"sku": "a", "qty": 1}]
+    assert m.lower(fold(m, records)) == {"total": 8, "top": "b", "skus": 2}
+    with pytest.raises(ValueError, match="at least one"):
+        compose({})
+
+
+def test_make_monoid_builds_a_user_monoid() -> None:
+    concat = make_monoid("", str, str.__add__, str.upper, name="concat")
+    assert concat.lower(fold(concat, [1, "a", 2])) == "1A2"
+    assert concat.to_state("x") == "x"
+    assert premap(concat, len).lower(fold(premap(concat, len), ["ab", "c"])) == "21"
