@@ -1,0 +1,338 @@
+"""The ``fiba`` CLI: one-line config errors, topic creation, produce/tail round trips, queries
+sent to the query topic, and the properties of the built-in event generator."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agents.records import DLQ_DETAIL, DLQ_REASON
+from app.broker import free_port
+from app.cli import cli
+from app.generator import MAX_VALUE, generate_events, key_name, ooo_count
+
+TOPIC_FLAGS = ("input-topic", "queries-topic", "aggregates-topic", "answers-topic")
+
+
+@pytest.fixture(autouse=True)
+def no_fiba_environment(monkeypatch):
+    """Tests see only the FIBA_* variables they set themselves."""
+    for name in list(os.environ):
+        if name.startswith("FIBA_"):
+            monkeypatch.delenv(name)
+
+
+def fiba(*args: str, env: dict[str, str] | None = None):
+    """Run ``fiba ARGS`` in-process; the click Result (stdout, stderr, exit_code)."""
+    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+
+
+@pytest.fixture
+def broker_env(kafka_bootstrap, embedded_profile) -> dict[str, str]:
+    """FIBA_* variables of the test broker with an app id and topic names unique to one test."""
+    tag = f"c{uuid.uuid4().hex[:10]}"
+    return {
+        "FIBA_BROKER": kafka_bootstrap,
+        "FIBA_BROKER_PROFILE": "embedded" if embedded_profile else "kafka",
+        "FIBA_APP_ID": tag,
+        "FIBA_PARTITIONS": "3",
+        **{f"FIBA_{f.upper().replace('-', '_')}": f"{tag}-{f}" for f in TOPIC_FLAGS},
+        "FIBA_DEAD_LETTER_TOPIC": f"{tag}-dead-letters",
+    }
+
+
+# --- configuration errors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "fragment"),
+    [
+        (["worker", "--windows", "5x"], {}, "bad window '5x'"),
+        (["worker", "--windows", "2h", "--retention", "1h"], {}, "longer than the retention"),
+        (["worker"], {"FIBA_WINDOWS": "10m", "FIBA_RETENTION": "5m"}, "FIBA_WINDOWS"),
+        (["produce", "--generate", "1", "--broker-profile", "fast"], {}, "'fast' is not one"),
+        (["tail", "--config", "/nonexistent/fiba.toml"], {}, "cannot read config file"),
+    ],
+)
+def test_a_config_error_is_one_line_on_stderr_with_exit_code_2(args, env, fragment):
+    result = fiba(*args, env=env)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("fiba: ")
+    assert fragment in lines[0]
+
+
+def test_a_config_file_error_names_the_file(tmp_path):
+    config = tmp_path / "fiba.toml"
+    config.write_text('[fiba]\nwindows = "1m,2h"\nretention = "1h"\n')
+    result = fiba("worker", "--config", str(config))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [result.stderr.strip()]
+    assert str(config) in result.stderr
+    assert "'2h'" in result.stderr
+
+
+def test_an_unreachable_broker_stops_the_command_with_exit_code_2():
+    address = f"127.0.0.1:{free_port()}"
+    for args in (["topics", "create"], ["produce", "--generate", "5"], ["tail"], ["worker"]):
+        result = fiba(*args, "--broker", address)
+        assert result.exit_code == 2, args
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert "cannot reach the Kafka broker" in result.stderr
+        assert address in result.stderr
+
+
+def test_the_console_script_reports_without_a_traceback():
+    fiba_script = os.path.join(os.path.dirname(sys.executable), "fiba")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
+    done = subprocess.run(
+        [fiba_script, "worker", "--windows", "1m,oops"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("fiba: --windows: bad window 'oops'")
+    assert done.stderr.count("\n") == 1
+
+
+def test_help_lists_every_command():
+    result = fiba("--help")
+    assert result.exit_code == 0
+    for name in ("broker", "topics", "worker", "produce", "tail", "query", "demo", "bench"):
+        assert f"  {name} " in result.stdout
+    assert "spark-join" in result.stdout
+    assert "spark-read" in result.stdout
+
+
+# --- topics --------------------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+def test_topics_create_is_idempotent_and_rejects_another_partition_count(broker_env):
+    first = fiba("topics", "create", env=broker_env)
+    assert first.exit_code == 0, first.stderr
+    assert [line.split()[0] for line in first.stdout.splitlines()] == ["created"] * 6
+    assert all(line.endswith("(3 partitions)") for line in first.stdout.splitlines())
+    second = fiba("topics", "create", env=broker_env)
+    assert second.exit_code == 0
+    assert [line.split()[0] for line in second.stdout.splitlines()] == ["exists"] * 6
+    mismatch = fiba("topics", "create", "--partitions", "5", env=broker_env)
+    assert mismatch.exit_code == 1
+    assert mismatch.stderr.count("\n") == 1
+    assert "already exists with 3 partitions" in mismatch.stderr
+
+
+# --- produce and tail ----------------------------------------------------------------------
+
+
+def tail_json(*args: str, env: dict[str, str]) -> list[dict]:
+    result = fiba("tail", *args, env=env)
+    assert result.exit_code == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+@pytest.mark.kafka
+def test_produce_generate_then_tail_round_trip(broker_env):
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    flags = ["--keys", "4", "--seed", "3", "--start", "1700000000000", "--ooo-fraction", "0.3"]
+    produced = fiba("produce", "--generate", "300", *flags, env=broker_env)
+    assert produced.exit_code == 0, produced.stderr
+    assert "sent 300 records" in produced.stderr
+
+    records = tail_json(
+        "--topic",
+        "input",
+        "--from-beginning",
+        "--limit",
+        "400",
+        "--idle-timeout",
+        "2s",
+        env=broker_env,
+    )
+    events = list(
+        generate_events(300, keys=4, seed=3, start_ms=1_700_000_000_000, ooo_fraction=0.3)
+    )
+    assert len(records) == 300
+    for key in {e.key for e in events}:
+        got = [r for r in records if r["key"] == key]
+        want = [e for e in events if e.key == key]
+        assert [r["value"] for r in got] == [{"ts": e.ts, "value": e.value} for e in want]
+        assert [r["timestamp"] for r in got] == [e.ts for e in want]
+        assert len({r["partition"] for r in got}) == 1
+
+    # From the end (profile-aware end offsets): nothing old is shown, even from the tail of
+    # multi-record batches.
+    assert tail_json("--topic", "input", "--idle-timeout", "1s", env=broker_env) == []
+
+
+@pytest.mark.kafka
+def test_produce_file_with_configured_field_names(broker_env, tmp_path):
+    env = {**broker_env, "FIBA_TS_FIELD": "time", "FIBA_VALUE_FIELD": "reading"}
+    assert fiba("topics", "create", env=env).exit_code == 0
+    lines = [
+        {"key": "a", "time": 5, "reading": 1.5},
+        {"key": "b", "time": "2024-01-01T00:00:00Z", "reading": 2},
+        {"key": "a", "time": 3, "reading": {"x": 1}},
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
+    produced = fiba("produce", str(path), env=env)
+    assert produced.exit_code == 0, produced.stderr
+
+    records = tail_json("--topic", "input", "--from-beginning", "--limit", "3", env=env)
+    got = sorted((r["key"], json.dumps(r["value"], sort_keys=True)) for r in records)
+    want = sorted(
+        (line["key"], json.dumps({k: v for k, v in line.items() if k != "key"}, sort_keys=True))
+        for line in lines
+    )
+    assert got == want
+    assert {r["timestamp"] for r in records if r["key"] == "a"} == {5, 3}
+
+
+@pytest.mark.kafka
+def test_produce_file_stops_at_a_bad_line(broker_env, tmp_path):
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"key": "a", "ts": 1, "value": 1}\n{"ts": 2, "value": 2}\n')
+    result = fiba("produce", str(path), env=broker_env)
+    assert result.exit_code == 1
+    assert "line 2: not a JSON object with a string 'key'" in result.stderr
+
+
+@pytest.mark.kafka
+def test_tail_shows_dead_letters_with_their_reason_headers(broker_env):
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+
+    async def send_dead_letter() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker_env["FIBA_BROKER"])
+        await producer.start()
+        try:
+            await producer.send_and_wait(
+                broker_env["FIBA_DEAD_LETTER_TOPIC"],
+                b"{not json",
+                key=b"k",
+                headers=[(DLQ_REASON, b"malformed_json"), (DLQ_DETAIL, b"Expecting value")],
+            )
+        finally:
+            await producer.stop()
+
+    asyncio.run(send_dead_letter())
+    [record] = tail_json(
+        "--topic", "dead-letters", "--from-beginning", "--limit", "1", env=broker_env
+    )
+    assert record["value"] == "{not json"
+    assert record["key"] == "k"
+    assert record["headers"] == {DLQ_REASON: "malformed_json", DLQ_DETAIL: "Expecting value"}
+
+
+@pytest.mark.kafka
+def test_tail_of_a_missing_topic_is_a_clear_error(broker_env):
+    result = fiba("tail", "--topic", "answers", "--limit", "1", env=broker_env)
+    assert result.exit_code == 1
+    assert "does not exist (run `fiba topics create`)" in result.stderr
+
+
+# --- query ---------------------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+def test_query_sends_a_keyed_range_query_and_times_out_without_a_worker(broker_env):
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    result = fiba(
+        "query",
+        "sensor-1",
+        "--from",
+        "1000",
+        "--to",
+        "1970-01-01T00:00:02",
+        "--aggregations",
+        "sum,max",
+        "--timeout",
+        "1s",
+        env=broker_env,
+    )
+    assert result.exit_code == 1
+    assert "no answer on" in result.stderr
+    [record] = tail_json("--topic", "queries", "--from-beginning", "--limit", "1", env=broker_env)
+    assert record["key"] == "sensor-1"
+    sent = record["value"]
+    assert len(sent.pop("query_id")) == 32
+    assert sent == {"key": "sensor-1", "from": 1000, "to": 2000, "aggregations": ["sum", "max"]}
+
+
+def test_query_needs_a_range_or_a_window():
+    assert fiba("query", "k", "--from", "1").exit_code == 2
+    assert fiba("query", "k", "--window", "5m", "--to", "1").exit_code == 2
+
+
+def test_http_query_to_no_worker_is_a_clear_error():
+    result = fiba("query", "k", "--window", "5m", "--http", "--web-port", str(free_port()))
+    assert result.exit_code == 2
+    assert "cannot reach the worker at http://127.0.0.1:" in result.stderr
+
+
+# --- the generator -------------------------------------------------------------------------
+
+
+generator_args = st.fixed_dictionaries(
+    {
+        "n": st.integers(0, 400),
+        "keys": st.integers(1, 20),
+        "ooo_fraction": st.floats(0, 1),
+        "max_lateness_ms": st.integers(1, 5000),
+        "interval_ms": st.integers(1, 1000),
+        "start_ms": st.integers(0, 2**41),
+        "seed": st.integers(0, 2**32),
+    }
+)
+
+
+@given(generator_args)
+def test_generator_is_deterministic_with_a_seed(args):
+    n = args.pop("n")
+    assert list(generate_events(n, **args)) == list(generate_events(n, **args))
+
+
+@given(generator_args)
+def test_generator_gives_the_requested_out_of_order_fraction_within_lateness(args):
+    n = args.pop("n")
+    events = list(generate_events(n, **args))
+    assert len(events) == n
+    stream_time = None
+    late = 0
+    for event in events:
+        assert event.key in {key_name(i) for i in range(args["keys"])}
+        assert 0 <= event.value < MAX_VALUE
+        if stream_time is None:
+            assert event.ts == args["start_ms"]
+        elif event.ts < stream_time:
+            late += 1
+            assert stream_time - event.ts <= args["max_lateness_ms"]
+        else:
+            assert event.ts == stream_time + args["interval_ms"]
+        stream_time = event.ts if stream_time is None else max(stream_time, event.ts)
+    assert (
+        late
+        == ooo_count(n, args["ooo_fraction"])
+        == min(round(n * args["ooo_fraction"]), max(n - 1, 0))
+    )
+
+
+def test_generator_seeds_differ_and_arguments_are_checked():
+    assert list(generate_events(50, seed=1)) != list(generate_events(50, seed=2))
+    for bad in ({"keys": 0}, {"ooo_fraction": 1.5}, {"interval_ms": 0}, {"max_lateness_ms": 0}):
+        with pytest.raises(ValueError):
+            list(generate_events(10, **bad))
