@@ -1,0 +1,392 @@
+"""``fiba demo``: the whole job end to end on an embedded broker, checked by brute force.
+
+``run_demo(settings)`` starts the embedded broker, creates the topics, starts one worker
+(``fiba worker`` in a subprocess, configured through ``FIBA_*`` variables), produces a keyed
+out-of-order stream (``app.generator``) followed by a few bad records (malformed JSON, a missing
+field, a non-numeric value, a late and a future event), then reads the aggregates and the dead
+letters and asks a few range queries over the query topic. It stops everything it started, also
+on error or Ctrl-C, and returns a ``DemoSummary``.
+
+The check: the last aggregate of each key must equal a brute-force recomputation over the
+produced events of that key (count, and sum/max when configured, of every window
+``[stream_time - w, stream_time]``), each bad record must come back as a dead letter with its
+reason, and each answer's count must equal the brute-force count over its range. Events are
+all within the retention and aggregated at exact times, so the recomputation is a plain filter;
+with a ``resolution`` (panes) the aggregate check is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.records import (
+    DLQ_REASON,
+    EVENT_TS,
+    FROM,
+    REASON_BAD_VALUE,
+    REASON_FUTURE,
+    REASON_LATE,
+    REASON_MALFORMED_JSON,
+    REASON_MISSING_FIELD,
+    STREAM_TIME,
+    TO,
+    WINDOW_COUNT,
+    WINDOWS,
+    AggregateRecord,
+    RangeQuery,
+    dumps,
+)
+from app.broker import EmbeddedBroker, free_port
+from app.generator import Event, generate_events
+from app.kafka_io import ask, event_record, record_as_dict, send_records, start_consumer
+from app.settings import SETTINGS_HELP, Settings
+from app.topics import create_topics
+
+DEMO_START_MS = 1_700_000_000_000
+"""Event time of the first generated event (fixed, so a seed gives the same demo)."""
+
+
+class DemoError(RuntimeError):
+    """The demo could not run to its end; ``str(exc)`` says why (with the worker's log tail)."""
+
+
+@dataclass
+class DemoSummary:
+    """What the demo saw; ``exact`` when every check passed (``mismatches`` lists the rest)."""
+
+    events: int
+    bad_records: int
+    aggregates: int
+    final: dict[str, AggregateRecord] = field(default_factory=dict)
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    answers: list[dict[str, Any]] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return not self.mismatches
+
+
+def settings_environ(settings: Settings) -> dict[str, str]:
+    """``FIBA_*`` variables that make a worker load exactly ``settings`` (unset ones omitted)."""
+    env = {}
+    for name in SETTINGS_HELP:
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if name == "windows":
+            text = ",".join(w.name for w in value)
+        elif name == "aggregations":
+            text = ",".join(value)
+        else:
+            text = str(value)
+        env[f"FIBA_{name.upper()}"] = text
+    return env
+
+
+def bad_records(events: Sequence[Event], settings: Settings) -> list[tuple[bytes, bytes, str]]:
+    """Records the worker must reject, as (key, value, expected dead-letter reason).
+
+    The late and future events use the key of the newest event, whose partition's stream time
+    is therefore the stream's newest time when they arrive.
+    """
+    newest = max(events, key=lambda e: e.ts)
+    key = newest.key.encode()
+    ts, value = settings.ts_field, settings.value_field
+    late = newest.ts - settings.retention - 60_000
+    future = newest.ts + settings.max_future_skew + 60_000
+    return [
+        (key, b'{"' + ts.encode() + b'": 1, "broken', REASON_MALFORMED_JSON),
+        (key, dumps({ts: newest.ts}), REASON_MISSING_FIELD),
+        (key, dumps({ts: newest.ts, value: "many"}), REASON_BAD_VALUE),
+        (key, dumps({ts: late, value: 1}), REASON_LATE),
+        (key, dumps({ts: future, value: 1}), REASON_FUTURE),
+    ]
+
+
+def expected_windows(
+    record: AggregateRecord, events: Sequence[Event], settings: Settings
+) -> dict[str, dict[str, Any]]:
+    """Brute force: count (and sum, max when configured) of each window of ``record``'s key
+    at its stream time, over ``events`` (all of them must already be counted in ``record``)."""
+    out = {}
+    for name, size in settings.window_sizes.items():
+        values = [
+            e.value
+            for e in events
+            if e.key == record.key and record.stream_time - size <= e.ts <= record.stream_time
+        ]
+        got: dict[str, Any] = {WINDOW_COUNT: len(values)}
+        if "sum" in settings.aggregations:
+            got["sum"] = sum(values)
+        if "max" in settings.aggregations and values:
+            got["max"] = max(values)
+        out[name] = got
+    return out
+
+
+def observed_windows(record: AggregateRecord, expected: dict[str, dict[str, Any]]) -> dict:
+    """The fields of ``record`` that ``expected`` has, in the same shape."""
+    out = {}
+    for name, fields in expected.items():
+        window = record.windows.get(name)
+        if window is None:
+            out[name] = None
+            continue
+        shown = {WINDOW_COUNT: window.count}
+        for agg in fields.keys() - {WINDOW_COUNT}:
+            shown[agg] = window.aggregates.get(agg)
+        out[name] = shown
+    return out
+
+
+def run_demo(
+    settings: Settings | None = None,
+    *,
+    events: int = 2000,
+    keys: int = 5,
+    seed: int = 7,
+    ooo_fraction: float = 0.2,
+    max_lateness_ms: int = 30_000,
+    timeout: float = 180.0,
+    log: Callable[[str], Any] = print,
+) -> DemoSummary:
+    """Run the demo (module docstring) and return its summary; ``log`` gets progress lines.
+
+    ``settings`` supplies the aggregation settings (windows, aggregations, retention, emit,
+    partitions, ...); the broker, profile, app id, state dir and web port are the demo's own.
+    Raises ``DemoError`` when a step fails or the results do not arrive within ``timeout``
+    seconds.
+    """
+    base = settings or Settings()
+    workdir = Path(tempfile.mkdtemp(prefix="fiba-demo-"))
+    broker = EmbeddedBroker(log_path=workdir / "broker.log")
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        log("starting the embedded broker ...")
+        broker.start()
+        demo = dataclasses.replace(
+            base,
+            broker=broker.bootstrap,
+            broker_profile="embedded",
+            app_id=f"fiba-demo-{uuid.uuid4().hex[:6]}",
+            state_dir=workdir / "state",
+            web_host="127.0.0.1",
+            web_port=free_port(),
+        )
+        log(f"broker on {demo.broker}; creating topics ({demo.partitions} partitions each)")
+        asyncio.run(create_topics(demo))
+        worker = start_worker(demo, workdir / "worker.log")
+        log(f"worker started (pid {worker.pid}, log {workdir / 'worker.log'})")
+        stream = list(
+            generate_events(
+                events,
+                keys=keys,
+                ooo_fraction=ooo_fraction,
+                max_lateness_ms=max_lateness_ms,
+                start_ms=DEMO_START_MS,
+                seed=seed,
+            )
+        )
+        bad = bad_records(stream, demo)
+        log(
+            f"producing {events} events over {keys} keys ({ooo_fraction:.0%} out of order, "
+            f"up to {max_lateness_ms} ms late) and {len(bad)} bad records"
+        )
+        asyncio.run(send_records(demo, [event_record(e, demo) for e in stream], progress=False))
+        asyncio.run(send_records(demo, [(k, v, None) for k, v, _ in bad], progress=False))
+        summary = asyncio.run(collect(demo, stream, bad, worker, workdir, timeout, log))
+        report(summary, demo, log)
+        return summary
+    finally:
+        if worker is not None:
+            stop_worker(worker)
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def start_worker(settings: Settings, log_path: Path) -> subprocess.Popen[bytes]:
+    """``fiba worker`` for ``settings`` in a subprocess (own session), output to ``log_path``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
+    env.update(settings_environ(settings))
+    with open(log_path, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "worker"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def stop_worker(worker: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """SIGTERM the worker, SIGKILL it after ``timeout`` seconds."""
+    if worker.poll() is not None:
+        return
+    worker.terminate()
+    try:
+        worker.wait(timeout)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait(timeout)
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` lines of a log file (empty if it is missing)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+async def collect(
+    settings: Settings,
+    stream: Sequence[Event],
+    bad: Sequence[tuple[bytes, bytes, str]],
+    worker: subprocess.Popen[bytes],
+    workdir: Path,
+    timeout: float,
+    log: Callable[[str], Any],
+) -> DemoSummary:
+    """Read aggregates and dead letters until every check passes (or ``timeout``), then ask
+    range queries; the summary lists whatever still differs."""
+    summary = DemoSummary(events=len(stream), bad_records=len(bad), aggregates=0)
+    aggregates = await start_consumer(settings, settings.aggregates_topic)
+    dead_letters = await start_consumer(settings, settings.dead_letter_topic)
+    deadline = time.monotonic() + timeout
+    keys = sorted({e.key for e in stream})
+    log("waiting for the worker's aggregates and dead letters ...")
+    try:
+        await aggregates.seek_to_beginning()
+        await dead_letters.seek_to_beginning()
+        while True:
+            for records in (await aggregates.getmany(timeout_ms=200)).values():
+                for record in records:
+                    final = AggregateRecord.from_json(record_as_dict(record)["value"])
+                    summary.final[final.key] = final
+                    summary.aggregates += 1
+            for records in (await dead_letters.getmany(timeout_ms=50)).values():
+                for record in records:
+                    summary.dead_letters[dict(record_as_dict(record)["headers"])[DLQ_REASON]] += 1
+            summary.mismatches = final_mismatches(summary, stream, bad, keys, settings)
+            if not summary.mismatches:
+                break
+            if worker.poll() is not None:
+                raise DemoError(
+                    f"the worker exited with code {worker.returncode}; its log ends with:\n"
+                    + log_tail(workdir / "worker.log")
+                )
+            if time.monotonic() > deadline:
+                log(f"timed out after {timeout:g}s waiting for exact results")
+                return summary
+    finally:
+        await aggregates.stop()
+        await dead_letters.stop()
+    log(f"all {len(keys)} keys exact; asking range queries over {settings.queries_topic} ...")
+    for query in sample_queries(summary, settings):
+        answer = await ask(settings, query, max(1.0, deadline - time.monotonic()))
+        summary.answers.append(answer)
+        want = sum(
+            1
+            for e in stream
+            if e.key == query.key and answer.get(FROM, 0) <= e.ts <= answer.get(TO, -1)
+        )
+        if answer.get("error") or answer.get(WINDOW_COUNT) != want:
+            summary.mismatches.append(f"answer {answer} (brute-force count {want})")
+    return summary
+
+
+def final_mismatches(
+    summary: DemoSummary,
+    stream: Sequence[Event],
+    bad: Sequence[tuple[bytes, bytes, str]],
+    keys: Sequence[str],
+    settings: Settings,
+) -> list[str]:
+    """What still differs from the brute-force truth (empty when everything is exact)."""
+    wrong = []
+    for key in keys:
+        final = summary.final.get(key)
+        if final is None:
+            wrong.append(f"{key}: no aggregate yet")
+            continue
+        if settings.resolution is not None:
+            continue
+        last = max((e for e in stream if e.key == key), key=lambda e: e.ts)
+        if final.stream_time < last.ts:
+            wrong.append(f"{key}: stream time {final.stream_time} < newest event {last.ts}")
+            continue
+        expected = expected_windows(final, stream, settings)
+        observed = observed_windows(final, expected)
+        if observed != expected:
+            wrong.append(f"{key}: windows {observed}, brute force {expected}")
+    want = Counter(reason for _, _, reason in bad)
+    if summary.dead_letters != want:
+        wrong.append(f"dead letters {dict(summary.dead_letters)}, expected {dict(want)}")
+    return wrong
+
+
+def sample_queries(summary: DemoSummary, settings: Settings) -> list[RangeQuery]:
+    """For up to three keys: the smallest window, and the 30 s before the key's stream time."""
+    queries = []
+    smallest = min(settings.windows, key=lambda w: w.size_ms).name
+    for final in list(summary.final.values())[:3]:
+        queries.append(RangeQuery(uuid.uuid4().hex, final.key, window=smallest))
+        queries.append(
+            RangeQuery(
+                uuid.uuid4().hex,
+                final.key,
+                from_ts=final.stream_time - 30_000,
+                to_ts=final.stream_time,
+            )
+        )
+    return queries
+
+
+def report(summary: DemoSummary, settings: Settings, log: Callable[[str], Any]) -> None:
+    """Print the final aggregates, dead letters, answers and the verdict."""
+    log(f"\n{summary.aggregates} aggregate records; the last one of each key:")
+    for key in sorted(summary.final):
+        final = summary.final[key]
+        log(f"  {key}  {STREAM_TIME}={final.stream_time}  {EVENT_TS}={final.event_ts}")
+        for name, window in final.windows.items():
+            shown = ", ".join(f"{k}={_short(v)}" for k, v in window.aggregates.items())
+            log(f"    {name:>5}: count={window.count}  {shown}")
+    log(f"\ndead letters by reason: {dict(sorted(summary.dead_letters.items()))}")
+    if summary.answers:
+        log("\nrange queries (answers topic):")
+        for answer in summary.answers:
+            result = ", ".join(f"{k}={_short(v)}" for k, v in answer.get("result", {}).items())
+            log(
+                f"  {answer.get('key')} [{answer.get(FROM)}, {answer.get(TO)}]: "
+                f"count={answer.get(WINDOW_COUNT)}  {result}"
+            )
+    if summary.exact:
+        log(
+            f"\nexact: every key's {WINDOWS} and every answer match a brute-force recomputation"
+            f" of the {summary.events} events; {summary.bad_records} bad records dead-lettered"
+        )
+    else:
+        log("\nNOT exact:")
+        for line in summary.mismatches:
+            log(f"  {line}")
+
+
+def _short(value: Any) -> str:
+    """A number shown with at most 6 significant digits; anything else as is."""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
