@@ -1,0 +1,213 @@
+"""DABA, the De-Amortized Banker's Aggregator: FIFO sliding-window aggregation in worst-case
+O(1) combines per operation (Tangwongsan, Hirzel, Schneider, DEBS 2017; seed 002).
+
+DABA keeps the window as one queue of ``(value, aggregate)`` slots and six positions
+``F <= L <= R <= A <= B <= E`` cutting it into five lists (``F`` = oldest slot, ``E`` = one past
+the youngest). What each slot's aggregate holds depends on its list:
+
+=============  ===================  ==============================================
+list           slots                aggregate of slot ``i``
+=============  ===================  ==============================================
+``l_F``        ``[F, L)``           ``v[i] ⊕ ... ⊕ v[B-1]``  (suffix to the back)
+``l_L``        ``[L, R)``           ``v[i] ⊕ ... ⊕ v[R-1]``  (suffix to ``R``)
+``l_R``        ``[R, A)``           ``v[R] ⊕ ... ⊕ v[i]``    (prefix from ``R``)
+``l_A``        ``[A, B)``           ``v[i] ⊕ ... ⊕ v[B-1]``  (suffix to the back)
+``l_B``        ``[B, E)``           ``v[B] ⊕ ... ⊕ v[i]``    (prefix from ``B``)
+=============  ===================  ==============================================
+
+``[F, B)`` is the *front*, ``[B, E)`` the *back*; the window's aggregate is
+``Σ_F ⊕ Σ_B = agg[F] ⊕ agg[E-1]``. Insert appends to the back (``agg = Σ_B ⊕ v``), evict pops
+``F``; then one *fixup* step does a constant amount of the work Two-Stacks does all at once in
+its flip:
+
+* *flip* when ``L == B`` (front fully processed, which the size invariant makes happen exactly
+  when front and back have equal sizes): ``L ← F, R ← B, A ← E, B ← E`` — the old front becomes
+  ``l_L`` (suffix aggregates to ``R``), the old back ``l_R`` (prefix aggregates); ``Σ_R ⊕ Σ_A``,
+  which stays constant until the next flip, is remembered;
+* then, if the front is not empty, *shrink* — ``A`` moves one slot left
+  (``agg[A-1] ← v[A-1] ⊕ Σ_A``) if ``l_R`` is not empty, and ``L`` one slot right with
+  ``agg[L] ← agg[L] ⊕ Σ_R ⊕ Σ_A`` — or, when ``l_L`` is empty, *shift* — ``L``, ``R``, ``A``
+  move right together (``l_A``'s slots already hold what ``l_F`` needs).
+
+Size invariant after every operation: the window is empty, or ``|l_L| = |l_R|`` and
+``|l_L| + |l_R| + |l_A| + 1 = |front| - |back|``; so the front is processed before the back
+outgrows it. Costs in combine calls: insert at most 3, evict at most 2, query at most 1 — for
+every single operation, not on average.
+
+Storage is a chunked array queue (slots in fixed-size chunks keyed by chunk number), so that no
+operation ever copies the queue either: positions are absolute and only grow. This is a
+:class:`~stores.baselines.fifo.FifoAggregator` (staged youngest entry, FIFO rules, collisions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import reduce
+from typing import Any
+
+from stores.baselines.fifo import FifoEntries
+
+__all__ = ["DABA"]
+
+_SHIFT = 9
+_CHUNK = 1 << _SHIFT
+_MASK = _CHUNK - 1
+
+
+class DABA(FifoEntries):
+    """De-Amortized Banker's Aggregator (see the module docstring): FIFO, O(1) worst case.
+
+    Slot ``p`` lives in chunk ``_chunks[p >> 9]``, a triple of lists (times, values, aggregates)
+    at index ``p & 511``; ``_f``, ``_l``, ``_r``, ``_a``, ``_b``, ``_e`` are the positions F, L,
+    R, A, B, E; ``_ra`` is ``Σ_R ⊕ Σ_A`` as of the last flip.
+    """
+
+    __slots__ = ("_a", "_b", "_chunks", "_e", "_f", "_l", "_r", "_ra")
+
+    def __init__(self, monoid: Any) -> None:
+        super().__init__(monoid)
+        self._chunks: dict[int, tuple[list[Any], list[Any], list[Any]]] = {}
+        self._f = self._l = self._r = self._a = self._b = self._e = 0
+        self._ra = self._identity
+
+    # --- slots --------------------------------------------------------------------------------
+
+    def _aggs(self, p: int) -> list[Any]:
+        return self._chunks[p >> _SHIFT][2]
+
+    def _time(self, p: int) -> Any:
+        return self._chunks[p >> _SHIFT][0][p & _MASK]
+
+    def _value(self, p: int) -> Any:
+        return self._chunks[p >> _SHIFT][1][p & _MASK]
+
+    def _agg(self, p: int) -> Any:
+        return self._chunks[p >> _SHIFT][2][p & _MASK]
+
+    # --- the algorithm ------------------------------------------------------------------------
+
+    def _push(self, t: Any, partial: Any) -> None:
+        e = self._e
+        chunk = self._chunks.get(e >> _SHIFT)
+        if chunk is None:
+            chunk = self._chunks[e >> _SHIFT] = ([None] * _CHUNK, [None] * _CHUNK, [None] * _CHUNK)
+        i = e & _MASK
+        chunk[0][i] = t
+        chunk[1][i] = partial
+        chunk[2][i] = self._combine(self._agg(e - 1), partial) if self._b != e else partial
+        self._e = e + 1
+        self._fixup()
+
+    def _pop(self) -> None:
+        f = self._f
+        chunk = self._chunks[f >> _SHIFT]
+        i = f & _MASK
+        if i == _MASK:
+            del self._chunks[f >> _SHIFT]
+        else:
+            chunk[0][i] = chunk[1][i] = chunk[2][i] = None  # release the partials now
+        self._f = f + 1
+        self._fixup()
+
+    def _fixup(self) -> None:
+        """One step of the de-amortized flip: flip if due, then shrink or shift. <= 2 combines."""
+        combine = self._combine
+        if self._l == self._b:  # flip
+            b, e = self._b, self._e
+            self._ra = self._agg(e - 1) if b != e else self._identity
+            self._l = self._f
+            self._r = b
+            self._a = self._b = e
+        if self._f == self._b:
+            return
+        L, R, A = self._l, self._r, self._a
+        if A != R:  # A moves left: agg[A-1] <- v[A-1] ⊕ Σ_A
+            A -= 1
+            value = self._value(A)
+            self._aggs(A)[A & _MASK] = (
+                combine(value, self._agg(A + 1)) if self._b != A + 1 else value
+            )
+            self._a = A
+        if L != R:  # shrink: agg[L] <- Σ_L ⊕ Σ_R ⊕ Σ_A; L joins l_F
+            aggs = self._aggs(L)
+            aggs[L & _MASK] = combine(aggs[L & _MASK], self._ra)
+            self._l = L + 1
+        else:  # shift: l_L and l_R are empty, the first slot of l_A joins l_F as it is
+            self._l = L + 1
+            self._r = R + 1
+            self._a = A + 1
+
+    def _aggregate(self) -> Any:
+        f, b, e = self._f, self._b, self._e
+        if f == b:
+            return self._agg(e - 1) if b != e else self._identity
+        if b == e:
+            return self._agg(f)
+        return self._combine(self._agg(f), self._agg(e - 1))
+
+    # --- bookkeeping --------------------------------------------------------------------------
+
+    def _size(self) -> int:
+        return self._e - self._f
+
+    def _oldest_time(self) -> Any:
+        return self._time(self._f)
+
+    def _times(self) -> Iterator[Any]:
+        for p in range(self._f, self._e):
+            yield self._time(p)
+
+    def _items(self) -> Iterator[tuple[Any, Any]]:
+        for p in range(self._f, self._e):
+            yield self._time(p), self._value(p)
+
+    def _position(self, t: Any) -> int:
+        """Slot holding time ``t``, or -1: binary search over ``[F, E)``. O(log n)."""
+        lo, hi = self._f, self._e
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self._time(mid) < t:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo if lo < self._e and self._time(lo) == t else -1
+
+    def _holds(self, t: Any) -> bool:
+        return self._position(t) >= 0
+
+    def _lookup(self, t: Any) -> Any:
+        p = self._position(t)
+        return self._value(p) if p >= 0 else None
+
+    def _check_structure(self) -> None:
+        F, L, R, A, B, E = self._f, self._l, self._r, self._a, self._b, self._e
+        _require(F <= L <= R <= A <= B <= E, f"positions out of order: {(F, L, R, A, B, E)}")
+        needed = set(range(F >> _SHIFT, ((E - 1) >> _SHIFT) + 1)) if E > F else set()
+        _require(needed <= self._chunks.keys(), "a slot's chunk is missing")
+        combine = self._combine
+        values = [self._value(p) for p in range(F, E)]
+
+        def span(i: int, j: int) -> Any:  # v[i] ⊕ ... ⊕ v[j-1], absolute positions
+            return reduce(combine, values[i + 1 - F : j - F], values[i - F])
+
+        regions = (
+            ("l_F", F, L, lambda p: span(p, B)),
+            ("l_L", L, R, lambda p: span(p, R)),
+            ("l_R", R, A, lambda p: span(R, p + 1)),
+            ("l_A", A, B, lambda p: span(p, B)),
+            ("l_B", B, E, lambda p: span(B, p + 1)),
+        )
+        for name, start, stop, expected in regions:
+            for p in range(start, stop):
+                _require(self._agg(p) == expected(p), f"aggregation invariant of {name} at {p}")
+        if E > F:
+            _require(R - L == A - R, "size invariant: |l_L| != |l_R|")
+            _require(
+                (R - L) + (A - R) + (B - A) + 1 == (B - F) - (E - B),
+                "size invariant: |l_L| + |l_R| + |l_A| + 1 != |front| - |back|",
+            )
+
+
+def _require(condition: bool, invariant: str) -> None:
+    if not condition:
+        raise AssertionError(f"DABA: {invariant}")

@@ -1,0 +1,212 @@
+"""Two-Stacks: the amortized O(1) FIFO sliding-window aggregator (seed 002, DEBS 2017 slides).
+
+The window is split in two stacks. The *back* stack receives inserts and stores, with every
+value, the aggregate of the back from its bottom up to that value, so its top holds ``Σ_B``.
+The *front* stack holds the older entries, youngest at the bottom, and stores with every value
+the aggregate from that value down to the bottom, so its top holds ``Σ_F``; evict pops it. When
+an evict finds the front empty it *flips*: it moves the back, top first, onto the front,
+computing the front aggregates on the way (``F.push(v, v ⊕ Σ_F)``). The window's aggregate is
+``Σ_F ⊕ Σ_B``.
+
+Costs in combine calls: insert 1, evict 0 except the flip (one combine per moved entry: O(n)
+for that one evict, the latency spike DABA removes, amortized O(1) since each entry is flipped
+once), query 1. Works for any associative combine (no inverse, no commutativity needed).
+
+:class:`TwoStacksLite` is the space-lean variant: the back keeps only values plus a running
+``Σ_B``, the front only aggregates (no values), so it stores one partial per entry instead of two
+— and therefore cannot report an entry's own partial (no ``get``/``__iter__``).
+
+Both are :class:`~stores.baselines.fifo.FifoAggregator` s: FIFO only, with the collision and
+error rules documented there. The front is an array read from a moving head (popping the front
+stack = advancing the head), replaced wholesale by the next flip.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+from functools import reduce
+from typing import Any
+
+from stores.baselines.fifo import FifoAggregator, FifoEntries
+
+__all__ = ["TwoStacks", "TwoStacksLite"]
+
+
+def _suffix_aggregates(values: list[Any], combine: Any) -> list[Any]:
+    """``out[i] = values[i] ⊕ ... ⊕ values[-1]``, computed from the end: ``len - 1`` combines."""
+    out = values[:]
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = combine(out[i], out[i + 1])
+    return out
+
+
+def _index(times: list[Any], lo: int, t: Any) -> int:
+    """Index of ``t`` in the sorted ``times[lo:]``, or -1."""
+    i = bisect_left(times, t, lo)
+    return i if i < len(times) and times[i] == t else -1
+
+
+class TwoStacks(FifoEntries):
+    """Two-Stacks FIFO aggregator (see the module docstring): amortized O(1), worst case O(n).
+
+    Front stack: ``_front_t``/``_front_v``/``_front_a`` from index ``_head`` (the top, oldest)
+    to the end (the bottom, youngest); ``_front_a[i] = v[i] ⊕ ... ⊕ v[-1]``. Back stack:
+    ``_back_t``/``_back_v``/``_back_a`` from the bottom (oldest) to the top (youngest);
+    ``_back_a[i] = v[0] ⊕ ... ⊕ v[i]``.
+    """
+
+    __slots__ = ("_back_a", "_back_t", "_back_v", "_front_a", "_front_t", "_front_v", "_head")
+
+    def __init__(self, monoid: Any) -> None:
+        super().__init__(monoid)
+        self._front_t: list[Any] = []
+        self._front_v: list[Any] = []
+        self._front_a: list[Any] = []
+        self._head = 0
+        self._back_t: list[Any] = []
+        self._back_v: list[Any] = []
+        self._back_a: list[Any] = []
+
+    def _push(self, t: Any, partial: Any) -> None:
+        back_a = self._back_a
+        self._back_t.append(t)
+        self._back_v.append(partial)
+        back_a.append(self._combine(back_a[-1], partial) if back_a else partial)
+
+    def _flip(self) -> None:
+        """Move the whole back onto the (empty) front: one combine per entry but one."""
+        self._front_t = self._back_t
+        self._front_v = self._back_v
+        self._front_a = _suffix_aggregates(self._back_v, self._combine)
+        self._head = 0
+        self._back_t = []
+        self._back_v = []
+        self._back_a = []
+
+    def _pop(self) -> None:
+        if self._head == len(self._front_t):
+            self._flip()
+        head = self._head
+        self._front_v[head] = self._front_a[head] = None  # release the partials now
+        self._head = head + 1
+
+    def _aggregate(self) -> Any:
+        front = self._head < len(self._front_t)
+        if not self._back_t:
+            return self._front_a[self._head] if front else self._identity
+        if not front:
+            return self._back_a[-1]
+        return self._combine(self._front_a[self._head], self._back_a[-1])
+
+    def _size(self) -> int:
+        return len(self._front_t) - self._head + len(self._back_t)
+
+    def _oldest_time(self) -> Any:
+        return self._front_t[self._head] if self._head < len(self._front_t) else self._back_t[0]
+
+    def _times(self) -> Iterator[Any]:
+        yield from self._front_t[self._head :]
+        yield from self._back_t
+
+    def _holds(self, t: Any) -> bool:
+        return _index(self._front_t, self._head, t) >= 0 or _index(self._back_t, 0, t) >= 0
+
+    def _items(self) -> Iterator[tuple[Any, Any]]:
+        head = self._head
+        yield from zip(self._front_t[head:], self._front_v[head:], strict=True)
+        yield from zip(self._back_t, self._back_v, strict=True)
+
+    def _lookup(self, t: Any) -> Any:
+        i = _index(self._front_t, self._head, t)
+        if i >= 0:
+            return self._front_v[i]
+        i = _index(self._back_t, 0, t)
+        return self._back_v[i] if i >= 0 else None
+
+    def _check_structure(self) -> None:
+        combine = self._combine
+        head = self._head
+        lengths = {len(self._front_t), len(self._front_v), len(self._front_a)}
+        _require(len(lengths) == 1, "front arrays of different lengths")
+        lengths = {len(self._back_t), len(self._back_v), len(self._back_a)}
+        _require(len(lengths) == 1, "back arrays of different lengths")
+        front_v = self._front_v
+        for i in range(head, len(front_v)):
+            expected = reduce(combine, front_v[i + 1 :], front_v[i])
+            _require(self._front_a[i] == expected, f"front aggregate {i} != v[{i}] ⊕ ... ⊕ v[-1]")
+        back_v = self._back_v
+        for i in range(len(back_v)):
+            expected = reduce(combine, back_v[1 : i + 1], back_v[0])
+            _require(self._back_a[i] == expected, f"back aggregate {i} != v[0] ⊕ ... ⊕ v[{i}]")
+
+
+class TwoStacksLite(FifoAggregator):
+    """Two-Stacks with one stored partial per entry (see the module docstring).
+
+    Back: values ``_back_v`` (oldest first) and their running aggregate ``_back_sum``. Front:
+    only aggregates ``_front_a[i] = v[i] ⊕ ... ⊕ v[-1]`` from index ``_head`` (the oldest), the
+    values themselves being forgotten at the flip. Same costs as :class:`TwoStacks`.
+    """
+
+    __slots__ = ("_back_sum", "_back_t", "_back_v", "_front_a", "_front_t", "_head")
+
+    def __init__(self, monoid: Any) -> None:
+        super().__init__(monoid)
+        self._front_t: list[Any] = []
+        self._front_a: list[Any] = []
+        self._head = 0
+        self._back_t: list[Any] = []
+        self._back_v: list[Any] = []
+        self._back_sum = self._identity
+
+    def _push(self, t: Any, partial: Any) -> None:
+        self._back_sum = self._combine(self._back_sum, partial) if self._back_t else partial
+        self._back_t.append(t)
+        self._back_v.append(partial)
+
+    def _pop(self) -> None:
+        if self._head == len(self._front_t):
+            self._front_t = self._back_t
+            self._front_a = _suffix_aggregates(self._back_v, self._combine)
+            self._head = 0
+            self._back_t = []
+            self._back_v = []
+            self._back_sum = self._identity
+        self._front_a[self._head] = None  # release the partial now
+        self._head += 1
+
+    def _aggregate(self) -> Any:
+        front = self._head < len(self._front_t)
+        if not self._back_t:
+            return self._front_a[self._head] if front else self._identity
+        if not front:
+            return self._back_sum
+        return self._combine(self._front_a[self._head], self._back_sum)
+
+    def _size(self) -> int:
+        return len(self._front_t) - self._head + len(self._back_t)
+
+    def _oldest_time(self) -> Any:
+        return self._front_t[self._head] if self._head < len(self._front_t) else self._back_t[0]
+
+    def _times(self) -> Iterator[Any]:
+        yield from self._front_t[self._head :]
+        yield from self._back_t
+
+    def _holds(self, t: Any) -> bool:
+        return _index(self._front_t, self._head, t) >= 0 or _index(self._back_t, 0, t) >= 0
+
+    def _check_structure(self) -> None:
+        """Array shapes and ``Σ_B``; the front's aggregates cannot be re-derived (its values
+        are not kept), the window's queries are what the property tests check them by."""
+        _require(len(self._front_t) == len(self._front_a), "front arrays of different lengths")
+        _require(len(self._back_t) == len(self._back_v), "back arrays of different lengths")
+        back = self._back_v
+        expected = reduce(self._combine, back[1:], back[0]) if back else self._identity
+        _require(self._back_sum == expected, "back sum != v[0] ⊕ ... ⊕ v[-1]")
+
+
+def _require(condition: bool, invariant: str) -> None:
+    if not condition:
+        raise AssertionError(f"TwoStacks: {invariant}")
