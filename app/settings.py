@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from stores.monoids import monoid_names
+
 
 class ConfigError(Exception):
     """A configuration that cannot be used; ``str(exc)`` is one clear line for the user."""
@@ -428,6 +430,10 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             fail("windows", f"window {w.name!r} is longer than the retention ({s.retention} ms)")
     if len(set(s.aggregations)) != len(s.aggregations):
         fail("aggregations", f"duplicate aggregation in {', '.join(s.aggregations)}")
+    known = monoid_names()
+    for name in s.aggregations:
+        if name not in known:
+            fail("aggregations", f"unknown aggregation {name!r} (known: {', '.join(known)})")
     if s.sasl_mechanism and s.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
         fail("sasl_mechanism", "needs security_protocol SASL_PLAINTEXT or SASL_SSL")
     for name in ("ts_field", "value_field"):

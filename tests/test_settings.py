@@ -112,6 +112,8 @@ def test_optional_settings_can_be_unset_and_set():
         ({"answers_topic": "fiba-events"}, "must be distinct"),
         ({"input_topic": "bad topic"}, "not a valid Kafka topic name"),
         ({"sasl_mechanism": "PLAIN"}, "needs security_protocol"),
+        ({"aggregations": "sum,median"}, "unknown aggregation 'median'"),
+        ({"aggregations": "sum,sum"}, "duplicate aggregation"),
         ({"no-such-flag": 1}, "unknown setting --no-such-flag"),
     ],
 )
