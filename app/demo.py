@@ -161,6 +161,7 @@ def run_demo(
     seed: int = 7,
     ooo_fraction: float = 0.2,
     max_lateness_ms: int = 30_000,
+    interval_ms: int = 250,
     timeout: float = 180.0,
     log: Callable[[str], Any] = print,
 ) -> DemoSummary:
@@ -187,6 +188,7 @@ def run_demo(
             web_host="127.0.0.1",
             web_port=free_port(),
         )
+        demo.state_dir.mkdir()
         log(f"broker on {demo.broker}; creating topics ({demo.partitions} partitions each)")
         asyncio.run(create_topics(demo))
         worker = start_worker(demo, workdir / "worker.log")
@@ -197,6 +199,7 @@ def run_demo(
                 keys=keys,
                 ooo_fraction=ooo_fraction,
                 max_lateness_ms=max_lateness_ms,
+                interval_ms=interval_ms,
                 start_ms=DEMO_START_MS,
                 seed=seed,
             )
@@ -365,17 +368,13 @@ def report(summary: DemoSummary, settings: Settings, log: Callable[[str], Any]) 
         final = summary.final[key]
         log(f"  {key}  {STREAM_TIME}={final.stream_time}  {EVENT_TS}={final.event_ts}")
         for name, window in final.windows.items():
-            shown = ", ".join(f"{k}={_short(v)}" for k, v in window.aggregates.items())
-            log(f"    {name:>5}: count={window.count}  {shown}")
+            log(f"    {name:>5}: {_aggregates(window.count, window.aggregates)}")
     log(f"\ndead letters by reason: {dict(sorted(summary.dead_letters.items()))}")
     if summary.answers:
         log("\nrange queries (answers topic):")
         for answer in summary.answers:
-            result = ", ".join(f"{k}={_short(v)}" for k, v in answer.get("result", {}).items())
-            log(
-                f"  {answer.get('key')} [{answer.get(FROM)}, {answer.get(TO)}]: "
-                f"count={answer.get(WINDOW_COUNT)}  {result}"
-            )
+            result = _aggregates(answer.get(WINDOW_COUNT), answer.get("result") or {})
+            log(f"  {answer.get('key')} [{answer.get(FROM)}, {answer.get(TO)}]: {result}")
     if summary.exact:
         log(
             f"\nexact: every key's {WINDOWS} and every answer match a brute-force recomputation"
@@ -385,6 +384,12 @@ def report(summary: DemoSummary, settings: Settings, log: Callable[[str], Any]) 
         log("\nNOT exact:")
         for line in summary.mismatches:
             log(f"  {line}")
+
+
+def _aggregates(count: Any, aggregates: dict[str, Any]) -> str:
+    """``count=.. sum=.. max=..``: the aggregates, led by the count unless it is one of them."""
+    shown = aggregates if "count" in aggregates else {"count": count, **aggregates}
+    return "  ".join(f"{name}={_short(value)}" for name, value in shown.items())
 
 
 def _short(value: Any) -> str:
