@@ -127,6 +127,8 @@ def with_settings(*names: str) -> Callable[[Callable[..., T]], Callable[..., T]]
     def decorate(command: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(command)
         def run(*args: Any, config: str | None, **kwargs: Any) -> T:
+            if config is None:
+                config = (click.get_current_context().find_root().obj or {}).get("config")
             overrides = {name: kwargs.pop(name) for name in names}
             return command(load(config, overrides), *args, **kwargs)
 
@@ -215,8 +217,15 @@ DURATION = DurationParam()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-def cli() -> None:
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    help="TOML settings file for every command (a command's own --config wins)",
+)
+@click.pass_context
+def cli(ctx: click.Context, config: str | None) -> None:
     """fiba-stream: exact out-of-order sliding-window aggregation over Kafka (FiBA on Faust)."""
+    ctx.obj = {"config": config}
 
 
 def main() -> None:

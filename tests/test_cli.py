@@ -336,3 +336,19 @@ def test_generator_seeds_differ_and_arguments_are_checked():
     for bad in ({"keys": 0}, {"ooo_fraction": 1.5}, {"interval_ms": 0}, {"max_lateness_ms": 0}):
         with pytest.raises(ValueError):
             list(generate_events(10, **bad))
+
+
+def test_config_file_before_or_after_the_command_and_precedence(tmp_path):
+    config = tmp_path / "fiba.toml"
+    config.write_text('windows = "1m,2h"\nretention = "1h"\n')
+    for args in (["--config", str(config), "worker"], ["worker", "--config", str(config)]):
+        result = fiba(*args)
+        assert result.exit_code == 2
+        assert f"{config}: windows" in result.stderr
+    # The environment beats the file, a flag beats the environment.
+    env = {"FIBA_RETENTION": "2h", "FIBA_BROKER": f"127.0.0.1:{free_port()}"}
+    result = fiba("--config", str(config), "worker", env=env)
+    assert "cannot reach the Kafka broker" in result.stderr
+    result = fiba("--config", str(config), "worker", "--retention", "90m", env=env)
+    assert "--windows" not in result.stderr
+    assert "window '2h' is longer than the retention" in result.stderr
