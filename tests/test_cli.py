@@ -58,6 +58,7 @@ def broker_env(kafka_bootstrap, embedded_profile) -> dict[str, str]:
         (["worker", "--windows", "5x"], {}, "bad window '5x'"),
         (["worker", "--windows", "2h", "--retention", "1h"], {}, "longer than the retention"),
         (["worker"], {"FIBA_WINDOWS": "10m", "FIBA_RETENTION": "5m"}, "FIBA_WINDOWS"),
+        (["worker", "--aggregations", "count,nosuch"], {}, "nosuch"),
         (["produce", "--generate", "1", "--broker-profile", "fast"], {}, "'fast' is not one"),
         (["tail", "--config", "/nonexistent/fiba.toml"], {}, "cannot read config file"),
     ],
