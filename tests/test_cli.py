@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -18,6 +19,7 @@ from agents.records import DLQ_DETAIL, DLQ_REASON
 from app.broker import free_port
 from app.cli import cli
 from app.generator import MAX_VALUE, generate_events, key_name, ooo_count
+from app.settings import SETTINGS_HELP
 
 TOPIC_FLAGS = ("input-topic", "queries-topic", "aggregates-topic", "answers-topic")
 
@@ -353,3 +355,14 @@ def test_config_file_before_or_after_the_command_and_precedence(tmp_path):
     result = fiba("--config", str(config), "worker", "--retention", "90m", env=env)
     assert "--windows" not in result.stderr
     assert "window '2h' is longer than the retention" in result.stderr
+
+
+def test_the_readme_configuration_table_lists_every_setting_once():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    names = [row.split("`")[1] for row in rows]
+    assert names == list(SETTINGS_HELP)
+    for name, row in zip(names, rows, strict=True):
+        assert f"`FIBA_{name.upper()}`" in row
+        assert f"`--{name.replace('_', '-')}`" in row
