@@ -14,10 +14,12 @@ exactly once, with its final partial. A query costs one more combine (structure 
 Rules (each raises :class:`ValueError` with the reason):
 
 * ``insert(t, x)`` with ``t`` older than the youngest time: FIFO windows only grow at the end;
-* ``evict(t)`` of a present entry that is not the oldest: FIFO windows only shrink at the front.
+* ``evict(t)`` of a present entry that is not the oldest: FIFO windows only shrink at the front;
+* ``bulk_insert(pairs)`` whose times decrease or start before the youngest time (checked before
+  any insert, so the window is left unchanged).
 
 ``evict`` of an absent time returns ``False``; ``bulk_evict(t)`` evicts the oldest entries while
-their time is ``<= t``; ``bulk_insert`` inserts pairs in order (a loop).
+their time is ``<= t``; ``bulk_insert`` inserts the pairs in order (a loop).
 """
 
 from __future__ import annotations
@@ -137,7 +139,17 @@ class FifoAggregator(ABC):
         return count
 
     def bulk_insert(self, pairs: Iterable[tuple[Any, Any]]) -> None:
-        """Insert ``(t, x)`` pairs in the given order (times non-decreasing); a loop of inserts."""
+        """Insert ``(t, x)`` pairs, a loop of inserts; all or nothing: ValueError, and no change,
+        unless the times are non-decreasing and none is older than ``youngest()``."""
+        pairs = list(pairs)
+        previous = self._staged_t
+        for t, _ in pairs:
+            if previous is not _NOTHING and t < previous:
+                raise ValueError(
+                    f"bulk_insert needs pairs sorted by time, none older than the youngest: "
+                    f"t={t!r} comes after {previous!r} (this aggregator is FIFO)"
+                )
+            previous = t
         for t, x in pairs:
             self.insert(t, x)
 
