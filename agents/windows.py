@@ -1,0 +1,317 @@
+"""The events -> per-key windows -> aggregates agent, with exactly-once state under at-least-once.
+
+One ``WindowsPipeline`` per worker holds, for every input partition it owns, a ``KeyWindows``
+(``stores.key_windows``: one FiBA per key) and the partition's *applied offset*; the durable
+copy lives in the ``WindowStore`` (``stores.window_store``), from which a partition's state is
+restored the first time one of its records (or queries) is handled after an assignment.
+
+Per input record, in offset order per partition:
+
+1. ``offset <= applied offset``: a redelivery (after a crash or a rebalance) whose effect is
+   already in the state: skipped — nothing is counted twice, no second dead letter.
+2. Parsed (``agents.events``) and offered to the key's windows (late/future/bad value checks).
+   Rejected -> a dead letter with the original bytes, and ``store.record_skipped(offset)``.
+3. Accepted -> the aggregate record (``emit`` = ``event``/``changes``) is produced, then
+   ``store.record(offset, key, time, partial, evicted)`` persists the new entry, the lazily
+   evicted ones and the applied offset atomically. The store sends its changelog through the
+   Faust producer, which Faust flushes before every offset commit, so committed input is never
+   ahead of the changelog.
+
+With ``emit = "batch"`` the agent takes up to ``batch_max_records`` records or waits
+``batch_max_wait`` (``stream.take_events``) and applies each partition's share with one
+``KeyWindows.accept_batch`` (one bulk insert and bulk evict per key); store calls still happen
+per record in offset order, with the partial right after that record, so a crash mid-batch
+resumes exactly.
+
+A timer sweeps idle keys every ``sweep_interval`` (``KeyWindows.sweep`` + ``store.evict``) and
+logs the counters. A per-partition lock orders the agent, the sweep and revocation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+from faust.types import TP, Message
+
+from agents.dead_letters import DeadLetters
+from agents.events import BadEvent, EventParser
+from agents.records import AggregateRecord, dumps
+from app.faust_app import FibaApp
+from stores.key_windows import Accepted, KeyWindows, Rejected, WindowConfig
+from stores.window_store import WindowStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class PartitionState:
+    """What this worker holds for one input partition it owns."""
+
+    partition: int
+    windows: KeyWindows
+    applied_offset: int
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def encode_json(obj: dict[str, Any]) -> bytes:
+    """Compact JSON bytes of an output record; a float that overflowed to +-inf (a sum of
+    huge values) is written as ``null``, since JSON has no infinities."""
+    try:
+        return dumps(obj)
+    except ValueError:
+        return json.dumps(_finite(obj), separators=(",", ":")).encode()
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def kafka_time_ms(message: Message) -> int | None:
+    """The record timestamp of ``message`` in ms (Faust gives float seconds)."""
+    return None if message.timestamp is None else round(message.timestamp * 1000)
+
+
+class WindowsPipeline:
+    """The per-partition window state of one worker and the processing of input records."""
+
+    def __init__(
+        self, fiba: FibaApp, store: WindowStore, dead_letters: DeadLetters, config: WindowConfig
+    ) -> None:
+        self.fiba = fiba
+        self.settings = fiba.settings
+        self.store = store
+        self.dead_letters = dead_letters
+        self.config = config
+        self.parser = EventParser(fiba.settings)
+        self.counts: Counter[str] = Counter()
+        self._states: dict[int, PartitionState] = {}
+        self._restoring: dict[int, asyncio.Lock] = {}
+        self._store_started = False
+
+    # --- partitions ---------------------------------------------------------------------------
+
+    async def state(self, partition: int) -> PartitionState:
+        """The state of an owned ``partition``, restored from the store on first use."""
+        state = self._states.get(partition)
+        if state is not None:
+            return state
+        lock = self._restoring.setdefault(partition, asyncio.Lock())
+        async with lock:
+            state = self._states.get(partition)
+            if state is None:
+                if not self._store_started:
+                    await self.store.start()
+                    self._store_started = True
+                restored = await self.store.restore(partition)
+                windows = KeyWindows(self.config, emit=self.settings.emit)
+                state = PartitionState(partition, windows, restored.applied_offset)
+                async with state.lock:
+                    self._states[partition] = state
+                    cleaned = windows.restore(restored.windows)
+                    for key, times in cleaned:
+                        await self.store.evict(partition, key, times)
+                logger.info(
+                    "partition %d restored: %d keys, stream time %s, applied offset %d",
+                    partition,
+                    len(windows),
+                    windows.stream_time,
+                    restored.applied_offset,
+                )
+        return state
+
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions whose state is loaded."""
+        return sorted(self._states)
+
+    async def keep_only(self, partitions: Iterable[int]) -> None:
+        """Release the state of every loaded partition not in ``partitions`` (reassigned)."""
+        keep = set(partitions)
+        for partition in [p for p in self._states if p not in keep]:
+            state = self._states[partition]
+            async with state.lock:
+                del self._states[partition]
+                await self.store.release(partition)
+            logger.info("partition %d released", partition)
+
+    # --- records ------------------------------------------------------------------------------
+
+    async def process(self, message: Message) -> None:
+        """Handle one input record (``emit`` = ``event`` or ``changes``)."""
+        state = self._states.get(message.partition) or await self.state(message.partition)
+        async with state.lock:
+            offset = message.offset
+            if offset <= state.applied_offset:
+                self.counts["redelivered_skipped"] += 1
+                return
+            try:
+                event = self.parser.parse(message.key, message.value, kafka_time_ms(message))
+                outcome = state.windows.accept(event.key, event.ts, event.value)
+            except (BadEvent, Rejected) as rejected:
+                await self._reject(state, message, rejected.reason, rejected.detail)
+                return
+            self.counts["accepted"] += 1
+            await self._emit(outcome.record, outcome.key)
+            await self.store.record(
+                state.partition,
+                offset,
+                outcome.key,
+                outcome.time,
+                outcome.partial,
+                outcome.evicted,
+            )
+            state.applied_offset = offset
+
+    async def process_batch(self, messages: Sequence[Message]) -> None:
+        """Handle a batch of input records (``emit`` = ``batch``), partition by partition."""
+        by_partition: dict[int, list[Message]] = {}
+        for message in messages:
+            by_partition.setdefault(message.partition, []).append(message)
+        for partition, share in by_partition.items():
+            state = self._states.get(partition) or await self.state(partition)
+            async with state.lock:
+                await self._process_share(state, share)
+
+    async def _process_share(self, state: PartitionState, messages: list[Message]) -> None:
+        fresh = [m for m in messages if m.offset > state.applied_offset]
+        self.counts["redelivered_skipped"] += len(messages) - len(fresh)
+        parsed: list[BadEvent | None] = []
+        events = []
+        for message in fresh:
+            try:
+                event = self.parser.parse(message.key, message.value, kafka_time_ms(message))
+            except BadEvent as bad:
+                parsed.append(bad)
+                continue
+            parsed.append(None)
+            events.append((event.key, event.ts, event.value))
+        result = state.windows.accept_batch(events)
+        outcomes = iter(result.outcomes)
+        pending: list[tuple[Message, Accepted]] = []
+        for message, bad in zip(fresh, parsed, strict=True):
+            outcome: BadEvent | Rejected | Accepted = bad or next(outcomes)
+            if isinstance(outcome, Accepted):
+                pending.append((message, outcome))
+                continue
+            await self._flush_accepted(state, pending)
+            await self._reject(state, message, outcome.reason, outcome.detail)
+        await self._flush_accepted(state, pending)
+        for key, times in result.evicted.items():
+            if times:
+                await self.store.evict(state.partition, key, times)
+        for record in result.records:
+            await self._emit(record, record.key)
+
+    async def _flush_accepted(
+        self, state: PartitionState, pending: list[tuple[Message, Accepted]]
+    ) -> None:
+        for message, accepted in pending:
+            self.counts["accepted"] += 1
+            await self.store.record(
+                state.partition, message.offset, accepted.key, accepted.time, accepted.partial
+            )
+            state.applied_offset = message.offset
+        pending.clear()
+
+    async def _reject(
+        self, state: PartitionState, message: Message, reason: str, detail: str
+    ) -> None:
+        await self.dead_letters.send(
+            reason,
+            detail,
+            message.topic,
+            message.partition,
+            message.offset,
+            message.key,
+            message.value,
+        )
+        self.store.record_skipped(state.partition, message.offset)
+        state.applied_offset = message.offset
+
+    async def _emit(self, record: AggregateRecord | None, key: str) -> None:
+        if record is None:
+            self.counts["suppressed"] += 1
+            return
+        self.counts["aggregates"] += 1
+        await self.fiba.aggregates_topic.send(key=key.encode(), value=encode_json(record.to_json()))
+
+    # --- maintenance --------------------------------------------------------------------------
+
+    async def sweep(self) -> int:
+        """Evict expired entries of idle keys in every loaded partition; entries evicted."""
+        evicted = 0
+        for state in list(self._states.values()):
+            async with state.lock:
+                if self._states.get(state.partition) is not state:
+                    continue
+                for key, times in state.windows.sweep():
+                    evicted += len(times)
+                    await self.store.evict(state.partition, key, times)
+        self.counts["swept"] += evicted
+        return evicted
+
+    def stats(self) -> dict[str, Any]:
+        """Counters and per-partition state, as served by ``GET /stats``."""
+        return {
+            "counts": dict(self.counts),
+            "dead_letters": dict(self.dead_letters.counts),
+            "partitions": {
+                str(p): {
+                    "stream_time": s.windows.stream_time,
+                    "keys": len(s.windows),
+                    "applied_offset": s.applied_offset,
+                }
+                for p, s in sorted(self._states.items())
+            },
+        }
+
+
+def install(fiba: FibaApp, pipeline: WindowsPipeline) -> None:
+    """Register the windows agent, the sweep timer and the rebalance hooks on ``fiba.app``."""
+    app = fiba.app
+    settings = fiba.settings
+
+    if settings.emit == "batch":
+
+        async def windows_agent(stream: faust.StreamT) -> None:
+            within = settings.batch_max_wait / 1000
+            async for events in stream.take_events(settings.batch_max_records, within):
+                await pipeline.process_batch([event.message for event in events])
+
+    else:
+
+        async def windows_agent(stream: faust.StreamT) -> None:
+            async for event in stream.events():
+                await pipeline.process(event.message)
+
+    app.agent(fiba.input_topic, name="fiba-windows")(windows_agent)
+
+    async def sweep_idle_keys() -> None:
+        evicted = await pipeline.sweep()
+        logger.info("sweep: %d entries evicted; stats %s", evicted, json.dumps(pipeline.stats()))
+
+    app.timer(settings.sweep_interval / 1000, name="fiba-sweep", on_leader=False)(sweep_idle_keys)
+
+    @app.on_partitions_revoked.connect
+    async def flush_on_revoke(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+        await pipeline.store.flush()
+
+    @app.on_partitions_assigned.connect
+    async def release_lost(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        await pipeline.keep_only(
+            tp.partition for tp in assigned if tp.topic == fiba.input_topic.get_topic_name()
+        )

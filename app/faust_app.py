@@ -1,0 +1,124 @@
+"""The Faust app of a worker, built from ``Settings``, and the topics its agents use.
+
+``create_app(settings)`` returns a ``FibaApp``: the ``faust.App`` plus the five topics, every
+one with raw bytes keys and values (the agents parse and validate input themselves, so no
+record can crash a codec). Topics are never declared by Faust (``topic_allow_declare`` off):
+they are created explicitly beforehand (``app.topics.create_topics``, ``fiba topics create``),
+because a broker may auto-create a missing topic with the wrong partition count.
+
+Broker profiles (``broker_profile``):
+
+- ``kafka``: Faust's defaults for a real cluster.
+- ``embedded``: the Tansu workarounds of the embedded broker (see ``app.broker``): a 5 s
+  session timeout and a 0.5 s heartbeat, so that a group join takes seconds, not minutes, and a
+  takeover after a crash about 10 s. Nothing else in the app depends on the profile: the
+  window store reads its changelog to the Fetch high watermark on every broker.
+
+Processing guarantee: at-least-once (``exactly_once`` does not run on the embedded broker);
+exactness of the state comes from the window store's applied offsets (``agents.windows``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from aiokafka.helpers import create_ssl_context
+from aiokafka.partitioner import murmur2
+
+from app.settings import Settings
+
+EMBEDDED_SESSION_TIMEOUT_S = 5.0
+EMBEDDED_HEARTBEAT_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class FibaApp:
+    """A worker's Faust app with its settings and topics (all raw bytes)."""
+
+    settings: Settings
+    app: faust.App
+    input_topic: faust.TopicT
+    queries_topic: faust.TopicT
+    aggregates_topic: faust.TopicT
+    answers_topic: faust.TopicT
+    dead_letter_topic: faust.TopicT
+
+    def key_partition(self, key: bytes) -> int:
+        """The input partition of a record with Kafka key ``key`` (Kafka's murmur2 default
+        partitioner over ``partitions`` partitions, the same on every client)."""
+        return (murmur2(key) & 0x7FFFFFFF) % self.settings.partitions
+
+
+def faust_options(settings: Settings) -> dict[str, Any]:
+    """The ``faust.App`` keyword arguments of ``settings`` (profile applied)."""
+    options: dict[str, Any] = {
+        "broker": settings.faust_broker,
+        "web_host": settings.web_host,
+        "web_port": settings.web_port,
+        "web_enabled": True,
+        "datadir": str(settings.state_dir / "faust"),
+        "topic_partitions": settings.partitions,
+        "topic_replication_factor": settings.replication_factor,
+        "topic_allow_declare": False,
+        "table_standby_replicas": settings.standby_replicas,
+        "consumer_auto_offset_reset": "earliest",
+        "processing_guarantee": "at_least_once",
+        "store": "memory://",
+    }
+    credentials = _credentials(settings)
+    if credentials is not None:
+        options["broker_credentials"] = credentials
+    if settings.embedded:
+        options["broker_session_timeout"] = EMBEDDED_SESSION_TIMEOUT_S
+        options["broker_heartbeat_interval"] = EMBEDDED_HEARTBEAT_INTERVAL_S
+    return options
+
+
+def _credentials(settings: Settings) -> faust.auth.Credentials | None:
+    protocol = settings.security_protocol
+    if protocol in (None, "PLAINTEXT"):
+        return None
+    ssl_context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        ssl_context = create_ssl_context(
+            cafile=settings.ssl_cafile,
+            certfile=settings.ssl_certfile,
+            keyfile=settings.ssl_keyfile,
+        )
+    if protocol == "SSL":
+        return faust.SSLCredentials(ssl_context)
+    if settings.sasl_mechanism == "GSSAPI":
+        return faust.GSSAPICredentials(ssl_context=ssl_context)
+    return faust.SASLCredentials(
+        username=settings.sasl_username,
+        password=settings.sasl_password,
+        ssl_context=ssl_context,
+        mechanism=settings.sasl_mechanism or "PLAIN",
+    )
+
+
+def create_app(settings: Settings) -> FibaApp:
+    """A new Faust app for ``settings`` (agents are added by ``agents.*.install``)."""
+    app = faust.App(settings.app_id, **faust_options(settings))
+
+    def raw_topic(name: str) -> faust.TopicT:
+        return app.topic(
+            name,
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+
+    return FibaApp(
+        settings=settings,
+        app=app,
+        input_topic=raw_topic(settings.input_topic),
+        queries_topic=raw_topic(settings.queries_topic),
+        aggregates_topic=raw_topic(settings.aggregates_topic),
+        answers_topic=raw_topic(settings.answers_topic),
+        dead_letter_topic=raw_topic(settings.dead_letter_topic),
+    )

@@ -1,0 +1,80 @@
+"""Assemble and run one stream-processing worker: ``run_worker(settings)`` (``fiba worker``).
+
+``build_worker(settings)`` wires the pieces: the Faust app and topics (``app.faust_app``), the
+durable window store (``stores.window_store``, its changelog sent through the Faust producer so
+that Faust's pre-commit flush covers it), the dead-letter sender, the windows pipeline and agent
+(``agents.windows``), the query agent and HTTP views (``agents.queries``). ``run_worker`` runs
+it in the foreground until SIGTERM/SIGINT; on shutdown the store is flushed and checkpointed
+after the consumer stopped and before the producer is flushed.
+
+The topics must exist (``fiba topics create`` or ``app.topics.create_topics``).
+
+As a subprocess (how the tests start workers)::
+
+    FIBA_BROKER=127.0.0.1:9092 FIBA_BROKER_PROFILE=embedded FIBA_APP_ID=my-app \\
+    FIBA_INPUT_TOPIC=... FIBA_STATE_DIR=/tmp/w1 FIBA_WEB_PORT=6067 fiba worker
+
+(or ``fiba --config worker.toml worker``; every setting of ``app.settings`` works either way).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+
+from agents import queries, windows
+from agents.dead_letters import DeadLetters
+from agents.queries import QueryService
+from agents.windows import WindowsPipeline
+from app.faust_app import FibaApp, create_app
+from app.settings import Settings
+from stores.changelog import FaustChangelogProducer
+from stores.key_windows import PartialJsonCodec, WindowConfig
+from stores.window_store import WindowStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A wired worker: its Faust app, store, pipeline and query service."""
+
+    fiba: FibaApp
+    store: WindowStore
+    pipeline: WindowsPipeline
+    queries: QueryService
+
+
+def build_worker(settings: Settings) -> Worker:
+    """Create the app and register every agent, timer, view and lifecycle hook; the state
+    directory is created if missing."""
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    fiba = create_app(settings)
+    config = WindowConfig.from_settings(settings)
+    store = WindowStore(
+        settings, PartialJsonCodec(config.composed), FaustChangelogProducer(fiba.app.producer)
+    )
+    pipeline = WindowsPipeline(fiba, store, DeadLetters(fiba.dead_letter_topic), config)
+    service = QueryService(fiba, pipeline)
+    windows.install(fiba, pipeline)
+    queries.install(fiba, service)
+
+    @fiba.app.on_before_shutdown.connect
+    async def stop_store(sender: Any, **kwargs: Any) -> None:
+        await store.stop()
+
+    return Worker(fiba, store, pipeline, service)
+
+
+def run_worker(settings: Settings) -> None:
+    """Run a worker in the foreground until it is told to stop (SIGTERM/SIGINT)."""
+    worker = build_worker(settings)
+    faust.Worker(
+        worker.fiba.app,
+        loglevel=settings.log_level,
+        quiet=True,
+        redirect_stdouts=False,
+    ).execute_from_commandline()

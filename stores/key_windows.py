@@ -1,0 +1,451 @@
+"""The per-key sliding windows of one input partition, one FiBA per key.
+
+Semantics (KIP-450 sliding windows, generalised to out-of-order data and several sizes):
+
+* Event times are mapped to *window times*: the event time itself, or with a ``resolution`` r
+  the start of its pane, ``t - t mod r`` (all events of one pane combine into one entry).
+  Everything below is in window times.
+* The stream time ``S`` of the partition is the largest window time accepted on it (``None``
+  before the first event).
+* An event at time ``t`` is *late* when ``t < S - R`` (``R`` = retention) and *future* when
+  ``t > S + max_future_skew``; both are rejected (``Rejected``) and change nothing. Otherwise it
+  is accepted, ``S`` becomes ``max(S, t)`` and the event is inserted at ``t`` into its key's
+  window. Distinct events with equal times all count (their partials combine, older first).
+* The window of size ``w`` of key ``k`` at stream time ``S`` holds the accepted events of ``k``
+  with ``S - w <= t <= S`` (both bounds inclusive).
+* Retention: entries with ``t < S - R`` are dropped. For the key being touched this happens at
+  once (``bulk_evict``, lazily); idle keys are cleaned by ``sweep()``, which finds them through a
+  ``SortedList`` of ``(oldest time, key)``. Queries never see entries older than ``S - R``, so
+  results do not depend on when the sweep last ran.
+
+Each key has ONE aggregator over a composed monoid (every configured aggregation plus the
+event count); every window size is answered from it by a range query (window sharing, seed 000
+§4), or by the O(1) whole-window query when the window covers every retained entry.
+
+Emission modes (``emit``): ``event`` — ``accept`` returns the ``AggregateRecord`` of the key
+(every window at the new ``S``) after each accepted event; ``changes`` — the same, but ``None``
+when no window's count or aggregates changed since the key's previous record; ``batch`` —
+``accept_batch`` applies many events with one ``bulk_insert`` and one ``bulk_evict`` per key and
+returns one record per touched key, at the stream time after the batch. Acceptance decisions
+inside a batch are made event by event, so every mode ends in the same state.
+
+Costs, with ``d`` the distance of an insert from the younger end of its key's window, ``m`` the
+entries a call evicts, ``W`` the number of windows and ``K`` the number of keys: ``accept`` is
+O(log d + log m + W log n) combines (plus O(log K) when the key's oldest time changes);
+``sweep`` is O(log m + log K) per cleaned key; ``query_range`` is O(log n).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import takewhile
+from typing import Any, Protocol
+
+from sortedcontainers import SortedList
+
+from agents.records import (
+    REASON_BAD_VALUE,
+    REASON_FUTURE,
+    REASON_LATE,
+    AggregateRecord,
+    WindowResult,
+)
+from app.settings import Settings, WindowSpec
+from stores.baselines.classic_btree import ClassicBTree
+from stores.monoids import compose, make_monoid, monoid
+
+COUNT = "count"
+
+
+class SlidingWindow(Protocol):
+    """The aggregator ADT this module needs (``stores.fiba.FiBA`` implements it)."""
+
+    def insert(self, t: Any, x: Any) -> None: ...
+    def bulk_insert(self, pairs: Iterable[tuple[Any, Any]]) -> None: ...
+    def bulk_evict(self, t: Any) -> int: ...
+    def query(self) -> Any: ...
+    def query_range(self, t_from: Any, t_to: Any) -> Any: ...
+    def get(self, t: Any) -> Any: ...
+    def oldest(self) -> Any: ...
+    def youngest(self) -> Any: ...
+    def __iter__(self) -> Any: ...
+    def __len__(self) -> int: ...
+
+
+class Rejected(Exception):
+    """An event that was not inserted: ``reason`` (a dead-letter code) and ``detail``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class WindowConfig:
+    """What the windows of a partition are: sizes, retention, skew, panes, aggregations.
+
+    ``partial_monoid`` is the composed monoid (``aggregations`` plus ``count``) with an identity
+    ``lift``: the aggregators store partials lifted once, by ``lift`` here.
+    """
+
+    windows: tuple[WindowSpec, ...]
+    retention: int
+    max_future_skew: int
+    resolution: int | None
+    aggregations: tuple[str, ...]
+    composed: Any
+    partial_monoid: Any
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WindowConfig:
+        """The configuration of ``settings``; raises ``ValueError`` for unknown aggregations."""
+        parts = {name: monoid(name) for name in settings.aggregations}
+        parts.setdefault(COUNT, monoid(COUNT))
+        composed = compose(parts)
+        return cls(
+            windows=settings.windows,
+            retention=settings.retention,
+            max_future_skew=settings.max_future_skew,
+            resolution=settings.resolution,
+            aggregations=settings.aggregations,
+            composed=composed,
+            partial_monoid=_prelifted(composed),
+        )
+
+    def window_time(self, ts: int) -> int:
+        """The window time of event time ``ts``: itself, or the start of its pane."""
+        r = self.resolution
+        return ts if r is None else ts - ts % r
+
+    def lift(self, value: Any) -> Any:
+        """The partial of one event's ``value``; ``Rejected(bad_value)`` if it cannot be one.
+
+        Non-numbers (objects) are also combined with themselves once, so a value that lifts
+        but cannot be combined (an object fed to ``sum``) is refused here, not inside a tree.
+        """
+        composed = self.composed
+        try:
+            partial = composed.lift(value)
+            if not isinstance(value, int | float):
+                composed.combine(partial, partial)
+        except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
+            raise Rejected(REASON_BAD_VALUE, f"cannot aggregate {value!r}: {exc}") from None
+        return partial
+
+
+class PartialJsonCodec:
+    """Bytes of a monoid's partials: JSON of its ``to_state`` (floats round-trip exactly)."""
+
+    def __init__(self, composed: Any) -> None:
+        self._to_state = composed.to_state
+        self._from_state = composed.from_state
+
+    def encode(self, partial: Any) -> bytes:
+        return json.dumps(self._to_state(partial), separators=(",", ":")).encode()
+
+    def decode(self, data: bytes) -> Any:
+        return self._from_state(json.loads(data))
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _prelifted(composed: Any) -> Any:
+    return make_monoid(
+        composed.identity,
+        _same,
+        composed.combine,
+        composed.lower,
+        name="prelifted",
+        to_state=composed.to_state,
+        from_state=composed.from_state,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """An applied event: its window ``time``, the key's partial now stored at that time, the
+    times the key's lazy eviction removed, and the record to emit (``None``: nothing to emit).
+    """
+
+    key: str
+    time: int
+    partial: Any
+    evicted: tuple[int, ...]
+    record: AggregateRecord | None
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """Outcome of ``accept_batch``: per input event an ``Accepted`` (``record`` is ``None``) or a
+    ``Rejected``, in input order; the emitted records (one per touched key, unless suppressed);
+    the times evicted per touched key.
+    """
+
+    outcomes: list[Accepted | Rejected] = field(default_factory=list)
+    records: list[AggregateRecord] = field(default_factory=list)
+    evicted: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+class KeyWindows:
+    """The per-key windows of one partition (see the module docstring for the semantics).
+
+    ``window_factory(monoid)`` makes one key's aggregator (the classic B-tree until FiBA lands).
+    """
+
+    def __init__(
+        self,
+        config: WindowConfig,
+        emit: str = "event",
+        window_factory: Callable[[Any], SlidingWindow] = ClassicBTree,
+    ) -> None:
+        self.config = config
+        self.emit = emit
+        self.stream_time: int | None = None
+        self._factory = window_factory
+        self._windows: dict[str, SlidingWindow] = {}
+        self._oldest: dict[str, int] = {}
+        self._by_oldest: SortedList = SortedList()
+        self._last_emitted: dict[str, tuple] = {}
+        self._empty = config.composed.lower(config.composed.identity)
+
+    # --- state --------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Number of keys holding at least one entry."""
+        return len(self._windows)
+
+    def __iter__(self) -> Iterator[str]:
+        """The keys holding at least one entry."""
+        return iter(self._windows)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._windows
+
+    def entries(self, key: str) -> list[tuple[int, Any]]:
+        """The ``(time, partial)`` entries of ``key`` in time order (retained or not yet swept)."""
+        window = self._windows.get(key)
+        return list(window) if window is not None else []
+
+    def restore(
+        self, windows: Mapping[str, Sequence[tuple[int, Any]]]
+    ) -> list[tuple[str, tuple[int, ...]]]:
+        """Replace the state by ``windows`` (key -> entries sorted by time, partials).
+
+        ``S`` becomes the youngest time of all entries. O(total entries); entries already
+        older than ``S - R`` are evicted at once and returned as ``sweep`` returns them.
+        """
+        self.stream_time = None
+        self._windows.clear()
+        self._oldest.clear()
+        self._by_oldest.clear()
+        self._last_emitted.clear()
+        for key, pairs in windows.items():
+            if not pairs:
+                continue
+            window = self._factory(self.config.partial_monoid)
+            window.bulk_insert(pairs)
+            self._windows[key] = window
+            self._set_oldest(key, pairs[0][0])
+            youngest = pairs[-1][0]
+            if self.stream_time is None or youngest > self.stream_time:
+                self.stream_time = youngest
+        return self.sweep()
+
+    # --- events -------------------------------------------------------------------------------
+
+    def admit(self, ts: int) -> int:
+        """The window time of event time ``ts``, or ``Rejected`` (late/future) at ``S``."""
+        t = self.config.window_time(ts)
+        s = self.stream_time
+        if s is not None:
+            if t < s - self.config.retention:
+                raise Rejected(
+                    REASON_LATE, f"time {t} < stream time {s} - retention {self.config.retention}"
+                )
+            if t > s + self.config.max_future_skew:
+                raise Rejected(
+                    REASON_FUTURE,
+                    f"time {t} > stream time {s} + max_future_skew {self.config.max_future_skew}",
+                )
+        return t
+
+    def accept(self, key: str, ts: int, value: Any) -> Accepted:
+        """Apply one event (``emit`` = ``event`` or ``changes``); ``Rejected`` if it is refused."""
+        t = self.admit(ts)
+        partial = self.config.lift(value)
+        if self.stream_time is None or t > self.stream_time:
+            self.stream_time = t
+        window = self._window(key)
+        window.insert(t, partial)
+        if t < self._oldest[key]:
+            self._set_oldest(key, t)
+        evicted = self._evict_expired(key)
+        return Accepted(key, t, window.get(t), evicted, self._record(key, ts))
+
+    def accept_batch(self, events: Sequence[tuple[str, int, Any]]) -> BatchResult:
+        """Apply ``(key, ts, value)`` events with one bulk insert and evict per touched key.
+
+        Decisions (late, future, bad value) are made in input order as ``accept`` would make
+        them; each ``Accepted.partial`` is the key's partial at that time right after that event
+        (what a store must persist to resume exactly after it). Records: one per touched key,
+        all windows at the stream time after the batch (``event_ts`` = the key's last event).
+        """
+        result = BatchResult()
+        pending: dict[str, list[tuple[int, Any]]] = {}
+        running: dict[tuple[str, int], Any] = {}
+        last_ts: dict[str, int] = {}
+        combine = self.config.composed.combine
+        for key, ts, value in events:
+            try:
+                t = self.admit(ts)
+                partial = self.config.lift(value)
+            except Rejected as rejected:
+                result.outcomes.append(rejected)
+                continue
+            if self.stream_time is None or t > self.stream_time:
+                self.stream_time = t
+            slot = (key, t)
+            before = running.get(slot)
+            if before is None:
+                window = self._windows.get(key)
+                before = window.get(t) if window is not None else None
+            after = partial if before is None else combine(before, partial)
+            running[slot] = after
+            pending.setdefault(key, []).append((t, partial))
+            last_ts[key] = ts
+            result.outcomes.append(Accepted(key, t, after, (), None))
+        for key, pairs in pending.items():
+            pairs.sort(key=_time_of)
+            window = self._window(key)
+            window.bulk_insert(pairs)
+            if pairs[0][0] < self._oldest[key]:
+                self._set_oldest(key, pairs[0][0])
+            result.evicted[key] = self._evict_expired(key)
+            record = self._record(key, last_ts[key])
+            if record is not None:
+                result.records.append(record)
+        return result
+
+    # --- retention ----------------------------------------------------------------------------
+
+    def sweep(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Evict every key's entries older than ``S - R``; keys left empty are forgotten.
+
+        Returns ``(key, evicted times)`` per cleaned key. Only keys whose oldest entry is
+        expired are visited (through the sorted index), O(log m + log K) each.
+        """
+        if self.stream_time is None:
+            return []
+        horizon = self.stream_time - self.config.retention
+        cleaned = []
+        by_oldest = self._by_oldest
+        while by_oldest and by_oldest[0][0] < horizon:
+            key = by_oldest[0][1]
+            cleaned.append((key, self._evict_expired(key)))
+        return cleaned
+
+    def _evict_expired(self, key: str) -> tuple[int, ...]:
+        assert self.stream_time is not None
+        horizon = self.stream_time - self.config.retention
+        if self._oldest[key] >= horizon:
+            return ()
+        window = self._windows[key]
+        times = tuple(t for t, _ in takewhile(lambda entry: entry[0] < horizon, window))
+        window.bulk_evict(horizon - 1)
+        if len(window):
+            self._set_oldest(key, window.oldest())
+        else:
+            self._forget(key)
+        return times
+
+    def _window(self, key: str) -> SlidingWindow:
+        window = self._windows.get(key)
+        if window is None:
+            window = self._windows[key] = self._factory(self.config.partial_monoid)
+            self._oldest[key] = _NEVER
+            self._by_oldest.add((_NEVER, key))
+        return window
+
+    def _set_oldest(self, key: str, t: int) -> None:
+        old = self._oldest.get(key)
+        if old is not None:
+            self._by_oldest.remove((old, key))
+        self._oldest[key] = t
+        self._by_oldest.add((t, key))
+
+    def _forget(self, key: str) -> None:
+        self._by_oldest.remove((self._oldest.pop(key), key))
+        del self._windows[key]
+        self._last_emitted.pop(key, None)
+
+    # --- results ------------------------------------------------------------------------------
+
+    def windows_of(self, key: str) -> dict[str, WindowResult]:
+        """Every configured window of ``key`` at the stream time (``{}`` before any event)."""
+        s = self.stream_time
+        if s is None:
+            return {}
+        window = self._windows.get(key)
+        results = {}
+        for spec in self.config.windows:
+            start = s - spec.size_ms
+            lowered = self._lowered(window, start, s)
+            results[spec.name] = self._result(start, s, lowered)
+        return results
+
+    def query_range(self, key: str, t_from: int, t_to: int) -> tuple[int, dict[str, Any]]:
+        """``(count, aggregates)`` of ``key``'s retained events with ``t_from <= t <= t_to``.
+
+        Bounds are window times (with panes, a pane counts when its start is in range).
+        An unknown key, an empty or inverted range give ``0`` and the empty aggregates.
+        """
+        s = self.stream_time
+        window = self._windows.get(key)
+        if s is None or window is None:
+            lowered = self._empty
+        else:
+            lowered = self._lowered(window, max(t_from, s - self.config.retention), t_to)
+        return lowered[COUNT], {name: lowered[name] for name in self.config.aggregations}
+
+    def _lowered(self, window: SlidingWindow | None, t_from: int, t_to: int) -> dict[str, Any]:
+        if window is None or t_to < t_from:
+            return self._empty
+        if t_from <= window.oldest() and t_to >= window.youngest():
+            return window.query()
+        return window.query_range(t_from, t_to)
+
+    def _result(self, start: int, end: int, lowered: dict[str, Any]) -> WindowResult:
+        return WindowResult(
+            start=start,
+            end=end,
+            count=lowered[COUNT],
+            aggregates={name: lowered[name] for name in self.config.aggregations},
+        )
+
+    def _record(self, key: str, event_ts: int) -> AggregateRecord | None:
+        assert self.stream_time is not None
+        windows = self.windows_of(key)
+        if self.emit == "changes":
+            fingerprint = tuple((w.count, _frozen(w.aggregates)) for w in windows.values())
+            if self._last_emitted.get(key) == fingerprint:
+                return None
+            self._last_emitted[key] = fingerprint
+        return AggregateRecord(
+            key=key, event_ts=event_ts, stream_time=self.stream_time, windows=windows
+        )
+
+
+_NEVER = 2**63
+
+
+def _time_of(pair: tuple[int, Any]) -> int:
+    return pair[0]
+
+
+def _frozen(aggregates: dict[str, Any]) -> tuple:
+    return tuple((name, repr(value)) for name, value in aggregates.items())

@@ -1,0 +1,304 @@
+"""KeyWindows against an independent brute-force model of the sliding-window semantics.
+
+The model (``Model``) keeps every accepted event as a plain list and recomputes every window
+from scratch with Python builtins; it shares nothing with ``stores.key_windows`` but the
+settings. ``collect`` is among the aggregations, so the order of combination (time order, equal
+times in arrival order) is checked too, not only commutative results.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.settings import Settings, WindowSpec
+from stores.key_windows import Accepted, KeyWindows, Rejected, WindowConfig
+
+SETTINGS = replace(
+    Settings(),
+    retention=100,
+    windows=(WindowSpec("w10", 10), WindowSpec("w40", 40), WindowSpec("w80", 80)),
+    aggregations=("sum", "max", "mean", "pop_stddev", "collect"),
+    max_future_skew=50,
+)
+KEYS = ("a", "b", "c")
+
+
+class Model:
+    """Brute force: accepted events per key, in arrival order; windows recomputed each time."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.stream_time: int | None = None
+        self.events: dict[str, list[tuple[int, int, object]]] = {}
+        self.arrivals = 0
+
+    def decide(self, ts: int, value: object) -> str | int:
+        r = self.s.resolution
+        t = ts if r is None else ts // r * r
+        if self.stream_time is not None:
+            if t < self.stream_time - self.s.retention:
+                return "late"
+            if t > self.stream_time + self.s.max_future_skew:
+                return "future"
+        if not isinstance(value, int):
+            return "bad_value"
+        return t
+
+    def accept(self, key: str, ts: int, value: object) -> str | int:
+        t = self.decide(ts, value)
+        if isinstance(t, str):
+            return t
+        self.stream_time = t if self.stream_time is None else max(self.stream_time, t)
+        self.arrivals += 1
+        self.events.setdefault(key, []).append((t, self.arrivals, value))
+        return t
+
+    def values(self, key: str, lo: int, hi: int) -> list[int]:
+        lo = max(lo, self.stream_time - self.s.retention)
+        inside = sorted(e for e in self.events.get(key, []) if lo <= e[0] <= hi)
+        return [v for _, _, v in inside]
+
+    def aggregates(self, values: list[int]) -> tuple[int, dict[str, object]]:
+        return len(values), {
+            "count": len(values),
+            "sum": sum(values),
+            "max": max(values) if values else None,
+            "mean": statistics.fmean(values) if values else None,
+            "pop_stddev": statistics.pstdev(values) if values else None,
+            "collect": list(values),
+        }
+
+    def windows(self, key: str) -> dict[str, tuple[int, int, int, dict[str, object]]]:
+        s = self.stream_time
+        out = {}
+        for spec in self.s.windows:
+            count, aggs = self.aggregates(self.values(key, s - spec.size_ms, s))
+            out[spec.name] = (s - spec.size_ms, s, count, aggs)
+        return out
+
+    def retained(self, key: str) -> dict[int, list[int]]:
+        horizon = self.stream_time - self.s.retention
+        by_time: dict[int, list[int]] = {}
+        for t, _, v in sorted(self.events.get(key, [])):
+            if t >= horizon:
+                by_time.setdefault(t, []).append(v)
+        return by_time
+
+
+def same_aggregates(actual: dict[str, object], expected: dict[str, object]) -> bool:
+    """``actual``'s aggregates equal ``expected``'s (floats within 1e-9)."""
+    for name, got in actual.items():
+        want = expected[name]
+        if isinstance(want, float) and isinstance(got, float):
+            if not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9):
+                return False
+        elif got != want:
+            return False
+    return True
+
+
+def check_record(record, model: Model, key: str) -> None:
+    assert record.key == key
+    assert record.stream_time == model.stream_time
+    expected = model.windows(key)
+    assert list(record.windows) == list(expected)
+    for name, (start, end, count, aggs) in expected.items():
+        got = record.windows[name]
+        assert (got.start, got.end, got.count) == (start, end, count), name
+        assert tuple(got.aggregates) == model.s.aggregations
+        assert same_aggregates(got.aggregates, aggs), (name, got.aggregates, aggs)
+
+
+def check_entries(windows: KeyWindows, model: Model) -> None:
+    """Retained entries hold, per time, exactly the events at that time in arrival order."""
+    horizon = model.stream_time - model.s.retention
+    for key in KEYS:
+        stored = {t: p for t, p in windows.entries(key) if t >= horizon}
+        expected = model.retained(key)
+        assert sorted(stored) == sorted(expected)
+        for t, values in expected.items():
+            lowered = windows.config.composed.lower(stored[t])
+            assert lowered["collect"] == values and lowered["count"] == len(values)
+
+
+event = st.tuples(
+    st.sampled_from(KEYS),
+    st.integers(min_value=0, max_value=400),
+    st.one_of(st.integers(-50, 50), st.just({"value": 1})),
+)
+events = st.lists(event, max_size=60)
+
+
+def run_one_by_one(settings: Settings, stream, emit: str) -> tuple[KeyWindows, Model]:
+    windows = KeyWindows(WindowConfig.from_settings(settings), emit=emit)
+    model = Model(settings)
+    last: dict[str, dict] = {}
+    for key, ts, value in stream:
+        expected = model.accept(key, ts, value)
+        try:
+            outcome = windows.accept(key, ts, value)
+        except Rejected as rejected:
+            assert rejected.reason == expected
+            continue
+        assert outcome.time == expected
+        assert windows.stream_time == model.stream_time
+        current = {n: (w[2], w[3]) for n, w in model.windows(key).items()}
+        if emit == "changes" and last.get(key) == current:
+            assert outcome.record is None
+        else:
+            check_record(outcome.record, model, key)
+            last[key] = current
+        lowered = windows.config.composed.lower(outcome.partial)
+        assert lowered["collect"] == model.retained(key)[expected]
+    return windows, model
+
+
+@pytest.mark.parametrize("emit", ["event", "changes"])
+@given(stream=events)
+def test_event_and_changes_modes_match_the_model(emit, stream):
+    windows, model = run_one_by_one(SETTINGS, stream, emit)
+    if model.stream_time is not None:
+        check_entries(windows, model)
+
+
+@given(stream=events, resolution=st.sampled_from([3, 7, 25]))
+def test_panes_round_times_down(stream, resolution):
+    settings = replace(SETTINGS, resolution=resolution)
+    windows, model = run_one_by_one(settings, stream, "event")
+    if model.stream_time is not None:
+        assert model.stream_time % resolution == 0
+        check_entries(windows, model)
+
+
+@given(stream=events, cuts=st.lists(st.integers(0, 60), max_size=6))
+def test_batch_mode_matches_the_model(stream, cuts):
+    windows = KeyWindows(WindowConfig.from_settings(SETTINGS), emit="batch")
+    model = Model(SETTINGS)
+    bounds = sorted({0, len(stream), *(c for c in cuts if c <= len(stream))})
+    for lo, hi in itertools.pairwise(bounds):
+        batch = stream[lo:hi]
+        result = windows.accept_batch(batch)
+        touched = []
+        for (key, ts, value), outcome in zip(batch, result.outcomes, strict=True):
+            expected = model.accept(key, ts, value)
+            if isinstance(outcome, Rejected):
+                assert outcome.reason == expected
+                continue
+            assert isinstance(outcome, Accepted) and outcome.time == expected
+            lowered = windows.config.composed.lower(outcome.partial)
+            # the partial right after this event: the model's events at that time so far
+            assert lowered["collect"] == [v for t, _, v in model.events[key] if t == expected]
+            if key not in touched:
+                touched.append(key)
+        assert [r.key for r in result.records] == touched
+        for record in result.records:
+            check_record(record, model, record.key)
+    if model.stream_time is not None:
+        check_entries(windows, model)
+
+
+@given(
+    stream=events,
+    ranges=st.lists(
+        st.tuples(
+            st.sampled_from((*KEYS, "unknown")), st.integers(-50, 450), st.integers(-50, 450)
+        ),
+        max_size=10,
+    ),
+)
+def test_range_queries_match_the_model(stream, ranges):
+    windows, model = run_one_by_one(SETTINGS, stream, "event")
+    for key, lo, hi in ranges:
+        count, aggregates = windows.query_range(key, lo, hi)
+        if model.stream_time is None:
+            assert count == 0 and aggregates["collect"] == [] and aggregates["max"] is None
+            continue
+        want_count, want = model.aggregates(model.values(key, lo, hi))
+        assert count == want_count
+        assert same_aggregates(aggregates, want)
+
+
+@given(stream=events, split=st.integers(0, 60))
+def test_restore_then_continue_equals_uninterrupted(stream, split):
+    first, rest = stream[:split], stream[split:]
+    windows, _ = run_one_by_one(SETTINGS, first, "event")
+    copy = KeyWindows(windows.config, emit="event")
+    copy.restore({key: windows.entries(key) for key in windows})
+    assert copy.stream_time == windows.stream_time
+    for key, ts, value in rest:
+        try:
+            a = windows.accept(key, ts, value)
+        except Rejected as rejected:
+            with pytest.raises(Rejected) as info:
+                copy.accept(key, ts, value)
+            assert info.value.reason == rejected.reason
+            continue
+        b = copy.accept(key, ts, value)
+        assert a.record == b.record
+
+
+@given(stream=events)
+def test_sweep_leaves_only_retained_entries_and_forgets_empty_keys(stream):
+    windows, model = run_one_by_one(SETTINGS, stream, "event")
+    cleaned = dict(windows.sweep())
+    if model.stream_time is None:
+        assert cleaned == {}
+        return
+    horizon = model.stream_time - SETTINGS.retention
+    for key in KEYS:
+        times = [t for t, _ in windows.entries(key)]
+        assert all(t >= horizon for t in times)
+        assert sorted(times) == sorted(model.retained(key))
+        assert (key in windows) == bool(times)
+    assert windows.sweep() == []
+
+
+class CountingWindow:
+    """Wraps a window and counts its ``bulk_evict`` calls (to show the sweep's work)."""
+
+    calls = 0
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def bulk_evict(self, t):
+        CountingWindow.calls += 1
+        return self.inner.bulk_evict(t)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __iter__(self):
+        return iter(self.inner)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def test_sweep_visits_only_keys_with_expired_entries():
+    from stores.baselines.classic_btree import ClassicBTree
+
+    config = WindowConfig.from_settings(replace(SETTINGS, max_future_skew=1000))
+    windows = KeyWindows(config, window_factory=lambda m: CountingWindow(ClassicBTree(m)))
+    windows.accept("old", 1000, 1)
+    for k in range(100):
+        windows.accept(f"idle-{k}", 1100 + k, 1)  # S = 1199: only "old" is behind S - R
+    CountingWindow.calls = 0
+    assert [key for key, _ in windows.sweep()] == ["old"]
+    assert CountingWindow.calls == 1
+    assert "old" not in windows
+
+
+def test_changes_mode_suppresses_events_outside_every_window():
+    settings = replace(SETTINGS, aggregations=("sum",), windows=SETTINGS.windows[:2])
+    windows = KeyWindows(WindowConfig.from_settings(settings), emit="changes")
+    assert windows.accept("k", 100, 1).record is not None
+    assert windows.accept("k", 50, 5).record is None  # within R, outside the 40 ms window
+    assert windows.accept("k", 100, 0).record is not None  # the count changed

@@ -1,0 +1,329 @@
+"""End to end: a real ``fiba worker`` subprocess on a real broker, checked against the model.
+
+Each test creates its own topics and app id, produces an out-of-order keyed stream with late,
+future and malformed records mixed in, and checks that
+
+* every aggregate record equals the brute-force model's windows after that event (per key, in
+  order; ``emit=batch``: after each batch the worker took, identified by stream time);
+* every rejected record is in the dead-letter topic with its original bytes and reason;
+* range queries over the query topic and over HTTP answer what the model answers.
+
+The model (``tests.test_key_windows.Model``) replays the records of each input partition in
+offset order, as the worker does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import murmur2
+
+from agents.records import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, DLQ_TOPIC, AggregateRecord
+from app.broker import free_port
+from app.clients import client_options, end_offsets
+from app.demo import start_worker, stop_worker
+from app.settings import Settings, WindowSpec
+from app.topics import create_topics
+from tests.test_key_windows import Model, same_aggregates
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+KEYS = [f"sensor-{i}" for i in range(6)]
+BASE = 1_700_000_000_000
+
+
+def make_settings(bootstrap: str, embedded: bool, state_dir: Path, emit: str) -> Settings:
+    suffix = uuid.uuid4().hex[:8]
+    return replace(
+        Settings(),
+        broker=bootstrap,
+        broker_profile="embedded" if embedded else "kafka",
+        app_id=f"e2e-{suffix}",
+        input_topic=f"e2e-{suffix}-events",
+        aggregates_topic=f"e2e-{suffix}-aggregates",
+        queries_topic=f"e2e-{suffix}-queries",
+        answers_topic=f"e2e-{suffix}-answers",
+        dead_letter_topic=f"e2e-{suffix}-dlq",
+        partitions=3,
+        retention=20_000,
+        windows=(WindowSpec("2s", 2_000), WindowSpec("5s", 5_000), WindowSpec("20s", 20_000)),
+        aggregations=("count", "sum", "max", "mean", "pop_stddev"),
+        max_future_skew=30_000,
+        emit=emit,
+        batch_max_records=50,
+        batch_max_wait=100,
+        state_dir=state_dir,
+        web_port=free_port(),
+        sweep_interval=2_000,
+    )
+
+
+def input_stream(n: int, seed: int) -> list[tuple[bytes | None, bytes, str | None]]:
+    """``(key, value, expected reason or None)``: out of order by up to 3 s, with late, future
+    and malformed records (the reason for those the worker can only judge by stream time is
+    left to the model: ``None``)."""
+    rng = random.Random(seed)
+    records: list[tuple[bytes | None, bytes, str | None]] = []
+    for i in range(n):
+        key = rng.choice(KEYS).encode()
+        ts = BASE + i * 100 - rng.choice([0, 0, 0, 0, rng.randrange(3_000)])
+        if i % 97 == 50:
+            ts -= 60_000  # late
+        if i % 89 == 60:
+            ts += 120_000  # future
+        records.append(
+            (key, json.dumps({"ts": ts, "value": rng.randrange(-100, 100)}).encode(), None)
+        )
+        if i % 53 == 7:
+            bad = [
+                (key, b"{not json", "malformed_json"),
+                (key, b'{"ts": 1, "value": NaN}', "bad_value"),
+                (key, json.dumps({"value": 3}).encode(), "missing_field"),
+                (key, json.dumps({"ts": "noon", "value": 3}).encode(), "bad_timestamp"),
+                (b"k" * 2000, json.dumps({"ts": ts, "value": 3}).encode(), "oversize"),
+            ][i % 5]
+            records.append(bad)
+    return records
+
+
+def partition_of(key: bytes, partitions: int) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+async def produce(settings: Settings, topic: str, records) -> list[tuple[int, int]]:
+    """Send records one by one (each acknowledged, so offsets follow the list order)."""
+    producer = AIOKafkaProducer(**client_options(settings), linger_ms=5)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value=v, key=k) for k, v, *_ in records]
+        metas = [await f for f in futures]
+    finally:
+        await producer.stop()
+    return [(m.partition, m.offset) for m in metas]
+
+
+async def read_all(settings: Settings, topic: str) -> list:
+    """Every record of ``topic`` up to its end (Fetch high watermark on the embedded broker)."""
+    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        ends = await end_offsets(consumer, tps, settings)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        records = []
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            batch = await consumer.getmany(timeout_ms=500)
+            for tp, tp_records in batch.items():
+                records.extend(r for r in tp_records if r.offset < ends[tp])
+        return sorted(records, key=lambda r: (r.partition, r.offset))
+    finally:
+        await consumer.stop()
+
+
+def http_get(settings: Settings, path: str) -> tuple[int, dict]:
+    url = f"http://127.0.0.1:{settings.web_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def wait_for_stats(settings: Settings, worker, handled: int, timeout: float = 120) -> dict:
+    """Poll ``GET /stats`` until ``handled`` input records were accepted or dead-lettered."""
+    deadline = time.monotonic() + timeout
+    stats: dict = {}
+    while time.monotonic() < deadline:
+        assert worker.poll() is None, "the worker exited"
+        try:
+            _, stats = http_get(settings, "/stats")
+        except OSError:
+            time.sleep(0.5)
+            continue
+        done = stats["counts"].get("accepted", 0) + sum(
+            n for reason, n in stats["dead_letters"].items() if reason != "bad_query"
+        )
+        if done >= handled:
+            return stats
+        time.sleep(0.5)
+    raise AssertionError(f"worker did not handle {handled} records in time: {stats}")
+
+
+def replay_model(settings: Settings, records, placed):
+    """Replay each partition in offset order through the model.
+
+    Returns the models (final state), per partition the snapshots after each accepted event
+    ``(key, stream time, {key: windows of every key})``, and the reasons of rejected records
+    by ``(partition, offset)``.
+    """
+    models = {p: Model(settings) for p in range(settings.partitions)}
+    snapshots: dict[int, list[tuple[str, int, dict]]] = {}
+    rejected: dict[tuple[int, int], str] = {}
+    for (partition, offset), (key, value, reason) in sorted(zip(placed, records, strict=True)):
+        model = models[partition]
+        if reason is not None:
+            rejected[(partition, offset)] = reason
+            continue
+        obj = json.loads(value)
+        outcome = model.accept(key.decode(), obj["ts"], obj["value"])
+        if isinstance(outcome, str):
+            rejected[(partition, offset)] = outcome
+            continue
+        every = {k: model.windows(k) for k in model.events}
+        snapshots.setdefault(partition, []).append((key.decode(), model.stream_time, every))
+    return models, snapshots, rejected
+
+
+def matches(record: AggregateRecord, stream_time: int, windows: dict, settings: Settings) -> bool:
+    """``record`` carries exactly ``windows`` (the model's) at ``stream_time``."""
+    if record.stream_time != stream_time or list(record.windows) != list(windows):
+        return False
+    for name, (start, end, count, aggs) in windows.items():
+        got = record.windows[name]
+        if (got.start, got.end, got.count) != (start, end, count):
+            return False
+        if tuple(got.aggregates) != settings.aggregations:
+            return False
+        if not same_aggregates(got.aggregates, aggs):
+            return False
+    return True
+
+
+def run_scenario(settings: Settings, tmp_path: Path, n: int) -> None:
+    asyncio.run(create_topics(settings))
+    records = input_stream(n, seed=hash(settings.emit) % 1000)
+    placed = asyncio.run(produce(settings, settings.input_topic, records))
+    models, snapshots, rejected = replay_model(settings, records, placed)
+    worker = start_worker(settings, tmp_path / "worker.log")
+    try:
+        wait_for_stats(settings, worker, len(records))
+        aggregates = asyncio.run(read_all(settings, settings.aggregates_topic))
+        dead = asyncio.run(read_all(settings, settings.dead_letter_topic))
+        check_aggregates(settings, aggregates, snapshots)
+        check_dead_letters(settings, dead, records, placed, rejected)
+        check_queries(settings, models)
+    except BaseException:
+        print((tmp_path / "worker.log").read_text(errors="replace")[-5000:])
+        raise
+    finally:
+        stop_worker(worker)
+
+
+def check_aggregates(settings: Settings, aggregates, snapshots) -> None:
+    """``event``: one record per accepted event, in order, each equal to the model after it.
+    ``batch``: each record equals the model's windows of its key after some event at its
+    stream time (a batch end), and the last record of each key equals the final state."""
+    by_partition: dict[int, list[AggregateRecord]] = {}
+    for r in aggregates:
+        record = AggregateRecord.from_json(json.loads(r.value))
+        assert r.key == record.key.encode()
+        by_partition.setdefault(partition_of(r.key, settings.partitions), []).append(record)
+    assert set(by_partition) == set(snapshots)
+    for partition, wanted in snapshots.items():
+        got = by_partition[partition]
+        if settings.emit == "event":
+            assert len(got) == len(wanted)
+            for record, (key, stream_time, every) in zip(got, wanted, strict=True):
+                assert record.key == key
+                assert matches(record, stream_time, every[key], settings), (record, every[key])
+            continue
+        assert len(got) <= len(wanted)
+        for record in got:
+            assert any(
+                matches(record, stream_time, every[record.key], settings)
+                for _, stream_time, every in wanted
+                if stream_time == record.stream_time and record.key in every
+            ), record
+        final_time, final = wanted[-1][1], wanted[-1][2]
+        last = {record.key: record for record in got}
+        assert set(last) == set(final)
+        for key, record in last.items():
+            assert matches(record, final_time, final[key], settings), (record, final[key])
+
+
+def check_dead_letters(settings: Settings, dead, records, placed, rejected) -> None:
+    original = dict(zip(placed, records, strict=True))
+    found = {}
+    for r in dead:
+        headers = {k: v.decode() for k, v in r.headers}
+        assert headers[DLQ_TOPIC] == settings.input_topic
+        position = (int(headers[DLQ_PARTITION]), int(headers[DLQ_OFFSET]))
+        key, value, _ = original[position]
+        assert (r.key, r.value) == (key, value)
+        found[position] = headers[DLQ_REASON]
+    assert found == rejected
+    assert {"late", "future", "malformed_json", "bad_value", "oversize"} <= set(found.values())
+
+
+def check_queries(settings: Settings, models) -> None:
+    queries = []
+    for i, key in enumerate(KEYS):
+        model = models[partition_of(key.encode(), settings.partitions)]
+        s = model.stream_time
+        if s is None:
+            continue
+        queries.append(
+            (
+                {"query_id": f"r{i}", "key": key, "from": s - 7_000, "to": s - 1_000},
+                model.aggregates(model.values(key, s - 7_000, s - 1_000)),
+            )
+        )
+        queries.append(
+            (
+                {"query_id": f"w{i}", "key": key, "window": "5s"},
+                model.aggregates(model.values(key, s - 5_000, s)),
+            )
+        )
+    queries.append(
+        (
+            {"query_id": "unknown", "key": "nobody", "from": 0, "to": BASE * 2},
+            Model(settings).aggregates([]),
+        )
+    )
+    bad = {"query_id": "inverted", "key": KEYS[0], "from": 10, "to": 5}
+    to_send = [(q["key"].encode(), json.dumps(q).encode()) for q, _ in queries]
+    to_send.append((bad["key"].encode(), json.dumps(bad).encode()))
+    asyncio.run(produce(settings, settings.queries_topic, to_send))
+    deadline = time.monotonic() + 60
+    answers: dict[str, dict] = {}
+    while len(answers) < len(to_send) and time.monotonic() < deadline:
+        for r in asyncio.run(read_all(settings, settings.answers_topic)):
+            answer = json.loads(r.value)
+            answers[answer["query_id"]] = answer
+        time.sleep(0.5)
+    assert answers["inverted"]["error"] and answers["inverted"]["count"] == 0
+    for query, (count, aggregates) in queries:
+        answer = answers[query["query_id"]]
+        assert answer["error"] is None
+        assert answer["count"] == count, (query, answer)
+        assert same_aggregates(answer["result"], {k: aggregates[k] for k in answer["result"]})
+        params = {k: query[k] for k in ("from", "to", "window") if k in query}
+        status, via_http = http_get(
+            settings, f"/windows/{query['key']}?{urllib.parse.urlencode(params)}"
+        )
+        assert status == 200 and via_http["count"] == count
+        assert via_http["result"] == answer["result"]
+    status, inverted = http_get(settings, f"/windows/{KEYS[0]}?from=10&to=5")
+    assert status == 400 and inverted["error"]
+    counts = Counter(a["error"] is None for a in answers.values())
+    assert counts[True] == len(queries)
+
+
+@pytest.mark.parametrize("emit", ["event", "batch"])
+def test_worker_end_to_end(kafka_bootstrap, embedded_profile, tmp_path, emit):
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", emit)
+    run_scenario(settings, tmp_path, n=600)
