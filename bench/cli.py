@@ -1,0 +1,134 @@
+"""The ``bench`` command: ``python -m bench <experiment> [--quick] [--monoids ...]``.
+
+Also mounted in the project CLI as ``fiba bench``. Every run prints the exact command that
+reproduces it, the machine, then per experiment a table, notes, and findings (targets met or
+not, ratios against the baselines measured in the same run), and writes ``<name>.csv`` and
+``<name>.png`` under ``--out`` (default ``bench/results``, or ``bench/results/quick`` with
+``--quick``). Progress goes to stderr, the report to stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from pathlib import Path
+
+import click
+
+from bench.algorithms import load_monoid
+from bench.config import DEFAULT_MONOIDS, BenchConfig
+from bench.experiments import EXPERIMENTS
+from bench.machine import describe_machine
+from bench.report import Finding, format_result, write_result
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def _monoid_names(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in value.split(",") if part.strip())
+    if not names:
+        raise click.BadParameter("give at least one monoid name")
+    for name in names:
+        try:
+            load_monoid(name)
+        except (KeyError, ValueError) as error:
+            raise click.BadParameter(str(error)) from error
+    return names
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+
+
+def reproduce_command(experiment: str, config: BenchConfig) -> str:
+    """The command line that repeats this run, every setting spelled out."""
+    words = ["python", "-m", "bench", experiment]
+    if config.quick:
+        words.append("--quick")
+    words += [
+        "--monoids",
+        ",".join(config.monoids),
+        "--repetitions",
+        str(config.repetitions),
+        "--seconds",
+        str(config.seconds),
+        "--seed",
+        str(config.seed),
+        "--out",
+        _display_path(config.out),
+    ]
+    return shlex.join(words)
+
+
+@click.command("bench")
+@click.argument("experiment", type=click.Choice([*EXPERIMENTS, "all"]))
+@click.option("--quick", is_flag=True, help="Small sizes and few repetitions (about 2 minutes).")
+@click.option(
+    "--monoids",
+    default=",".join(DEFAULT_MONOIDS),
+    show_default=True,
+    callback=_monoid_names,
+    help="Comma-separated aggregation monoids (the rounds experiment always uses sum).",
+)
+@click.option(
+    "--repetitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Timed repetitions per point, median reported [default: 5, quick: 3].",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.001),
+    default=None,
+    help="Target duration of one timed repetition [default: 0.1, quick: 0.01].",
+)
+@click.option("--seed", type=int, default=2026, show_default=True, help="Realistic generator seed.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for CSV and PNG files [default: bench/results, quick: bench/results/quick].",
+)
+def bench(
+    experiment: str,
+    quick: bool,
+    monoids: tuple[str, ...],
+    repetitions: int | None,
+    seconds: float | None,
+    seed: int,
+    out: Path | None,
+) -> None:
+    """Run one benchmark EXPERIMENT of the sliding-window aggregators, or all of them."""
+    config = BenchConfig(
+        out=(out or (RESULTS_DIR / "quick" if quick else RESULTS_DIR)).resolve(),
+        quick=quick,
+        monoids=monoids,
+        repetitions=repetitions or (3 if quick else 5),
+        seconds=seconds or (0.01 if quick else 0.1),
+        seed=seed,
+        log=lambda message: click.echo(message, err=True),
+    )
+    click.echo(f"command: {reproduce_command(experiment, config)}")
+    for key, value in describe_machine().items():
+        click.echo(f"{key}: {value}")
+    names = list(EXPERIMENTS) if experiment == "all" else [experiment]
+    findings: list[tuple[str, Finding]] = []
+    started = time.perf_counter()
+    for name in names:
+        began = time.perf_counter()
+        result = EXPERIMENTS[name](config)
+        written = write_result(result, config.out)
+        click.echo("")
+        click.echo(format_result(result))
+        click.echo(f"wrote {', '.join(_display_path(p) for p in written)}")
+        click.echo(f"{name} took {time.perf_counter() - began:.1f} s")
+        findings += [(name, f) for f in result.findings if f.met is not None]
+    if findings:
+        click.echo("\n== targets")
+        for name, finding in findings:
+            click.echo(f"[{finding.verdict()}] {name}: {finding.claim}: {finding.measured}")
+    click.echo(f"\ntotal {time.perf_counter() - started:.1f} s")

@@ -1,0 +1,41 @@
+"""Settings of one benchmark run, shared by every experiment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from bench.timing import Throughput, throughput
+
+DEFAULT_MONOIDS = ("sum", "geomean", "bloom")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How big and how long: ``quick`` picks small sizes and few repetitions.
+
+    ``seconds`` is the target duration of one timed repetition, ``repetitions`` how many are
+    taken (the median is reported), ``seed`` drives the realistic generator.
+    """
+
+    out: Path
+    quick: bool = False
+    monoids: tuple[str, ...] = DEFAULT_MONOIDS
+    repetitions: int = 5
+    seconds: float = 0.1
+    seed: int = 2026
+    log: Callable[[str], None] = field(default=print, compare=False)
+
+    def pick(self, full: T, quick: T) -> T:
+        """``quick`` in quick mode, else ``full``."""
+        return quick if self.quick else full
+
+    def throughput(self, run: Callable[[int], object], *, max_count: int) -> Throughput:
+        """Median throughput of ``run(count)`` with this run's repetitions and duration."""
+        return throughput(
+            run, repetitions=self.repetitions, target_seconds=self.seconds, max_count=max_count
+        )

@@ -1,0 +1,50 @@
+"""Helpers the experiments share: building windows untimed, measuring rounds, ratios."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from bench.algorithms import Algorithm, load_monoid
+from bench.timing import gc_paused
+from bench.workloads import AdversarialWindow
+
+
+def build_window(algo: Algorithm, monoid_name: str, n: int, d: int = 0) -> AdversarialWindow:
+    """A fresh ``algo`` window of ``n`` entries at distance ``d`` (filled with the GC paused)."""
+    with gc_paused():
+        return AdversarialWindow(algo.make(load_monoid(monoid_name)), n, d)
+
+
+def powers(base: int, low: int, high: int) -> list[int]:
+    """``base**k`` for ``k`` such that ``low <= base**k <= high``."""
+    out = []
+    value = 1
+    while value <= high:
+        if value >= low:
+            out.append(value)
+        value *= base
+    return out
+
+
+def log2_label(n: int) -> str:
+    """``2^k`` when ``n`` is a power of two, else the plain number."""
+    if n > 0 and n & (n - 1) == 0:
+        return f"2^{n.bit_length() - 1}"
+    return str(n)
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """``numerator / denominator``, NaN when the denominator is zero."""
+    return numerator / denominator if denominator else math.nan
+
+
+def times(value: float) -> str:
+    """A ratio as ``1.23x``."""
+    return f"{value:.2f}x"
+
+
+def all_true(flags: Iterable[bool]) -> bool:
+    """True if every flag is true and there is at least one."""
+    flags = list(flags)
+    return bool(flags) and all(flags)

@@ -1,0 +1,162 @@
+"""Honest timing primitives: ``perf_counter_ns``, garbage collector paused, warm-up, medians.
+
+Every timed section runs with the cyclic garbage collector disabled (a collection in the middle
+of a measurement would be charged to whichever operation happened to trigger it) and re-enables
+it afterwards, exactly as it was. Throughput is the median over several repetitions after an
+untimed warm-up; the number of operations per repetition is calibrated so that a repetition
+lasts about ``target_seconds`` (like ``timeit``'s autorange), bounded by a maximum count so that
+slow algorithms cannot blow the time budget. On a shared machine a repetition can lose its core
+to another process; the thread's CPU time tells, and such a repetition is retaken (see
+:func:`undisturbed_timed_ns`) and the CPU share reported with the result.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from time import perf_counter_ns, thread_time_ns
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Keep the cyclic garbage collector off inside the block, restore its state after.
+
+    No collection is forced on entry: with the collector off nothing can interrupt the block,
+    and a full collection of a large window costs far more than the sections it protects.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def timed_ns(run: Callable[[int], object], count: int) -> tuple[int, int]:
+    """Wall-clock and CPU nanoseconds of ``run(count)`` (call it with the collector paused).
+
+    The CPU time of this thread shows whether the machine let the run have a core to itself:
+    on a shared machine a CPU/wall share well below 1 marks a disturbed measurement.
+    """
+    cpu = thread_time_ns()
+    start = perf_counter_ns()
+    run(count)
+    wall = perf_counter_ns() - start
+    return wall, thread_time_ns() - cpu
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Median operations per second over ``repetitions`` of ``ops_per_repetition`` operations."""
+
+    ops_per_second: float
+    ops_per_repetition: int
+    repetitions: int
+    spread: float  # (max - min) / median of the per-repetition rates
+    cpu_share: float  # median CPU time / wall time of the repetitions (1.0: undisturbed)
+
+    @property
+    def ns_per_op(self) -> float:
+        return 1e9 / self.ops_per_second
+
+
+UNDISTURBED_SHARE = 0.9
+ATTEMPTS = 4
+
+
+def undisturbed_timed_ns(run: Callable[[int], object], count: int) -> tuple[int, int]:
+    """:func:`timed_ns` of ``run(count)``, retaken while another process took the core.
+
+    A repetition whose thread CPU time is below :data:`UNDISTURBED_SHARE` of its wall time was
+    preempted; it is retaken up to :data:`ATTEMPTS` times in all, and the least disturbed
+    attempt kept. The wall time (``perf_counter_ns``) stays the measure.
+    """
+    best = timed_ns(run, count)
+    for _ in range(ATTEMPTS - 1):
+        if best[1] >= UNDISTURBED_SHARE * best[0]:
+            break
+        attempt = timed_ns(run, count)
+        if attempt[1] * best[0] > best[1] * attempt[0]:
+            best = attempt
+    return best
+
+
+def calibrated_count(
+    run: Callable[[int], object], *, target_seconds: float, max_count: int, min_count: int = 1
+) -> int:
+    """Operations per repetition so that one repetition lasts about ``target_seconds``.
+
+    The probe runs double in size until one takes at least a tenth of the target (so the probe
+    itself doubles as warm-up); the result is clamped to ``[min_count, max_count]``.
+    """
+    probe = max(1, min(min_count, max_count))
+    while True:
+        elapsed, _ = timed_ns(run, probe)
+        if elapsed * 10 >= target_seconds * 1e9 or probe >= max_count:
+            break
+        probe = min(max_count, probe * 2)
+    per_op = max(elapsed, 1) / probe
+    return max(min_count, min(max_count, int(target_seconds * 1e9 / per_op)))
+
+
+def throughput(
+    run: Callable[[int], object],
+    *,
+    repetitions: int,
+    target_seconds: float,
+    max_count: int,
+    min_count: int = 1,
+) -> Throughput:
+    """Median throughput of ``run(count)`` (which must perform ``count`` operations).
+
+    ``run`` must leave the measured structure in an equivalent state (e.g. a full window of the
+    same size), so repetitions measure the same thing; the calibration probes serve as warm-up.
+    The garbage collector is paused for the whole measurement.
+    """
+    with gc_paused():
+        count = calibrated_count(
+            run, target_seconds=target_seconds, max_count=max_count, min_count=min_count
+        )
+        times = [undisturbed_timed_ns(run, count) for _ in range(repetitions)]
+    rates = [count * 1e9 / max(wall, 1) for wall, _ in times]
+    median = statistics.median(rates)
+    share = statistics.median(cpu / max(wall, 1) for wall, cpu in times)
+    return Throughput(median, count, repetitions, (max(rates) - min(rates)) / median, share)
+
+
+def percentile(sorted_samples: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of already sorted samples, nearest-rank method."""
+    if not sorted_samples:
+        raise ValueError("percentile of no samples")
+    rank = max(1, -(-len(sorted_samples) * q // 100))  # ceil(n * q / 100), at least 1
+    return sorted_samples[min(len(sorted_samples), int(rank)) - 1]
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    """Distribution of per-operation latencies in nanoseconds."""
+
+    count: int
+    min: float
+    median: float
+    p99: float
+    p999: float
+    max: float
+    mean: float
+
+    @classmethod
+    def of(cls, samples_ns: Sequence[int]) -> LatencySummary:
+        ordered = sorted(samples_ns)
+        return cls(
+            count=len(ordered),
+            min=ordered[0],
+            median=percentile(ordered, 50),
+            p99=percentile(ordered, 99),
+            p999=percentile(ordered, 99.9),
+            max=ordered[-1],
+            mean=statistics.fmean(ordered),
+        )
