@@ -1,9 +1,9 @@
 """Baseline sliding-window aggregators that FiBA is tested and benchmarked against.
 
 All share FiBA's window interface (``insert(t, x)``, ``evict(t)``, ``bulk_evict(t)``,
-``bulk_insert(pairs)``, ``query()``, ``__len__``, ``__contains__``, ``oldest()``, ``youngest()``,
-``check_invariants()``, and, where the algorithm keeps entries' partials, ``get`` and
-``__iter__``; ``query_range`` where it is natural):
+``bulk_insert(pairs)``, ``query()``, ``aggregate()`` (un-lowered), ``__len__``,
+``__contains__``, ``oldest()``, ``youngest()``, ``check_invariants()``, and, where the algorithm
+keeps entries' partials, ``get`` and ``__iter__``; ``query_range`` where it is natural):
 
 * :class:`ReCalc` — recalculate from scratch on every query; any order; O(n) query.
 * :class:`TwoStacks`, :class:`TwoStacksLite` — FIFO only; amortized O(1), O(n) flips.

@@ -157,11 +157,15 @@ class FifoAggregator(ABC):
 
     def query(self) -> Any:
         """Lowered combine of the whole window, oldest first; the lowered identity if empty."""
+        return self._lower(self.aggregate())
+
+    def aggregate(self) -> Any:
+        """The raw (un-lowered) partial of the whole window; the identity if empty. O(1)."""
         if self._staged_t is _NOTHING:
-            return self._lower(self._identity)
+            return self._identity
         if not self._size():
-            return self._lower(self._staged)
-        return self._lower(self._combine(self._aggregate(), self._staged))
+            return self._staged
+        return self._combine(self._aggregate(), self._staged)
 
     def __len__(self) -> int:
         """Number of distinct times in the window."""

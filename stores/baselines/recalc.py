@@ -23,7 +23,8 @@ class ReCalc:
 
     Costs (n entries in the window, combine calls in brackets): insert O(log n) [1 on a
     collision, else 0], evict O(log n) [0], bulk_evict O(m log n) for m evicted, query O(n)
-    [n - 1], query_range O(log n + k) [k - 1] for k entries in range.
+    [n - 1], query_range O(log n + k) [k - 1] for k entries in range; ``aggregate`` and
+    ``aggregate_range`` are their un-lowered forms.
     """
 
     __slots__ = ("_combine", "_entries", "_identity", "_lift", "_lower", "monoid")
@@ -66,16 +67,25 @@ class ReCalc:
 
     def query(self) -> Any:
         """Lowered combine of the whole window, oldest first; the lowered identity if empty."""
-        return self._lower(self._fold(self._entries.values()))
+        return self._lower(self.aggregate())
+
+    def aggregate(self) -> Any:
+        """The raw (un-lowered) partial of the whole window, folded from scratch."""
+        return self._fold(self._entries.values())
 
     def query_range(self, t_from: Any, t_to: Any) -> Any:
         """Lowered combine of the entries with ``t_from <= t <= t_to``, oldest first."""
+        return self._lower(self.aggregate_range(t_from, t_to))
+
+    def aggregate_range(self, t_from: Any, t_to: Any) -> Any:
+        """The raw partial of the entries with ``t_from <= t <= t_to`` (both inclusive); the
+        identity when there are none or ``t_to < t_from``."""
         entries = self._entries
         if t_to < t_from:
-            return self._lower(self._identity)
+            return self._identity
         start = entries.bisect_left(t_from)
         stop = entries.bisect_right(t_to)
-        return self._lower(self._fold(map(entries.__getitem__, entries.islice(start, stop))))
+        return self._fold(map(entries.__getitem__, entries.islice(start, stop)))
 
     def __len__(self) -> int:
         """Number of distinct times in the window."""
