@@ -72,9 +72,6 @@ class DABA(FifoEntries):
 
     # --- slots --------------------------------------------------------------------------------
 
-    def _aggs(self, p: int) -> list[Any]:
-        return self._chunks[p >> _SHIFT][2]
-
     def _time(self, p: int) -> Any:
         return self._chunks[p >> _SHIFT][0][p & _MASK]
 
@@ -87,50 +84,66 @@ class DABA(FifoEntries):
     # --- the algorithm ------------------------------------------------------------------------
 
     def _push(self, t: Any, partial: Any) -> None:
-        e = self._e
-        chunk = self._chunks.get(e >> _SHIFT)
+        E = self._e
+        chunks = self._chunks
+        chunk = chunks.get(E >> _SHIFT)
         if chunk is None:
-            chunk = self._chunks[e >> _SHIFT] = ([None] * _CHUNK, [None] * _CHUNK, [None] * _CHUNK)
-        i = e & _MASK
+            chunk = chunks[E >> _SHIFT] = ([None] * _CHUNK, [None] * _CHUNK, [None] * _CHUNK)
+        i = E & _MASK
         chunk[0][i] = t
         chunk[1][i] = partial
-        chunk[2][i] = self._combine(self._agg(e - 1), partial) if self._b != e else partial
-        self._e = e + 1
+        if self._b == E:  # the back was empty
+            chunk[2][i] = partial
+        else:  # agg = Σ_B ⊕ v
+            last = E - 1
+            chunk[2][i] = self._combine(chunks[last >> _SHIFT][2][last & _MASK], partial)
+        self._e = E + 1
         self._fixup()
 
     def _pop(self) -> None:
-        f = self._f
-        chunk = self._chunks[f >> _SHIFT]
-        i = f & _MASK
+        F = self._f
+        i = F & _MASK
         if i == _MASK:
-            del self._chunks[f >> _SHIFT]
+            del self._chunks[F >> _SHIFT]
         else:
+            chunk = self._chunks[F >> _SHIFT]
             chunk[0][i] = chunk[1][i] = chunk[2][i] = None  # release the partials now
-        self._f = f + 1
+        self._f = F + 1
         self._fixup()
 
     def _fixup(self) -> None:
         """One step of the de-amortized flip: flip if due, then shrink or shift. <= 2 combines."""
-        combine = self._combine
-        if self._l == self._b:  # flip
-            b, e = self._b, self._e
-            self._ra = self._agg(e - 1) if b != e else self._identity
-            self._l = self._f
-            self._r = b
-            self._a = self._b = e
-        if self._f == self._b:
+        chunks = self._chunks
+        L = self._l
+        B = self._b
+        if L == B:  # flip
+            E = self._e
+            if E == B:
+                self._ra = self._identity
+            else:
+                last = E - 1
+                self._ra = chunks[last >> _SHIFT][2][last & _MASK]
+            L = self._l = self._f
+            self._r = B
+            B = self._a = self._b = E
+        if self._f == B:
             return
-        L, R, A = self._l, self._r, self._a
+        R = self._r
+        A = self._a
         if A != R:  # A moves left: agg[A-1] <- v[A-1] ⊕ Σ_A
+            old = A
             A -= 1
-            value = self._value(A)
-            self._aggs(A)[A & _MASK] = (
-                combine(value, self._agg(A + 1)) if self._b != A + 1 else value
-            )
+            chunk = chunks[A >> _SHIFT]
+            value = chunk[1][A & _MASK]
+            if old == B:
+                chunk[2][A & _MASK] = value
+            else:
+                chunk[2][A & _MASK] = self._combine(value, chunks[old >> _SHIFT][2][old & _MASK])
             self._a = A
         if L != R:  # shrink: agg[L] <- Σ_L ⊕ Σ_R ⊕ Σ_A; L joins l_F
-            aggs = self._aggs(L)
-            aggs[L & _MASK] = combine(aggs[L & _MASK], self._ra)
+            aggs = chunks[L >> _SHIFT][2]
+            i = L & _MASK
+            aggs[i] = self._combine(aggs[i], self._ra)
             self._l = L + 1
         else:  # shift: l_L and l_R are empty, the first slot of l_A joins l_F as it is
             self._l = L + 1
@@ -138,12 +151,18 @@ class DABA(FifoEntries):
             self._a = A + 1
 
     def _aggregate(self) -> Any:
-        f, b, e = self._f, self._b, self._e
-        if f == b:
-            return self._agg(e - 1) if b != e else self._identity
-        if b == e:
-            return self._agg(f)
-        return self._combine(self._agg(f), self._agg(e - 1))
+        F, B, E = self._f, self._b, self._e
+        chunks = self._chunks
+        if F == B:
+            if B == E:
+                return self._identity
+            last = E - 1
+            return chunks[last >> _SHIFT][2][last & _MASK]
+        front = chunks[F >> _SHIFT][2][F & _MASK]
+        if B == E:
+            return front
+        last = E - 1
+        return self._combine(front, chunks[last >> _SHIFT][2][last & _MASK])
 
     # --- bookkeeping --------------------------------------------------------------------------
 
