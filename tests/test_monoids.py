@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import random
 import statistics
@@ -52,12 +53,27 @@ def _arg_reference(better: Callable[[Any, Any], bool]) -> Callable[[list], Any]:
     return reference
 
 
+def _approx(result: Any, expected: Any) -> bool:
+    return close(result, expected, rel=1e-7, abs_=1e-6)
+
+
+def _bloom_holds_all(result: Any, xs: list) -> bool:
+    return all(x in result for x in xs)
+
+
+def _hll_close(result: int, expected: int) -> bool:
+    # at most 30 inputs (the lists drawn) in 4096 registers: linear counting, std error ~0.3
+    return abs(result - expected) <= 2
+
+
 class Case(NamedTuple):
-    """A built-in under test: its inputs, a direct computation of its result, exactness."""
+    """A built-in under test: its inputs, a direct computation of its result, how the two must
+    agree, and whether combine is exactly associative on these inputs (floats are not)."""
 
     inputs: st.SearchStrategy
     reference: Callable[[list], Any]
-    exact: bool
+    agree: Callable[[Any, Any], bool] = operator.eq
+    exact: bool = True
 
 
 small_ints = st.integers(-5, 5)
@@ -67,26 +83,28 @@ positives = st.floats(1e-3, 1e6, allow_nan=False)
 pairs = st.tuples(small_ints, st.text(max_size=3))
 
 CASES: dict[str, Case] = {
-    "count": Case(st.integers(), len, True),
-    "sum": Case(st.integers(), sum, True),
-    "min": Case(small_ints, lambda xs: min(xs) if xs else None, True),
-    "max": Case(small_ints, lambda xs: max(xs) if xs else None, True),
-    "mean": Case(numbers, lambda xs: math.fsum(xs) / len(xs) if xs else None, False),
-    "geomean": Case(positives, lambda xs: statistics.geometric_mean(xs) if xs else None, False),
-    "sample_stddev": Case(numbers, lambda xs: statistics.stdev(xs) if len(xs) > 1 else None, False),
-    "pop_stddev": Case(numbers, lambda xs: statistics.pstdev(xs) if xs else None, False),
-    "maxcount": Case(small_ints, lambda xs: xs.count(max(xs)) if xs else 0, True),
-    "mincount": Case(small_ints, lambda xs: xs.count(min(xs)) if xs else 0, True),
-    "argmax": Case(pairs, _arg_reference(lambda v, best: v > best), True),
-    "argmin": Case(pairs, _arg_reference(lambda v, best: v < best), True),
-    "first": Case(st.one_of(st.none(), small_ints), lambda xs: xs[0] if xs else None, True),
-    "last": Case(st.one_of(st.none(), small_ints), lambda xs: xs[-1] if xs else None, True),
-    "collect": Case(st.one_of(st.none(), small_ints, st.text()), list, True),
-    "bloom": Case(st.integers(), lambda xs: None, True),
-    "distinct_count": Case(st.integers(0, 200), lambda xs: len(set(xs)), True),
+    "count": Case(st.integers(), len),
+    "sum": Case(st.integers(), sum),
+    "min": Case(small_ints, lambda xs: min(xs) if xs else None),
+    "max": Case(small_ints, lambda xs: max(xs) if xs else None),
+    "mean": Case(numbers, lambda xs: math.fsum(xs) / len(xs) if xs else None, _approx, False),
+    "geomean": Case(
+        positives, lambda xs: statistics.geometric_mean(xs) if xs else None, _approx, False
+    ),
+    "sample_stddev": Case(
+        numbers, lambda xs: statistics.stdev(xs) if len(xs) > 1 else None, _approx, False
+    ),
+    "pop_stddev": Case(numbers, lambda xs: statistics.pstdev(xs) if xs else None, _approx, False),
+    "maxcount": Case(small_ints, lambda xs: xs.count(max(xs)) if xs else 0),
+    "mincount": Case(small_ints, lambda xs: xs.count(min(xs)) if xs else 0),
+    "argmax": Case(pairs, _arg_reference(lambda v, best: v > best)),
+    "argmin": Case(pairs, _arg_reference(lambda v, best: v < best)),
+    "first": Case(st.one_of(st.none(), small_ints), lambda xs: xs[0] if xs else None),
+    "last": Case(st.one_of(st.none(), small_ints), lambda xs: xs[-1] if xs else None),
+    "collect": Case(st.one_of(st.none(), small_ints, st.text()), list),
+    "bloom": Case(st.integers(), list, _bloom_holds_all),
+    "distinct_count": Case(st.integers(0, 200), lambda xs: len(set(xs)), _hll_close),
 }
-
-EXACT_LOWER = [n for n in CASES if n not in {"bloom", "distinct_count"}]
 
 # the per-monoid properties run once per built-in: a third of the profile's examples each keeps
 # the module fast while the profile (ci / dev) still scales them
@@ -126,7 +144,7 @@ def test_monoid_laws_and_state_round_trip(name: str, data: st.DataObject) -> Non
         assert m.from_state(json.loads(json.dumps(m.to_state(partial)))) == partial
 
 
-@pytest.mark.parametrize("name", EXACT_LOWER)
+@pytest.mark.parametrize("name", list(CASES))
 @PER_MONOID
 @given(data=st.data())
 def test_lower_matches_direct_computation(name: str, data: st.DataObject) -> None:
@@ -139,11 +157,7 @@ def test_lower_matches_direct_computation(name: str, data: st.DataObject) -> Non
         i = data.draw(st.integers(0, len(partials) - 2))
         partials[i : i + 2] = [m.combine(partials[i], partials[i + 1])]
     result = m.lower(partials[0] if partials else m.identity)
-    expected = case.reference(xs)
-    if case.exact:
-        assert result == expected
-    else:
-        assert close(result, expected, rel=1e-7, abs_=1e-6)
+    assert case.agree(result, case.reference(xs))
 
 
 def test_commutative_flags() -> None:
