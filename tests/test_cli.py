@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from agents.records import DLQ_DETAIL, DLQ_REASON
 from app.broker import free_port
 from app.cli import cli
+from app.demo import run_demo
 from app.generator import MAX_VALUE, generate_events, key_name, ooo_count
 from app.settings import SETTINGS_HELP
 
@@ -366,3 +367,25 @@ def test_the_readme_configuration_table_lists_every_setting_once():
     for name, row in zip(names, rows, strict=True):
         assert f"`FIBA_{name.upper()}`" in row
         assert f"`--{name.replace('_', '-')}`" in row
+
+
+def test_delegated_commands_run_under_their_fiba_name():
+    result = fiba("bench", "--help")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("Usage: fiba bench")
+
+
+# --- the demo ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_demo_runs_end_to_end_and_checks_itself():
+    lines: list[str] = []
+    summary = run_demo(events=300, keys=3, seed=11, timeout=120, log=lines.append)
+    assert summary.mismatches == []
+    assert summary.exact
+    assert summary.aggregates == 300  # emit=event: one aggregate per accepted event
+    assert sorted(summary.final) == ["key-0", "key-1", "key-2"]
+    assert sum(summary.dead_letters.values()) == summary.bad_records == 5
+    assert len(summary.answers) == 6
+    assert any(line.lstrip().startswith("exact: ") for line in lines)
