@@ -50,3 +50,7 @@ def kafka_bootstrap():
 def embedded_profile() -> bool:
     """True when the tests run on the embedded broker (its quirks need the embedded profile)."""
     return not os.environ.get("KAFKA_BOOTSTRAP")
+
+
+# Spark fixtures (`spark`), imported lazily by the Spark tests only.
+pytest_plugins = ["tests.spark_fixtures"]
