@@ -21,14 +21,11 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import click
 
 from app.settings import SETTINGS_HELP, ConfigError, Settings, load_settings, parse_duration
-
-if TYPE_CHECKING:
-    from agents.records import RangeQuery
 
 T = TypeVar("T")
 
@@ -464,7 +461,14 @@ def query(
         aggregations=tuple(a.strip() for a in aggregations.split(",")) if aggregations else None,
     )
     if http:
-        answer = http_query(settings, request, timeout / 1000)
+        from app.worker_http import BadWorkerAnswer, WorkerUnreachable, http_ask
+
+        try:
+            answer = http_ask(settings, request, timeout / 1000)
+        except WorkerUnreachable as exc:
+            raise CliFailure(str(exc), 2) from None
+        except BadWorkerAnswer as exc:
+            raise CliFailure(str(exc)) from None
     else:
         from app.kafka_io import MissingTopic, NoAnswer, ask
 
@@ -476,41 +480,6 @@ def query(
     click.echo(json.dumps(answer, ensure_ascii=False))
     if answer.get("error"):
         raise CliFailure(f"the worker answered with an error: {answer['error']}")
-
-
-def http_query(settings: Settings, request: RangeQuery, timeout: float) -> dict[str, Any]:
-    """Ask the worker's ``GET /windows/{key}?from=&to=`` (or ``?window=``); the JSON answer."""
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
-    params: dict[str, Any] = {}
-    if request.window is not None:
-        params["window"] = request.window
-    else:
-        params["from"], params["to"] = request.from_ts, request.to_ts
-    if request.aggregations:
-        params["aggregations"] = ",".join(request.aggregations)
-    host = "127.0.0.1" if settings.web_host in ("0.0.0.0", "::", "") else settings.web_host
-    url = (
-        f"http://{host}:{settings.web_port}/windows/"
-        f"{urllib.parse.quote(request.key, safe='')}?{urllib.parse.urlencode(params)}"
-    )
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            body = response.read()
-    except urllib.error.HTTPError as exc:
-        body = exc.read()
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise CliFailure(f"cannot reach the worker at {url}: {reason}", 2) from None
-    try:
-        answer = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CliFailure(f"the worker at {url} did not answer with JSON: {body[:200]!r}") from None
-    if not isinstance(answer, dict):
-        raise CliFailure(f"the worker at {url} answered {answer!r}")
-    return answer
 
 
 # --- demo --------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 (``fiba worker`` in a subprocess, configured through ``FIBA_*`` variables), produces a keyed
 out-of-order stream (``app.generator``) followed by a few bad records (malformed JSON, a missing
 field, a non-numeric value, a late and a future event), then reads the aggregates and the dead
-letters and asks a few range queries over the query topic. It stops everything it started, also
+letters and asks a few range queries, over the query topic and over the worker's HTTP
+endpoint. It stops everything it started, also
 on error or Ctrl-C, and returns a ``DemoSummary``.
 
 The check: the last aggregate of each key must equal a brute-force recomputation over the
@@ -55,6 +56,7 @@ from app.generator import Event, generate_events
 from app.kafka_io import ask, event_record, record_as_dict, send_records, start_consumer
 from app.settings import SETTINGS_HELP, Settings
 from app.topics import create_topics
+from app.worker_http import BadWorkerAnswer, WorkerUnreachable, http_ask
 
 DEMO_START_MS = 1_700_000_000_000
 """Event time of the first generated event (fixed, so a seed gives the same demo)."""
@@ -73,7 +75,8 @@ class DemoSummary:
     aggregates: int
     final: dict[str, AggregateRecord] = field(default_factory=dict)
     dead_letters: Counter[str] = field(default_factory=Counter)
-    answers: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """(channel, answer) pairs; the channel is "topic" or "http"."""
     mismatches: list[str] = field(default_factory=list)
 
     @property
@@ -302,18 +305,24 @@ async def collect(
     finally:
         await aggregates.stop()
         await dead_letters.stop()
-    log(f"all {len(keys)} keys exact; asking range queries over {settings.queries_topic} ...")
+    log(f"all {len(keys)} keys exact; asking range queries (query topic and HTTP) ...")
     for query in sample_queries(summary, settings):
-        answer = await ask(settings, query, max(1.0, deadline - time.monotonic()))
-        summary.answers.append(answer)
-        want = sum(
-            1
-            for e in stream
-            if e.key == query.key and answer.get(FROM, 0) <= e.ts <= answer.get(TO, -1)
-        )
-        exact_times = settings.resolution is None
-        if answer.get("error") or (exact_times and answer.get(WINDOW_COUNT) != want):
-            summary.mismatches.append(f"answer {answer} (brute-force count {want})")
+        wait = max(1.0, deadline - time.monotonic())
+        answers = [("topic", await ask(settings, query, wait))]
+        try:
+            answers.append(("http", http_ask(settings, query, wait)))
+        except (WorkerUnreachable, BadWorkerAnswer) as exc:
+            summary.mismatches.append(str(exc))
+        for channel, answer in answers:
+            summary.answers.append((channel, answer))
+            want = sum(
+                1
+                for e in stream
+                if e.key == query.key and answer.get(FROM, 0) <= e.ts <= answer.get(TO, -1)
+            )
+            exact_times = settings.resolution is None
+            if answer.get("error") or (exact_times and answer.get(WINDOW_COUNT) != want):
+                summary.mismatches.append(f"{channel} answer {answer} (brute-force count {want})")
     return summary
 
 
@@ -376,10 +385,11 @@ def report(summary: DemoSummary, settings: Settings, log: Callable[[str], Any]) 
             log(f"    {name:>5}: {_aggregates(window.count, window.aggregates)}")
     log(f"\ndead letters by reason: {dict(sorted(summary.dead_letters.items()))}")
     if summary.answers:
-        log("\nrange queries (answers topic):")
-        for answer in summary.answers:
+        log("\nrange queries [from, to]:")
+        for channel, answer in summary.answers:
             result = _aggregates(answer.get(WINDOW_COUNT), answer.get("result") or {})
-            log(f"  {answer.get('key')} [{answer.get(FROM)}, {answer.get(TO)}]: {result}")
+            span = f"[{answer.get(FROM)}, {answer.get(TO)}]"
+            log(f"  {channel:>5} {answer.get('key')} {span}: {result}")
     if summary.exact:
         log(
             f"\nexact: every key's {WINDOWS} and every answer match a brute-force recomputation"
