@@ -159,8 +159,12 @@ class FaustChangelogProducer:
         await self._producer.flush()
 
 
-def consumer_for(settings: Settings) -> AIOKafkaConsumer:
-    """A group-less consumer for reading changelog partitions (manual assignment)."""
+def consumer_for(settings: Settings, fetch_max_wait_ms: int = 20) -> AIOKafkaConsumer:
+    """A group-less consumer for reading changelog partitions (manual assignment).
+
+    ``fetch_max_wait_ms`` bounds how long the broker holds a fetch at the end of a partition;
+    short for a restore, which stops there anyway.
+    """
     return AIOKafkaConsumer(
         **client_options(settings),
         group_id=None,
@@ -168,6 +172,7 @@ def consumer_for(settings: Settings) -> AIOKafkaConsumer:
         auto_offset_reset="none",
         max_partition_fetch_bytes=16 << 20,
         fetch_max_bytes=64 << 20,
+        fetch_max_wait_ms=fetch_max_wait_ms,
         client_id=f"{settings.app_id}-window-store-restore",
     )
 

@@ -1,0 +1,342 @@
+"""The window store against a real broker: write/restore round trips, from the local RocksDB and
+from the changelog alone, with deletes, applied offsets and multi-record producer batches.
+
+The oracle is a plain dict ``(key, time) -> partial`` driven by the same operations. Partials
+are ``[count, sum]`` lists serialised as JSON (the store is agnostic of the monoid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from hypothesis import example, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from app.clients import client_options
+from app.settings import Settings
+from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
+from stores.changelog import AiokafkaChangelogProducer, entry_id, split_entry_id
+from stores.window_store import RestoredPartition, WindowStore
+
+pytestmark = pytest.mark.kafka
+
+
+class JsonCodec:
+    """Partials as JSON (the monoids' state round trip is JSON too)."""
+
+    def encode(self, partial: Any) -> bytes:
+        return json.dumps(partial).encode()
+
+    def decode(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+def make_settings(bootstrap: str, embedded: bool, state_dir: Path, partitions: int = 2) -> Settings:
+    return Settings(
+        broker=bootstrap,
+        broker_profile="embedded" if embedded else "kafka",
+        app_id=f"ws-{uuid.uuid4().hex[:10]}",
+        partitions=partitions,
+        state_dir=state_dir,
+    )
+
+
+async def create_changelog(settings: Settings) -> None:
+    spec = TopicSpec(settings.changelog_topic, settings.partitions, 1, CHANGELOG_TOPIC_CONFIGS)
+    await create_topics(settings, [spec])
+
+
+async def open_store(settings: Settings, *partitions: int) -> tuple[WindowStore, dict]:
+    store = WindowStore(settings, JsonCodec())
+    await store.start()
+    restored = {p: await store.restore(p) for p in partitions}
+    return store, restored
+
+
+def as_entries(restored: RestoredPartition) -> dict[tuple[str, int], Any]:
+    entries = {}
+    for key, pairs in restored.windows.items():
+        times = [t for t, _ in pairs]
+        assert times == sorted(times), f"entries of {key!r} not in time order"
+        assert len(set(times)) == len(times)
+        for t, partial in pairs:
+            entries[(key, t)] = partial
+    return entries
+
+
+def test_entry_ids_sort_by_key_then_time() -> None:
+    pairs = [("a", -5), ("a", 0), ("a", 7), ("ab", -1), ("b", 3)]
+    ids = [entry_id(k, t) for k, t in pairs]
+    assert [split_entry_id(i) for i in ids] == pairs
+    by_id = sorted(ids)
+    # keys are grouped (length-prefixed), times ascend inside a key, negative first
+    assert [split_entry_id(i) for i in by_id] == sorted(pairs, key=lambda p: (len(p[0]), p))
+
+
+# --- property test: random operations, restarts with and without the local copy ---------------
+
+KEYS = st.sampled_from(["a", "b", "ключ", "k:1"])
+
+operation = st.one_of(
+    st.tuples(st.just("record"), KEYS, st.integers(-3, 12), st.integers(-5, 5), st.integers(0, 3)),
+    st.tuples(st.just("skip")),
+    st.tuples(st.just("evict"), KEYS, st.integers(1, 3)),
+    st.tuples(st.just("flush")),
+    st.tuples(st.just("restart"), st.booleans()),
+    st.tuples(st.just("crash"), st.booleans(), st.integers(0, 1000)),
+)
+
+
+class LossyProducer:
+    """A ``ChangelogProducer`` that holds records back until ``flush``: ``crash(n)`` delivers
+    only the first ``n`` held records and drops the rest, as a SIGKILL can."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.inner = AiokafkaChangelogProducer(settings)
+        self.held: list[tuple[str, int, bytes, bytes | None, asyncio.Future]] = []
+
+    async def send(self, topic: str, partition: int, key: bytes, value: bytes | None):
+        future = asyncio.get_running_loop().create_future()
+        self.held.append((topic, partition, key, value, future))
+        return future
+
+    async def deliver(self, n: int) -> None:
+        batch, self.held = self.held[:n], self.held[n:]
+        deliveries = [(await self.inner.send(*item[:4]), item[4]) for item in batch]
+        await self.inner.flush()
+        for delivery, future in deliveries:
+            future.set_result(await delivery)
+
+    async def flush(self) -> None:
+        await self.deliver(len(self.held))
+
+
+class Model:
+    """The oracle: entries, applied offset, and per operation since the last flush, its held
+    changelog records and the state after it (what a crash may fall back to)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, int], list[int]] = {}
+        self.applied = -1
+        self.durable = ({}, -1)  # state and applied offset at the last flush
+        # (first held record index, records, whether a prefix is the whole effect, state after)
+        self.unflushed: list[tuple[int, int, bool, dict, int]] = []
+        self.held = 0
+
+    def times(self, key: str) -> list[int]:
+        return sorted(t for k, t in self.entries if k == key)
+
+    def did(self, records: int, atomic_first: bool, changelog_applied: int) -> None:
+        self.unflushed.append(
+            (self.held, records, atomic_first, dict(self.entries), changelog_applied)
+        )
+        self.held += records
+
+    def flushed(self) -> None:
+        self.durable = (dict(self.entries), self.applied)
+        self.unflushed, self.held = [], 0
+
+    def after_crash(self, delivered: int) -> tuple[dict, int, int]:
+        """State and applied offset the changelog holds when the first ``delivered`` held
+        records got out, and how many to deliver (a cut inside a sweep moves to its start:
+        a sweep's tombstones are independent, this oracle only models whole sweeps)."""
+        entries, applied = self.durable
+        cut = delivered
+        for first, records, atomic_first, state, op_applied in self.unflushed:
+            if not atomic_first and first < cut < first + records:
+                cut = first
+            if cut < first + (1 if atomic_first else records):
+                break
+            entries, applied = state, max(applied, op_applied)
+        return entries, applied, cut
+
+
+async def run_operations(settings: Settings, ops: list[tuple]) -> None:
+    await create_changelog(settings)
+    model = Model()
+    producer = LossyProducer(settings)
+    await producer.inner.start()
+    store = WindowStore(settings, JsonCodec(), producer)
+    await store.start()
+    restored = await store.restore(0)
+    assert restored.applied_offset == -1 and restored.windows == {}
+    offset = 0
+    try:
+        for op in ops:
+            kind = op[0]
+            if kind == "record":
+                _, key, time, value, n_evict = op
+                evicted = [t for t in model.times(key) if t != time][:n_evict]
+                old = model.entries.get((key, time), [0, 0])
+                partial = [old[0] + 1, old[1] + value]
+                await store.record(0, offset, key, time, partial, evicted)
+                for t in evicted:
+                    del model.entries[(key, t)]
+                model.entries[(key, time)] = partial
+                model.applied = offset
+                model.did(1 + len(evicted), True, offset)
+                offset += 1
+            elif kind == "skip":
+                store.record_skipped(0, offset)
+                model.applied = offset
+                offset += 1
+            elif kind == "evict":
+                _, key, n = op
+                doomed = model.times(key)[:n]
+                await store.evict(0, key, doomed)
+                for t in doomed:
+                    del model.entries[(key, t)]
+                if doomed:
+                    model.did(len(doomed), False, -1)
+            elif kind == "flush":
+                await store.flush()
+                model.flushed()
+            else:
+                keep_local = op[1]
+                if kind == "restart":
+                    await store.stop()
+                    model.flushed()
+                    expected, expected_applied = model.durable
+                else:
+                    # SIGKILL: no flush, no checkpoint, only a prefix of the held records out
+                    expected, expected_applied, cut = model.after_crash(op[2] % (model.held + 1))
+                    await producer.deliver(cut)
+                    producer.held.clear()
+                    for p in list(store.partitions):
+                        store._close(p)
+                local_was_clean = kind == "restart" or (
+                    model.held == 0 and model.applied == model.durable[1]
+                )
+                if not keep_local:
+                    shutil.rmtree(store.partition_path(0))
+                store = WindowStore(settings, JsonCodec(), producer)
+                await store.start()
+                restored = await store.restore(0)
+                assert restored.applied_offset == expected_applied
+                assert as_entries(restored) == expected
+                assert restored.local_entries_reused == (keep_local and local_was_clean)
+                if restored.local_entries_reused:
+                    assert restored.changelog_records == 0
+                model.entries, model.applied = dict(expected), expected_applied
+                model.flushed()
+                offset = model.applied + 1
+            assert store.applied_offset(0) == model.applied
+    finally:
+        await store.stop()
+        await producer.inner.stop()
+
+
+@hsettings(max_examples=15)
+@given(ops=st.lists(operation, max_size=25))
+# a crash right after an event's upsert, before the tombstones of the entries it evicted
+@example(ops=[("record", "a", 0, 1, 0), ("record", "a", 1, 1, 1), ("crash", False, 2)])
+# local copy ahead of the changelog after a crash: events, or a sweep, after the last flush
+@example(ops=[("record", "a", 0, 1, 0), ("flush",), ("record", "b", 1, 1, 0), ("crash", True, 0)])
+@example(ops=[("record", "a", 0, 1, 0), ("flush",), ("evict", "a", 1), ("crash", True, 0)])
+@example(ops=[("skip",), ("flush",), ("skip",), ("crash", True, 0), ("skip",), ("crash", True, 0)])
+def test_random_operations_survive_restarts_and_crashes(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path_factory: pytest.TempPathFactory, ops
+) -> None:
+    state_dir = tmp_path_factory.mktemp("state")
+    settings = make_settings(kafka_bootstrap, embedded_profile, state_dir, partitions=1)
+    asyncio.run(run_operations(settings, [*ops, ("restart", True), ("restart", False)]))
+
+
+# --- batching, partitions, another worker's writes ---------------------------------------------
+
+
+async def test_batched_changelog_restores_exactly(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """Thousands of records sent back to back travel in multi-record batches (the embedded
+    broker's ListOffsets trap); the restore from the changelog alone must see every one."""
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a")
+    await create_changelog(settings)
+    store, _ = await open_store(settings, 0, 1)
+    expected: dict[int, dict[tuple[str, int], Any]] = {0: {}, 1: {}}
+    for i in range(3000):
+        p = i % 2
+        key, t = f"k{i % 7}", i // 2
+        evicted = [t - 40] if t >= 40 else []
+        await store.record(p, i // 2, key, t, [1, i], evicted)
+        expected[p][(key, t)] = [1, i]
+        for e in evicted:
+            expected[p].pop((key, e), None)
+    store.record_skipped(1, 1500)
+    await store.stop()
+
+    shutil.rmtree(tmp_path / "a")
+    store, restored = await open_store(settings, 0, 1)
+    await store.stop()
+    assert restored[0].applied_offset == 1499
+    assert restored[1].applied_offset == 1500
+    for p in (0, 1):
+        assert not restored[p].local_entries_reused
+        assert as_entries(restored[p]) == expected[p]
+
+    if embedded_profile:
+        # Evidence that batches held several records: ListOffsets on this broker undercounts.
+        consumer = AIOKafkaConsumer(**client_options(settings))
+        await consumer.start()
+        try:
+            tp = TopicPartition(settings.changelog_topic, 0)
+            end = (await consumer.end_offsets([tp]))[tp]
+        finally:
+            await consumer.stop()
+        assert end < restored[0].changelog_records
+
+
+async def test_tail_written_by_another_worker_is_replayed_on_top_of_local(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """Worker A checkpoints and releases; B (no local state) takes over and writes; A gets the
+    partition back: its local copy plus the changelog tail equals B's state."""
+    a = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a", partitions=1)
+    b = dataclasses.replace(a, state_dir=tmp_path / "b")
+    await create_changelog(a)
+    store_a, _ = await open_store(a, 0)
+    for i in range(50):
+        await store_a.record(0, i, "k", i, [1, i], [i - 10] if i >= 10 else [])
+    await store_a.release(0)
+
+    store_b, restored = await open_store(b, 0)
+    assert restored[0].applied_offset == 49 and not restored[0].local_entries_reused
+    for i in range(50, 80):
+        await store_b.record(0, i, "k", i, [1, i], [i - 10])
+    await store_b.evict(0, "k", [70, 71])
+    store_b.record_skipped(0, 80)
+    await store_b.release(0)
+    b_state = (await store_b.restore(0)).windows
+    await store_b.stop()
+
+    back = await store_a.restore(0)
+    await store_a.stop()
+    assert back.local_entries_reused
+    assert back.applied_offset == 80
+    assert back.windows == b_state
+    assert [t for t, _ in back.windows["k"]] == [t for t in range(70, 80) if t not in (70, 71)]
+
+
+async def test_redelivered_offset_is_rejected(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=1)
+    await create_changelog(settings)
+    store, _ = await open_store(settings, 0)
+    try:
+        await store.record(0, 5, "k", 1, [1, 1])
+        with pytest.raises(ValueError, match="redelivered"):
+            await store.record(0, 5, "k", 2, [1, 1])
+        with pytest.raises(ValueError, match="redelivered"):
+            store.record_skipped(0, 3)
+    finally:
+        await store.stop()
