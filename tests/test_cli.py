@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.records import DLQ_DETAIL, DLQ_REASON
-from app.broker import free_port
+from app.broker import free_port, wait_for_port
 from app.cli import cli
 from app.demo import run_demo
 from app.generator import MAX_VALUE, generate_events, key_name, ooo_count
@@ -389,3 +389,25 @@ def test_the_demo_runs_end_to_end_and_checks_itself():
     assert sum(summary.dead_letters.values()) == summary.bad_records == 5
     assert sorted(channel for channel, _ in summary.answers) == ["http"] * 6 + ["topic"] * 6
     assert any(line.lstrip().startswith("exact: ") for line in lines)
+
+
+def test_fiba_broker_serves_until_sigterm_and_stops_its_broker():
+    port = free_port()
+    fiba_script = os.path.join(os.path.dirname(sys.executable), "fiba")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
+    process = subprocess.Popen(
+        [fiba_script, "broker", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        first_line = process.stdout.readline()
+        assert f"embedded broker on 127.0.0.1:{port}" in first_line
+        env = {"FIBA_BROKER": f"127.0.0.1:{port}", "FIBA_BROKER_PROFILE": "embedded"}
+        assert fiba("topics", "create", env=env).exit_code == 0
+    finally:
+        process.terminate()
+        assert process.wait(30) == 0
+    assert not wait_for_port("127.0.0.1", port, timeout=0.5)
