@@ -31,8 +31,9 @@ its flip:
 
 Size invariant after every operation: the window is empty, or ``|l_L| = |l_R|`` and
 ``|l_L| + |l_R| + |l_A| + 1 = |front| - |back|``; so the front is processed before the back
-outgrows it. Costs in combine calls: insert at most 3, evict at most 2, query at most 1 — for
-every single operation, not on average.
+outgrows it. Costs in combine calls, for every single operation and not on average: push 3,
+pop 2, whole-window aggregate 1; through the window ADT (which adds the staged youngest entry)
+insert at most 3, evict at most 2, query at most 2.
 
 Storage is a chunked array queue (slots in fixed-size chunks keyed by chunk number), so that no
 operation ever copies the queue either: positions are absolute and only grow. This is a
