@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import statistics
 import time
 from pathlib import Path
 
@@ -21,8 +22,10 @@ from bench.config import DEFAULT_MONOIDS, BenchConfig
 from bench.experiments import EXPERIMENTS
 from bench.machine import describe_machine
 from bench.report import Finding, format_result, write_result
+from bench.timing import CLOCKS
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+CONTENDED_SHARE = 0.8
 
 
 def _monoid_names(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -56,6 +59,8 @@ def reproduce_command(experiment: str, config: BenchConfig) -> str:
         str(config.repetitions),
         "--seconds",
         str(config.seconds),
+        "--clock",
+        config.clock,
         "--seed",
         str(config.seed),
         "--out",
@@ -86,6 +91,14 @@ def reproduce_command(experiment: str, config: BenchConfig) -> str:
     default=None,
     help="Target duration of one timed repetition [default: 0.1, quick: 0.01].",
 )
+@click.option(
+    "--clock",
+    type=click.Choice(list(CLOCKS)),
+    default="wall",
+    show_default=True,
+    help="wall: perf_counter_ns; cpu: this thread's CPU time (for a machine shared with "
+    "other busy processes).",
+)
 @click.option("--seed", type=int, default=2026, show_default=True, help="Realistic generator seed.")
 @click.option(
     "--out",
@@ -99,6 +112,7 @@ def bench(
     monoids: tuple[str, ...],
     repetitions: int | None,
     seconds: float | None,
+    clock: str,
     seed: int,
     out: Path | None,
 ) -> None:
@@ -110,6 +124,7 @@ def bench(
         repetitions=repetitions or (3 if quick else 5),
         seconds=seconds or (0.01 if quick else 0.1),
         seed=seed,
+        clock=clock,
         log=lambda message: click.echo(message, err=True),
     )
     click.echo(f"command: {reproduce_command(experiment, config)}")
@@ -117,6 +132,7 @@ def bench(
         click.echo(f"{key}: {value}")
     names = list(EXPERIMENTS) if experiment == "all" else [experiment]
     findings: list[tuple[str, Finding]] = []
+    shares: list[float] = []
     started = time.perf_counter()
     for name in names:
         began = time.perf_counter()
@@ -127,8 +143,15 @@ def bench(
         click.echo(f"wrote {', '.join(_display_path(p) for p in written)}")
         click.echo(f"{name} took {time.perf_counter() - began:.1f} s")
         findings += [(name, f) for f in result.findings if f.met is not None]
+        shares += [float(r["cpu_share"]) for r in result.rows if "cpu_share" in r]
     if findings:
         click.echo("\n== targets")
         for name, finding in findings:
             click.echo(f"[{finding.verdict()}] {name}: {finding.claim}: {finding.measured}")
+    if config.clock == "wall" and shares and statistics.median(shares) < CONTENDED_SHARE:
+        click.echo(
+            f"\nwarning: the machine was busy (median CPU share {statistics.median(shares):.2f} "
+            "of wall time): wall-clock figures and ratios are unreliable; rerun on an idle "
+            "machine or with --clock cpu"
+        )
     click.echo(f"\ntotal {time.perf_counter() - started:.1f} s")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from bench.timing import Throughput, throughput
+from bench.timing import CLOCKS, Throughput, throughput
 
 DEFAULT_MONOIDS = ("sum", "geomean", "bloom")
 
@@ -19,7 +19,8 @@ class BenchConfig:
     """How big and how long: ``quick`` picks small sizes and few repetitions.
 
     ``seconds`` is the target duration of one timed repetition, ``repetitions`` how many are
-    taken (the median is reported), ``seed`` drives the realistic generator.
+    taken (the median is reported), ``seed`` drives the realistic generator, ``clock`` names
+    the clock of :data:`bench.timing.CLOCKS` every measurement reads.
     """
 
     out: Path
@@ -28,6 +29,7 @@ class BenchConfig:
     repetitions: int = 5
     seconds: float = 0.1
     seed: int = 2026
+    clock: str = "wall"
     log: Callable[[str], None] = field(default=print, compare=False)
 
     def pick(self, full: T, quick: T) -> T:
@@ -37,5 +39,14 @@ class BenchConfig:
     def throughput(self, run: Callable[[int], object], *, max_count: int) -> Throughput:
         """Median throughput of ``run(count)`` with this run's repetitions and duration."""
         return throughput(
-            run, repetitions=self.repetitions, target_seconds=self.seconds, max_count=max_count
+            run,
+            repetitions=self.repetitions,
+            target_seconds=self.seconds,
+            max_count=max_count,
+            clock=self.clock,
         )
+
+    @property
+    def clock_ns(self) -> Callable[[], int]:
+        """The clock function (nanoseconds) of this run."""
+        return CLOCKS[self.clock]

@@ -16,6 +16,7 @@ without paying an O(n) fill per point.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
@@ -92,19 +93,19 @@ class AdversarialWindow:
         self.oldest_low = old + count
         self.next_low = new + count
 
-    def round_latencies(self, count: int) -> list[int]:
-        """Like :meth:`rounds`, returning each round's duration in nanoseconds."""
+    def round_latencies(self, count: int, clock: Callable[[], int] = perf_counter_ns) -> list[int]:
+        """Like :meth:`rounds`, returning each round's duration in ``clock`` nanoseconds."""
         agg = self.agg
         evict, insert, query = agg.evict, agg.insert, agg.query
         old, new = self.oldest_low, self.next_low
         samples = [0] * count
         for k in range(count):
             t = new + k
-            start = perf_counter_ns()
+            start = clock()
             evict(old + k)
             insert(t, 1 + t % 101)
             query()
-            samples[k] = perf_counter_ns() - start
+            samples[k] = clock() - start
         self.oldest_low = old + count
         self.next_low = new + count
         return samples
@@ -143,9 +144,15 @@ class AdversarialWindow:
             query()
 
     def batch_latencies(
-        self, count: int, m: int, *, bulk_evict: bool, bulk_insert: bool
+        self,
+        count: int,
+        m: int,
+        *,
+        bulk_evict: bool,
+        bulk_insert: bool,
+        clock: Callable[[], int] = perf_counter_ns,
     ) -> tuple[list[int], list[int]]:
-        """Run ``count`` batch rounds; return the nanoseconds of each eviction and insertion.
+        """Run ``count`` batch rounds; return the ``clock`` ns of each eviction and insertion.
 
         The insertion's pairs are built before its clock starts; the query is not timed.
         """
@@ -153,12 +160,12 @@ class AdversarialWindow:
         evictions = [0] * count
         insertions = [0] * count
         for k in range(count):
-            start = perf_counter_ns()
+            start = clock()
             self.evict_batch(m, bulk=bulk_evict)
-            evictions[k] = perf_counter_ns() - start
+            evictions[k] = clock() - start
             pairs = self.next_batch(m)
-            start = perf_counter_ns()
+            start = clock()
             self.insert_batch(pairs, bulk=bulk_insert)
-            insertions[k] = perf_counter_ns() - start
+            insertions[k] = clock() - start
             query()
         return evictions, insertions

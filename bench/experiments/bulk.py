@@ -100,7 +100,7 @@ def _measure(
     batches = max(7, config.pick(2**14, 2**8) // m)  # about the same entries at every m
     with gc_paused():
         evictions, insertions = window.batch_latencies(
-            batches, m, bulk_evict=variant.bulk, bulk_insert=variant.bulk
+            batches, m, bulk_evict=variant.bulk, bulk_insert=variant.bulk, clock=config.clock_ns
         )
     evictions.sort()
     insertions.sort()

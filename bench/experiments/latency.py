@@ -1,6 +1,6 @@
 """``latency``: distribution of per-round latency, in order and out of order (seed 000 Fig. 12).
 
-Each round (evict oldest + insert + query) is timed on its own with ``perf_counter_ns``, the
+Each round (evict oldest + insert + query) is timed on its own with the run's clock, the
 garbage collector paused, after an untimed warm-up; the table gives min, median, p99, p99.9,
 max and mean, the plot one violin per algorithm on a log scale. In order, every algorithm but
 ReCalc (O(n) per query) takes part; out of order, only those accepting out-of-order inserts.
@@ -60,7 +60,7 @@ def run(config: BenchConfig) -> ExperimentResult:
                 with gc_paused():
                     window.widen(d)
                     window.rounds(warmup)
-                    taken = window.round_latencies(count)
+                    taken = window.round_latencies(count, config.clock_ns)
                 samples[monoid_name, d, name] = taken
                 summary = LatencySummary.of(taken)
                 result.add(

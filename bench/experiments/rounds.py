@@ -90,20 +90,26 @@ def run(config: BenchConfig) -> ExperimentResult:
                     cpu_share=tp.cpu_share,
                 )
                 if d == 0 and name != "two_stacks_lite":
-                    _bulk_rows(result, window, name, batches)
+                    _bulk_rows(config, result, window, name, batches)
             del window
     _findings(result, sizes, distances)
     return result
 
 
 def _bulk_rows(
-    result: ExperimentResult, window: AdversarialWindow, name: str, batches: int
+    config: BenchConfig,
+    result: ExperimentResult,
+    window: AdversarialWindow,
+    name: str,
+    batches: int,
 ) -> None:
     """Median latency of evicting the 1,024 oldest: one bulk_evict vs 1,024 evicts."""
     for bulk, operation in ((False, f"{BULK_M}x evict"), (True, f"bulk_evict({BULK_M})")):
         with gc_paused():
             wall, cpu = perf_counter_ns(), thread_time_ns()
-            samples, _ = window.batch_latencies(batches, BULK_M, bulk_evict=bulk, bulk_insert=False)
+            samples, _ = window.batch_latencies(
+                batches, BULK_M, bulk_evict=bulk, bulk_insert=False, clock=config.clock_ns
+            )
             wall, cpu = perf_counter_ns() - wall, thread_time_ns() - cpu
         median = statistics.median(samples)
         result.add(

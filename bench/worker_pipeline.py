@@ -1,0 +1,373 @@
+"""End-to-end worker throughput and query latency on the embedded broker.
+
+``python -m bench.worker_pipeline [--quick]`` starts an embedded broker and, per scenario, a
+worker subprocess (``child`` mode of this module: the real ``app.worker`` pipeline, window
+store included), over a pre-produced input topic: 100 keys, 20% of the events out of order (up
+to half the smallest window late), three windows of sizes R/100, R/10 and R. The per-key event
+spacing is 100 ms, so the largest window holds ``occupancy`` events per key; to start each run
+with full windows, a partition's windows are pre-filled (an O(n) bulk build, not timed, not
+persisted) when its first record arrives.
+
+Scenarios: ``bare`` — a Faust agent that only consumes the same topic (the framework's floor);
+``event``/``batch`` — the worker with that ``emit`` mode at each occupancy. Throughput is the
+accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). In one run
+(occupancy 10^3, ``event`` mode) range queries are timed while the worker is loaded: sequential
+``GET /windows/{key}?window=`` requests, and query records sent to the query topic, each timed
+until its answer is read back.
+
+Writes ``bench/results/worker_pipeline.json`` and prints a Markdown table (for
+``bench/RESULTS.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from app.broker import EmbeddedBroker, free_port
+from app.clients import client_options
+from app.demo import settings_environ
+from app.settings import Settings, WindowSpec, load_settings
+from app.topics import create_topics
+
+KEYS = 100
+SPACING_MS = 100
+OOO_FRACTION = 0.2
+T0 = 1_700_000_000_000
+RESULTS = Path(__file__).parent / "results" / "worker_pipeline.json"
+
+
+def duration_name(ms: int) -> str:
+    """``ms`` written as a duration setting (``"10s"``, ``"250ms"``)."""
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def scenario_settings(bootstrap: str, occupancy: int, emit: str, state_dir: Path) -> Settings:
+    retention = occupancy * SPACING_MS
+    sizes = (retention // 100, retention // 10, retention)
+    suffix = uuid.uuid4().hex[:8]
+    return replace(
+        Settings(),
+        broker=bootstrap,
+        broker_profile="embedded",
+        app_id=f"bench-{suffix}",
+        input_topic=f"bench-{suffix}-events",
+        aggregates_topic=f"bench-{suffix}-aggregates",
+        queries_topic=f"bench-{suffix}-queries",
+        answers_topic=f"bench-{suffix}-answers",
+        dead_letter_topic=f"bench-{suffix}-dlq",
+        partitions=4,
+        retention=retention,
+        windows=tuple(WindowSpec(duration_name(s), s) for s in sizes),
+        max_future_skew=retention,
+        emit=emit,
+        state_dir=state_dir,
+        web_port=free_port(),
+        sweep_interval=30_000,
+        log_level="warning",
+    )
+
+
+def event_stream(n: int, smallest_window: int, seed: int = 1) -> list[tuple[bytes, bytes]]:
+    """``n`` input records: keys round-robin over ``KEYS``, times ``T0 + i * SPACING / KEYS``,
+    ``OOO_FRACTION`` of them moved back by up to half the smallest window."""
+    rng = random.Random(seed)
+    step = SPACING_MS / KEYS
+    records = []
+    for i in range(n):
+        ts = T0 + int(i * step)
+        if rng.random() < OOO_FRACTION:
+            ts -= rng.randrange(1, max(2, smallest_window // 2))
+        key = f"key-{rng.randrange(KEYS)}".encode()
+        value = json.dumps({"ts": ts, "value": round(rng.uniform(-100, 100), 3)})
+        records.append((key, value.encode()))
+    return records
+
+
+async def produce(settings: Settings, records: list[tuple[bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(**client_options(settings), linger_ms=20)
+    await producer.start()
+    try:
+        for key, value in records:
+            await producer.send(settings.input_topic, value=value, key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def get_json(port: int, path: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def measure_rate(
+    port: int, total: int, worker: subprocess.Popen, log_path: Path, timeout: float
+) -> float:
+    """Accepted events/s between 30% and 90% of ``total``, polling ``GET /stats``."""
+    marks: dict[float, tuple[float, int]] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise RuntimeError(f"the worker exited; see {log_path}")
+        try:
+            accepted = get_json(port, "/stats")["counts"].get("accepted", 0)
+        except OSError:
+            time.sleep(0.2)
+            continue
+        now = time.monotonic()
+        for fraction in (0.3, 0.9):
+            if fraction not in marks and accepted >= fraction * total:
+                marks[fraction] = (now, accepted)
+        if 0.9 in marks:
+            (t1, a1), (t2, a2) = marks[0.3], marks[0.9]
+            return (a2 - a1) / (t2 - t1)
+        time.sleep(0.1)
+    raise RuntimeError(f"timeout: the worker did not get through {total} events")
+
+
+def http_latencies(port: int, window: str, stop: threading.Event, out: list[float]) -> None:
+    """Sequential ``GET /windows/{key}?window=`` until ``stop``; seconds per request."""
+    rng = random.Random(2)
+    while not stop.is_set():
+        key = f"key-{rng.randrange(KEYS)}"
+        started = time.perf_counter()
+        try:
+            get_json(port, f"/windows/{key}?window={window}")
+        except OSError:
+            time.sleep(0.05)
+            continue
+        out.append(time.perf_counter() - started)
+        time.sleep(0.01)
+
+
+async def topic_latencies(settings: Settings, count: int) -> list[float]:
+    """Send ``count`` queries one at a time; seconds from send until its answer is read."""
+    producer = AIOKafkaProducer(**client_options(settings), linger_ms=0)
+    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
+    await producer.start()
+    await consumer.start()
+    latencies = []
+    try:
+        tps = [TopicPartition(settings.answers_topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        rng = random.Random(3)
+        for i in range(count):
+            key = f"key-{rng.randrange(KEYS)}"
+            query = {"query_id": f"q{i}", "key": key, "window": settings.windows[1].name}
+            started = time.perf_counter()
+            await producer.send_and_wait(
+                settings.queries_topic, json.dumps(query).encode(), key=key.encode()
+            )
+            answered = False
+            while not answered:
+                batch = await consumer.getmany(timeout_ms=1000)
+                for records in batch.values():
+                    answered |= any(json.loads(r.value)["query_id"] == f"q{i}" for r in records)
+            latencies.append(time.perf_counter() - started)
+            await asyncio.sleep(0.02)
+    finally:
+        await producer.stop()
+        await consumer.stop()
+    return latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_scenario(
+    bootstrap: str, name: str, occupancy: int, events: int, with_queries: bool, workdir: Path
+) -> dict[str, Any]:
+    emit = "event" if name == "bare" else name
+    settings = scenario_settings(bootstrap, occupancy, emit, workdir / uuid.uuid4().hex[:6])
+    asyncio.run(create_topics(settings))
+    asyncio.run(produce(settings, event_stream(events, settings.windows[0].size_ms)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
+    env.update(settings_environ(settings))
+    command = [sys.executable, "-m", "bench.worker_pipeline", "child", name, str(occupancy)]
+    log_path = workdir / f"{name}-{occupancy}.log"
+    with open(log_path, "wb") as log:
+        worker = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    result: dict[str, Any] = {"scenario": name, "occupancy": occupancy, "events": events}
+    try:
+        http: list[float] = []
+        stop = threading.Event()
+        if with_queries:
+            thread = threading.Thread(
+                target=http_latencies,
+                args=(settings.web_port, settings.windows[1].name, stop, http),
+            )
+            thread.start()
+        try:
+            if with_queries:
+                topic = asyncio.run(topic_latencies(settings, 100))
+            result["events_per_s"] = measure_rate(settings.web_port, events, worker, log_path, 900)
+        finally:
+            stop.set()
+            if with_queries:
+                thread.join()
+        if with_queries:
+            result["http_query_ms"] = {
+                "n": len(http),
+                "p50": 1000 * statistics.median(http),
+                "p99": 1000 * percentile(http, 0.99),
+            }
+            result["topic_query_ms"] = {
+                "n": len(topic),
+                "p50": 1000 * statistics.median(topic),
+                "p99": 1000 * percentile(topic, 0.99),
+            }
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(10)
+    return result
+
+
+# --- child: the worker (or the bare agent) under test -------------------------------------------
+
+
+def run_bare(settings: Settings) -> None:
+    """A Faust agent that only consumes the input topic (the framework's floor)."""
+    import faust
+
+    from app.faust_app import create_app
+
+    fiba = create_app(settings)
+    counts = {"accepted": 0}
+
+    @fiba.app.agent(fiba.input_topic, name="bare")
+    async def consume(stream: faust.StreamT) -> None:
+        async for _ in stream.events():
+            counts["accepted"] += 1
+
+    @fiba.app.page("/stats")
+    async def stats(web: Any, request: Any) -> Any:
+        return web.json({"counts": counts})
+
+    faust.Worker(fiba.app, loglevel=settings.log_level, quiet=True).execute_from_commandline()
+
+
+def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
+    """The real worker; each partition's windows pre-filled with ``occupancy`` events per key
+    (times just before the stream starts) when the partition is first used."""
+    import faust
+
+    from agents.windows import PartitionState
+    from app.faust_app import FibaApp
+    from app.worker import build_worker
+
+    worker = build_worker(settings)
+    pipeline = worker.pipeline
+    restore = pipeline.state
+    filled: set[int] = set()
+
+    async def state_with_prefill(partition: int) -> PartitionState:
+        state = await restore(partition)
+        if partition not in filled:
+            filled.add(partition)
+            state.windows.restore(prefill(worker.fiba, partition, occupancy))
+        return state
+
+    pipeline.state = state_with_prefill  # type: ignore[method-assign]
+
+    def prefill(fiba: FibaApp, partition: int, n: int) -> dict[str, list[tuple[int, Any]]]:
+        lift = pipeline.config.lift
+        windows = {}
+        for k in range(KEYS):
+            key = f"key-{k}"
+            if fiba.key_partition(key.encode()) == partition:
+                start = T0 - n * SPACING_MS
+                windows[key] = [(start + j * SPACING_MS, lift(float(j % 7))) for j in range(n)]
+        return windows
+
+    faust.Worker(
+        worker.fiba.app, loglevel=settings.log_level, quiet=True
+    ).execute_from_commandline()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+    child = sub.add_parser("child")
+    child.add_argument("scenario")
+    child.add_argument("occupancy", type=int)
+    run = sub.add_parser("run")
+    run.add_argument("--quick", action="store_true")
+    run.add_argument("--occupancies", default="100,1000,10000")
+    args = parser.parse_args(sys.argv[1:] or ["run"])
+    if args.command == "child":
+        settings = load_settings()
+        if args.scenario == "bare":
+            run_bare(settings)
+        else:
+            run_prefilled_worker(settings, args.occupancy)
+        return
+    occupancies = [int(x) for x in args.occupancies.split(",")]
+    events = 8_000 if args.quick else 30_000
+    results = []
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+        workdir = Path(tmp)
+        plan = [("bare", occupancies[0], events * 3, False)]
+        plan += [("event", occ, events, occ == 1000) for occ in occupancies]
+        plan += [("batch", occ, events, False) for occ in occupancies]
+        for name, occ, n, queries in plan:
+            result = run_scenario(broker.bootstrap, name, occ, n, queries, workdir)
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(markdown(results))
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    bare = next(r["events_per_s"] for r in results if r["scenario"] == "bare")
+    lines = [
+        "| scenario | events/key in largest window | events/s | % of bare Faust |",
+        "| --- | --- | --- | --- |",
+    ]
+    for r in results:
+        occupancy = "-" if r["scenario"] == "bare" else f"{r['occupancy']:,}"
+        lines.append(
+            f"| {r['scenario']} | {occupancy} | {r['events_per_s']:,.0f} | "
+            f"{100 * r['events_per_s'] / bare:.0f}% |"
+        )
+    for r in results:
+        for kind in ("http_query_ms", "topic_query_ms"):
+            if kind in r:
+                q = r[kind]
+                lines.append(
+                    f"\n{kind.split('_')[0]} range queries under load ({r['scenario']}, "
+                    f"{r['occupancy']:,}/key): n={q['n']}, p50 {q['p50']:.1f} ms, "
+                    f"p99 {q['p99']:.1f} ms"
+                )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
