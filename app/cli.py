@@ -140,8 +140,8 @@ def with_settings(*names: str) -> Callable[[Callable[..., T]], Callable[..., T]]
         return click.option(
             "--config",
             type=click.Path(dir_okay=False),
-            envvar="FIBA_CONFIG",
-            help="TOML settings file (keys at top level or in [fiba]) [env FIBA_CONFIG]",
+            help="TOML settings file (keys at top level or in [fiba]); default: `fiba --config`,"
+            " else env FIBA_CONFIG",
         )(run)
 
     return decorate

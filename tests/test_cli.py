@@ -411,3 +411,16 @@ def test_fiba_broker_serves_until_sigterm_and_stops_its_broker():
         process.terminate()
         assert process.wait(30) == 0
     assert not wait_for_port("127.0.0.1", port, timeout=0.5)
+
+
+def test_an_explicit_config_file_beats_fiba_config(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text(f'broker = "127.0.0.1:{free_port()}"\n')
+    bad = tmp_path / "bad.toml"
+    bad.write_text('windows = "oops"\n')
+    env = {"FIBA_CONFIG": str(bad)}
+    assert "bad window 'oops'" in fiba("worker", env=env).stderr
+    for args in (["--config", str(good), "worker"], ["worker", "--config", str(good)]):
+        result = fiba(*args, env=env)
+        assert result.exit_code == 2
+        assert "cannot reach the Kafka broker" in result.stderr
