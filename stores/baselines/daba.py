@@ -43,10 +43,9 @@ operation ever copies the queue either: positions are absolute and only grow. Th
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import reduce
 from typing import Any
 
-from stores.baselines.fifo import FifoEntries
+from stores.baselines.fifo import FifoEntries, prefix_aggregates, suffix_aggregates
 
 __all__ = ["DABA"]
 
@@ -206,20 +205,17 @@ class DABA(FifoEntries):
         _require(needed <= self._chunks.keys(), "a slot's chunk is missing")
         combine = self._combine
         values = [self._value(p) for p in range(F, E)]
-
-        def span(i: int, j: int) -> Any:  # v[i] ⊕ ... ⊕ v[j-1], absolute positions
-            return reduce(combine, values[i + 1 - F : j - F], values[i - F])
-
+        front_suffixes = suffix_aggregates(values[: B - F], combine)  # v[p] ⊕ ... ⊕ v[B-1]
         regions = (
-            ("l_F", F, L, lambda p: span(p, B)),
-            ("l_L", L, R, lambda p: span(p, R)),
-            ("l_R", R, A, lambda p: span(R, p + 1)),
-            ("l_A", A, B, lambda p: span(p, B)),
-            ("l_B", B, E, lambda p: span(B, p + 1)),
+            ("l_F", F, L, front_suffixes[: L - F]),
+            ("l_L", L, R, suffix_aggregates(values[L - F : R - F], combine)),
+            ("l_R", R, A, prefix_aggregates(values[R - F : A - F], combine)),
+            ("l_A", A, B, front_suffixes[A - F :]),
+            ("l_B", B, E, prefix_aggregates(values[B - F :], combine)),
         )
         for name, start, stop, expected in regions:
-            for p in range(start, stop):
-                _require(self._agg(p) == expected(p), f"aggregation invariant of {name} at {p}")
+            stored = [self._agg(p) for p in range(start, stop)]
+            _require(stored == expected, f"aggregation invariant of {name}")
         if E > F:
             _require(R - L == A - R, "size invariant: |l_L| != |l_R|")
             _require(

@@ -25,11 +25,11 @@ their time is ``<= t``; ``bulk_insert`` inserts the pairs in order (a loop).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import pairwise
 from typing import Any
 
-__all__ = ["FifoAggregator", "FifoEntries"]
+__all__ = ["FifoAggregator", "FifoEntries", "prefix_aggregates", "suffix_aggregates"]
 
 _NOTHING = object()
 
@@ -230,6 +230,22 @@ class FifoEntries(FifoAggregator):
         if t == self._staged_t:
             return self._staged
         return self._lookup(t)
+
+
+def prefix_aggregates(values: list[Any], combine: Callable[[Any, Any], Any]) -> list[Any]:
+    """``out[i] = values[0] ⊕ ... ⊕ values[i]``: ``len - 1`` combines."""
+    out = values[:]
+    for i in range(1, len(out)):
+        out[i] = combine(out[i - 1], out[i])
+    return out
+
+
+def suffix_aggregates(values: list[Any], combine: Callable[[Any, Any], Any]) -> list[Any]:
+    """``out[i] = values[i] ⊕ ... ⊕ values[-1]``, computed from the end: ``len - 1`` combines."""
+    out = values[:]
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = combine(out[i], out[i + 1])
+    return out
 
 
 def _require(condition: bool, invariant: str) -> None:

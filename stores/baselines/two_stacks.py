@@ -25,20 +25,16 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
-from functools import reduce
 from typing import Any
 
-from stores.baselines.fifo import FifoAggregator, FifoEntries
+from stores.baselines.fifo import (
+    FifoAggregator,
+    FifoEntries,
+    prefix_aggregates,
+    suffix_aggregates,
+)
 
 __all__ = ["TwoStacks", "TwoStacksLite"]
-
-
-def _suffix_aggregates(values: list[Any], combine: Any) -> list[Any]:
-    """``out[i] = values[i] ⊕ ... ⊕ values[-1]``, computed from the end: ``len - 1`` combines."""
-    out = values[:]
-    for i in range(len(out) - 2, -1, -1):
-        out[i] = combine(out[i], out[i + 1])
-    return out
 
 
 def _index(times: list[Any], lo: int, t: Any) -> int:
@@ -78,7 +74,7 @@ class TwoStacks(FifoEntries):
         """Move the whole back onto the (empty) front: one combine per entry but one."""
         self._front_t = self._back_t
         self._front_v = self._back_v
-        self._front_a = _suffix_aggregates(self._back_v, self._combine)
+        self._front_a = suffix_aggregates(self._back_v, self._combine)
         self._head = 0
         self._back_t = []
         self._back_v = []
@@ -131,14 +127,10 @@ class TwoStacks(FifoEntries):
         _require(len(lengths) == 1, "front arrays of different lengths")
         lengths = {len(self._back_t), len(self._back_v), len(self._back_a)}
         _require(len(lengths) == 1, "back arrays of different lengths")
-        front_v = self._front_v
-        for i in range(head, len(front_v)):
-            expected = reduce(combine, front_v[i + 1 :], front_v[i])
-            _require(self._front_a[i] == expected, f"front aggregate {i} != v[{i}] ⊕ ... ⊕ v[-1]")
-        back_v = self._back_v
-        for i in range(len(back_v)):
-            expected = reduce(combine, back_v[1 : i + 1], back_v[0])
-            _require(self._back_a[i] == expected, f"back aggregate {i} != v[0] ⊕ ... ⊕ v[{i}]")
+        expected = suffix_aggregates(self._front_v[head:], combine)
+        _require(self._front_a[head:] == expected, "front aggregates != v[i] ⊕ ... ⊕ v[-1]")
+        expected = prefix_aggregates(self._back_v, combine)
+        _require(self._back_a == expected, "back aggregates != v[0] ⊕ ... ⊕ v[i]")
 
 
 class TwoStacksLite(FifoAggregator):
@@ -168,7 +160,7 @@ class TwoStacksLite(FifoAggregator):
     def _pop(self) -> None:
         if self._head == len(self._front_t):
             self._front_t = self._back_t
-            self._front_a = _suffix_aggregates(self._back_v, self._combine)
+            self._front_a = suffix_aggregates(self._back_v, self._combine)
             self._head = 0
             self._back_t = []
             self._back_v = []
@@ -203,7 +195,7 @@ class TwoStacksLite(FifoAggregator):
         _require(len(self._front_t) == len(self._front_a), "front arrays of different lengths")
         _require(len(self._back_t) == len(self._back_v), "back arrays of different lengths")
         back = self._back_v
-        expected = reduce(self._combine, back[1:], back[0]) if back else self._identity
+        expected = prefix_aggregates(back, self._combine)[-1] if back else self._identity
         _require(self._back_sum == expected, "back sum != v[0] ⊕ ... ⊕ v[-1]")
 
 
