@@ -282,7 +282,12 @@ def topics_create(settings: Settings) -> None:
 @with_settings(*SETTINGS_HELP)
 def worker(settings: Settings) -> None:
     """Run a stream-processing worker (topics must exist: `fiba topics create`)."""
+    from app.topics import missing_or_mismatched
+
     require_broker(settings)
+    problems = run_async(missing_or_mismatched(settings))
+    if problems:
+        raise CliFailure("; ".join(problems) + " (run `fiba topics create` with these settings)")
     from app.worker import run_worker
 
     run_worker(settings)

@@ -142,6 +142,32 @@ async def create_topics(
     return [TopicOutcome(s.name, s.partitions, s not in existing) for s in wanted]
 
 
+async def missing_or_mismatched(settings: Settings) -> list[str]:
+    """What keeps a worker of ``settings`` from starting safely: one line per topic that is
+    missing or has another partition count (empty when all is well).
+
+    Reads the full topic list first and describes only existing topics, so nothing is
+    auto-created.
+    """
+    wanted = topic_specs(settings)
+    admin = AIOKafkaAdminClient(**client_options(settings))
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        counts = await _partition_counts(admin, [s.name for s in wanted if s.name in existing])
+    finally:
+        await admin.close()
+    problems = []
+    for spec in wanted:
+        if spec.name not in counts:
+            problems.append(f"topic {spec.name!r} is missing")
+        elif counts[spec.name] != spec.partitions:
+            problems.append(
+                f"topic {spec.name!r} has {counts[spec.name]} partitions, not {spec.partitions}"
+            )
+    return problems
+
+
 async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
     """Partition count of each named (existing) topic."""
     if not names:

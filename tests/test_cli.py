@@ -424,3 +424,12 @@ def test_an_explicit_config_file_beats_fiba_config(tmp_path):
         result = fiba(*args, env=env)
         assert result.exit_code == 2
         assert "cannot reach the Kafka broker" in result.stderr
+
+
+@pytest.mark.kafka
+def test_the_worker_refuses_to_start_without_its_topics(broker_env):
+    result = fiba("worker", env=broker_env)
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1
+    assert f"topic '{broker_env['FIBA_INPUT_TOPIC']}' is missing" in result.stderr
+    assert "run `fiba topics create`" in result.stderr

@@ -13,6 +13,7 @@ from app.topics import (
     DATA_TOPIC_CONFIGS,
     TopicMismatch,
     create_topics,
+    missing_or_mismatched,
     topic_specs,
 )
 
@@ -114,3 +115,21 @@ async def test_an_existing_topic_with_another_partition_count_is_an_error(
     assert settings.input_topic in message
     assert "2 partitions" in message
     assert "need 3" in message
+
+
+@pytest.mark.kafka
+async def test_missing_or_mismatched_topics_are_reported_without_creating_them(
+    kafka_bootstrap, embedded_profile
+):
+    settings = unique_settings(kafka_bootstrap, embedded_profile, partitions="2")
+    problems = await missing_or_mismatched(settings)
+    assert problems == [f"topic {spec.name!r} is missing" for spec in topic_specs(settings)]
+    assert await missing_or_mismatched(settings) == problems  # still missing: not auto-created
+
+    await create_topics(settings)
+    assert await missing_or_mismatched(settings) == []
+    same_names = {name: getattr(settings, name) for name in ("app_id", *TOPIC_SETTINGS)}
+    wider = unique_settings(kafka_bootstrap, embedded_profile, partitions="3", **same_names)
+    assert await missing_or_mismatched(wider) == [
+        f"topic {spec.name!r} has 2 partitions, not 3" for spec in topic_specs(wider)
+    ]
