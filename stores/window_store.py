@@ -25,6 +25,10 @@ does; different partitions may interleave):
 - ``await flush()``: every changelog record so far acknowledged, local checkpoints written.
 - ``await release(partition)``: partition revoked: flush, checkpoint, close its RocksDB.
 - ``applied_offset(partition)``; ``partitions`` (the open ones).
+- ``await follow(partitions)``: standby replicas (``standby_replicas``): tail these partitions'
+  changelogs into their local copies in the background, so that taking one over (``restore``)
+  replays only a short tail. Inside Faust, ``faust_standby_partitions(app, input_topic)`` in
+  ``on_partitions_assigned`` names them.
 
 Design choice: an own changelog, not Faust tables. Faust's table recovery reads changelogs to
 the end offset given by ListOffsets, which the embedded broker gets wrong for multi-record
@@ -67,6 +71,9 @@ entries + changelog records replayed), plus decoding every restored partial once
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import shutil
 import struct
 from collections.abc import Awaitable, Iterable
@@ -75,6 +82,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
+from aiokafka.errors import OffsetOutOfRangeError
 from rocksdict import Options, Rdict, WriteBatch
 
 from app.settings import Settings
@@ -92,6 +100,8 @@ from stores.changelog import (
     key_prefix,
     read_to_high_watermark,
 )
+
+logger = logging.getLogger(__name__)
 
 _META_APPLIED = b"\x00applied"
 """Local key of the applied input offset (8 bytes: shorter than any 12+-byte entry id)."""
@@ -127,6 +137,15 @@ class RestoredPartition:
     windows: dict[str, list[tuple[int, Any]]]
     local_entries_reused: bool = False
     changelog_records: int = 0
+
+
+@dataclass(slots=True)
+class _Standby:
+    """A followed partition: local copy == changelog records below ``position``."""
+
+    db: Rdict
+    position: int
+    applied: int
 
 
 @dataclass(slots=True)
@@ -167,6 +186,8 @@ class WindowStore:
             producer = self._own_producer
         self._producer: ChangelogProducer = producer
         self._open: dict[int, _OpenPartition] = {}
+        self._standbys: dict[int, _Standby] = {}
+        self._follower: asyncio.Task[None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -177,7 +198,12 @@ class WindowStore:
             await self._own_producer.start()
 
     async def stop(self) -> None:
-        """Flush, checkpoint and close every open partition; stop the own producer."""
+        """Stop following; flush, checkpoint and close every open partition; stop the own
+        producer."""
+        await self._stop_follower()
+        for standby in self._standbys.values():
+            standby.db.close()
+        self._standbys.clear()
         try:
             await self.flush()
         finally:
@@ -195,6 +221,15 @@ class WindowStore:
         """Directory of the local RocksDB of ``partition``."""
         return self.root / f"partition-{partition}"
 
+    @property
+    def standby_partitions(self) -> frozenset[int]:
+        """The partitions followed as standby replicas."""
+        return frozenset(self._standbys)
+
+    def standby_position(self, partition: int) -> int:
+        """Changelog offset up to which the standby replica of ``partition`` is caught up."""
+        return self._standbys[partition].position
+
     def applied_offset(self, partition: int) -> int:
         """Last input offset of ``partition`` whose effect is in the state (-1: none)."""
         return self._open[partition].applied
@@ -207,6 +242,8 @@ class WindowStore:
         return the state. See the module doc for the argument."""
         if partition in self._open:
             raise ValueError(f"partition {partition} is already open")
+        if partition in self._standbys:
+            await self.follow(set(self._standbys) - {partition})
         path = self.partition_path(partition)
         db, start, applied = self._open_local(path)
         reused = start is not None
@@ -242,6 +279,74 @@ class WindowStore:
             await self.flush()
         finally:
             self._close(partition)
+
+    # --- standby replicas ------------------------------------------------------------------
+
+    async def follow(self, partitions: Iterable[int]) -> None:
+        """Keep standby replicas of ``partitions`` (minus the open ones; replaces the previous
+        set): a background task tails their changelog partitions into their local RocksDB,
+        checkpointing with every chunk, so a later ``restore`` replays only the short tail.
+        Replicas no longer followed keep their last checkpoint on disk."""
+        wanted = set(partitions) - set(self._open)
+        if wanted == set(self._standbys) and self._follower is not None:
+            return
+        await self._stop_follower()
+        for partition in set(self._standbys) - wanted:
+            self._standbys.pop(partition).db.close()
+        for partition in sorted(wanted - set(self._standbys)):
+            db, start, applied = self._open_local(self.partition_path(partition))
+            self._standbys[partition] = _Standby(db, start or 0, applied)
+        if self._standbys:
+            self._follower = asyncio.create_task(self._follow_changelog(), name="standby")
+
+    async def _stop_follower(self) -> None:
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+    async def _follow_changelog(self) -> None:
+        """Tail the followed partitions until cancelled. A partition whose changelog ends
+        before the replica's position (recreated topic) is rebuilt from offset 0."""
+        consumer = consumer_for(self.settings, fetch_max_wait_ms=500)
+        await consumer.start()
+        try:
+            tps = {TopicPartition(self.topic, p): p for p in self._standbys}
+            consumer.assign(list(tps))
+            for tp, partition in tps.items():
+                consumer.seek(tp, self._standbys[partition].position)
+            while True:
+                try:
+                    batches = await consumer.getmany(timeout_ms=1000, max_records=50_000)
+                except OffsetOutOfRangeError as exc:
+                    for tp in exc.args[0] if exc.args else tps:
+                        self._reset_standby(tps[tp])
+                        consumer.seek(tp, 0)
+                    continue
+                for tp, records in batches.items():
+                    standby = self._standbys.get(tps[tp])
+                    if standby is None or not records:
+                        continue
+                    batch = WriteBatch(raw_mode=True)
+                    standby.applied = apply_changelog_records(batch, records, standby.applied)
+                    standby.position = records[-1].offset + 1
+                    batch.put(_META_APPLIED, _OFFSET.pack(standby.applied))
+                    batch.put(_META_CHECKPOINT, _CHECKPOINT.pack(standby.position, standby.applied))
+                    standby.db.write(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("standby replica follower of %s stopped", sorted(self._standbys))
+        finally:
+            await consumer.stop()
+
+    def _reset_standby(self, partition: int) -> None:
+        standby = self._standbys[partition]
+        standby.db.close()
+        path = self.partition_path(partition)
+        Rdict.destroy(str(path))
+        self._standbys[partition] = _Standby(self._fresh_local(path), 0, -1)
 
     # --- writes ----------------------------------------------------------------------------
 
@@ -374,20 +479,7 @@ class WindowStore:
         replayed = 0
         async for records in read_to_high_watermark(consumer, tp, start):
             batch = WriteBatch(raw_mode=True)
-            for record in records:
-                key, value = record.key, record.value
-                if key == APPLIED_KEY:
-                    applied = max(applied, decode_offset(value))
-                elif value is None:
-                    batch.delete(key)
-                else:
-                    offset, deleted, data = decode_upsert(value)
-                    prefix = key[:-8]
-                    for suffix in deleted:
-                        batch.delete(prefix + suffix)
-                    batch.put(key, _OFFSET.pack(offset) + data)
-                    if offset > applied:
-                        applied = offset
+            applied = apply_changelog_records(batch, records, applied)
             db.write(batch)
             replayed += len(records)
         return applied, replayed
@@ -409,3 +501,35 @@ class WindowStore:
                 current = windows.setdefault(prefix[4:].decode(), [])
             current.append((unpack_time(eid, len(eid) - 8)[0] - _TIME_BIAS, decode(value[8:])))
         return windows
+
+
+def apply_changelog_records(batch: WriteBatch, records: Iterable[Any], applied: int) -> int:
+    """Add the local writes replaying changelog ``records`` (in order) to ``batch``; return the
+    applied offset after them, starting from ``applied``. O(records + deleted times)."""
+    for record in records:
+        key, value = record.key, record.value
+        if key == APPLIED_KEY:
+            applied = max(applied, decode_offset(value))
+        elif value is None:
+            batch.delete(key)
+        else:
+            offset, deleted, data = decode_upsert(value)
+            prefix = key[:-8]
+            for suffix in deleted:
+                batch.delete(prefix + suffix)
+            batch.put(key, _OFFSET.pack(offset) + data)
+            if offset > applied:
+                applied = offset
+    return applied
+
+
+def faust_standby_partitions(app: Any, topic: str) -> set[int]:
+    """The partitions of ``topic`` that Faust's assignor made this worker a standby for.
+
+    Faust's ``PartitionAssignor`` computes standbys (``table_standby_replicas`` of them, on
+    other members than the active, preferring to promote a standby to active on takeover) for
+    every co-partitioned topic group, tables or not; only table changelogs get them as Kafka
+    assignments. For the input topic they name the partitions whose window store this worker
+    should ``follow``. Read it in ``on_partitions_assigned``.
+    """
+    return {tp.partition for tp in app.assignor.assigned_standbys() if tp.topic == topic}

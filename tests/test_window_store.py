@@ -340,3 +340,39 @@ async def test_redelivered_offset_is_rejected(
             store.record_skipped(0, 3)
     finally:
         await store.stop()
+
+
+async def test_standby_replica_follows_and_takes_over_with_a_short_tail(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """B follows partition 0 while A writes it; B's takeover reuses its replica and replays
+    only what arrived after its last chunk."""
+    a = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a", partitions=2)
+    b = dataclasses.replace(a, state_dir=tmp_path / "b")
+    await create_changelog(a)
+    store_a, _ = await open_store(a, 0)
+    store_b, _ = await open_store(b, 1)
+    try:
+        await store_b.follow([0, 1])
+        assert store_b.standby_partitions == {0}  # 1 is active on B
+        for i in range(400):
+            await store_a.record(0, i, f"k{i % 3}", i, [1, i], [i - 30] if i >= 30 else [])
+        await store_a.flush()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while store_b.standby_position(0) < 400 + 370 and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        await store_a.evict(0, "k0", [399])
+        store_a.record_skipped(0, 400)
+        await store_a.release(0)
+        expected = (await store_a.restore(0)).windows
+
+        taken = await store_b.restore(0)
+        assert store_b.standby_partitions == frozenset()
+        assert taken.local_entries_reused
+        assert taken.changelog_records == 2  # the sweep's tombstone and the applied marker
+        assert taken.applied_offset == 400
+        assert taken.windows == expected
+    finally:
+        await store_a.stop()
+        await store_b.stop()
