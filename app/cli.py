@@ -360,9 +360,9 @@ def produce(
                 start_ms=start if start is not None else int(time.time() * 1000),
                 seed=seed,
             )
-            records = [event_record(e, settings) for e in events]
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
+        records = (event_record(e, settings) for e in events)
     else:
         records = file_records(file, settings)
     require_broker(settings)

@@ -8,7 +8,7 @@ the stream time by exactly ``interval_ms``.
 Guarantees, for ``n`` events and an out-of-order fraction ``f``:
 
 - exactly ``ooo_count(n, f) = min(round(n * f), n - 1)`` events are out of order (the first
-  event cannot be), at positions drawn by the seeded generator;
+  event cannot be), at positions drawn uniformly by the seeded generator;
 - an out-of-order event lies between 1 ms and ``max_lateness_ms`` behind the stream time
   before it, so no event is more than ``max_lateness_ms`` behind the stream time of any
   partition it lands on (a partition's stream time never exceeds the whole stream's);
@@ -16,7 +16,8 @@ Guarantees, for ``n`` events and an out-of-order fraction ``f``:
   ``[0, 1000)`` (integers keep sums exact, so results can be checked by brute force);
 - the same arguments (including ``seed``) give the same stream.
 
-Each event costs O(1) time; the out-of-order positions cost O(n) memory up front.
+Each event costs O(1) time and the stream O(1) memory: events are produced lazily. Arguments
+are checked when ``generate_events`` is called, before the first event.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def generate_events(
     """``n`` events over ``keys`` keys, ``ooo_fraction`` of them out of order (module docstring).
 
     The first event is at ``start_ms``; in-order events follow ``interval_ms`` apart.
-    Raises ``ValueError`` on arguments that cannot give such a stream.
+    Raises ``ValueError`` at once on arguments that cannot give such a stream.
     """
     if n < 0:
         raise ValueError(f"the number of events must be >= 0, got {n}")
@@ -73,11 +74,30 @@ def generate_events(
     late = ooo_count(n, ooo_fraction)
     if late and max_lateness_ms < 1:
         raise ValueError("out-of-order events need a max lateness of at least 1 ms")
-    rng = random.Random(seed)
-    out_of_order = set(rng.sample(range(1, n), late)) if late else set()
+    return _events(n, keys, late, max_lateness_ms, interval_ms, start_ms, random.Random(seed))
+
+
+def _events(
+    n: int,
+    keys: int,
+    late: int,
+    max_lateness_ms: int,
+    interval_ms: int,
+    start_ms: int,
+    rng: random.Random,
+) -> Iterator[Event]:
+    """The stream of ``generate_events``, with exactly ``late`` out-of-order events.
+
+    Which events are out of order is decided by selection sampling (Knuth's Algorithm S) over
+    positions 1..n-1: position i is picked with probability (still to pick) / (positions left),
+    which picks exactly ``late`` positions, uniformly, in O(1) memory.
+    """
     stream_time = start_ms - interval_ms
+    to_pick = late
     for i in range(n):
-        if i in out_of_order:
+        left = n - i
+        if i > 0 and rng.random() * left < to_pick:
+            to_pick -= 1
             ts = stream_time - rng.randint(1, max_lateness_ms)
         else:
             stream_time += interval_ms

@@ -339,7 +339,7 @@ def test_generator_seeds_differ_and_arguments_are_checked():
     assert list(generate_events(50, seed=1)) != list(generate_events(50, seed=2))
     for bad in ({"keys": 0}, {"ooo_fraction": 1.5}, {"interval_ms": 0}, {"max_lateness_ms": 0}):
         with pytest.raises(ValueError):
-            list(generate_events(10, **bad))
+            generate_events(10, **bad)  # checked at the call, before the first event
 
 
 def test_config_file_before_or_after_the_command_and_precedence(tmp_path):
@@ -433,3 +433,15 @@ def test_the_worker_refuses_to_start_without_its_topics(broker_env):
     assert result.stderr.count("\n") == 1
     assert f"topic '{broker_env['FIBA_INPUT_TOPIC']}' is missing" in result.stderr
     assert "run `fiba topics create`" in result.stderr
+
+
+def test_generator_spreads_out_of_order_events_over_the_stream():
+    events = list(generate_events(10_000, ooo_fraction=0.2, seed=5))
+    stream_time, late_at = events[0].ts, []
+    for position, event in enumerate(events[1:], 1):
+        if event.ts < stream_time:
+            late_at.append(position)
+        stream_time = max(stream_time, event.ts)
+    assert len(late_at) == 2000
+    per_tenth = [sum(1 for p in late_at if p // 1000 == tenth) for tenth in range(10)]
+    assert all(150 <= count <= 250 for count in per_tenth), per_tenth
