@@ -150,6 +150,11 @@ class FaustChangelogProducer:
     def __init__(self, producer: Any) -> None:
         self._producer = producer
 
+    @property
+    def app(self) -> Any:
+        """The Faust app of the producer."""
+        return self._producer.app
+
     async def send(
         self, topic: str, partition: int, key: bytes, value: bytes | None
     ) -> Awaitable[Any]:

@@ -27,8 +27,8 @@ does; different partitions may interleave):
 - ``applied_offset(partition)``; ``partitions`` (the open ones).
 - ``await follow(partitions)``: standby replicas (``standby_replicas``): tail these partitions'
   changelogs into their local copies in the background, so that taking one over (``restore``)
-  replays only a short tail. Inside Faust, ``faust_standby_partitions(app, input_topic)`` in
-  ``on_partitions_assigned`` names them.
+  replays only a short tail. With a ``FaustChangelogProducer`` and ``standby_replicas`` > 0 the
+  store follows the standbys of Faust's assignor by itself (``faust_standby_partitions``).
 
 Design choice: an own changelog, not Faust tables. Faust's table recovery reads changelogs to
 the end offset given by ListOffsets, which the embedded broker gets wrong for multi-record
@@ -91,6 +91,7 @@ from stores.changelog import (
     AiokafkaChangelogProducer,
     ChangelogProducer,
     ChangelogTruncated,
+    FaustChangelogProducer,
     consumer_for,
     decode_offset,
     decode_upsert,
@@ -187,7 +188,14 @@ class WindowStore:
         self._producer: ChangelogProducer = producer
         self._open: dict[int, _OpenPartition] = {}
         self._standbys: dict[int, _Standby] = {}
+        self._wanted_standbys: set[int] = set()
         self._follower: asyncio.Task[None] | None = None
+        if settings.standby_replicas > 0 and isinstance(producer, FaustChangelogProducer):
+            producer.app.on_partitions_assigned.connect(self._follow_faust_standbys)
+
+    async def _follow_faust_standbys(self, sender: Any, assigned: Any, **kwargs: Any) -> None:
+        """``on_partitions_assigned`` receiver: follow the standbys Faust assigned us."""
+        await self.follow(faust_standby_partitions(self._producer.app, self.settings.input_topic))
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -279,6 +287,8 @@ class WindowStore:
             await self.flush()
         finally:
             self._close(partition)
+        if partition in self._wanted_standbys:
+            await self.follow(self._wanted_standbys)
 
     # --- standby replicas ------------------------------------------------------------------
 
@@ -286,9 +296,14 @@ class WindowStore:
         """Keep standby replicas of ``partitions`` (minus the open ones; replaces the previous
         set): a background task tails their changelog partitions into their local RocksDB,
         checkpointing with every chunk, so a later ``restore`` replays only the short tail.
-        Replicas no longer followed keep their last checkpoint on disk."""
-        wanted = set(partitions) - set(self._open)
-        if wanted == set(self._standbys) and self._follower is not None:
+        Replicas no longer followed keep their last checkpoint on disk; an open partition in
+        ``partitions`` is followed once it is released.
+
+        With ``standby_replicas`` > 0 and a ``FaustChangelogProducer``, the store calls this
+        itself on every Faust assignment with ``faust_standby_partitions``."""
+        self._wanted_standbys = set(partitions)
+        wanted = self._wanted_standbys - set(self._open)
+        if wanted == set(self._standbys) and (self._follower is not None or not wanted):
             return
         await self._stop_follower()
         for partition in set(self._standbys) - wanted:
