@@ -277,6 +277,14 @@ class WindowStore:
         batch.put(_META_CHECKPOINT, _CHECKPOINT.pack(position, applied))
         db.write(batch)
         self._open[partition] = _OpenPartition(db, applied, applied, position)
+        logger.info(
+            "window store partition %d: local copy %s, %d changelog records replayed, "
+            "applied offset %d",
+            partition,
+            "reused" if reused else "rebuilt from the changelog",
+            replayed,
+            applied,
+        )
         return RestoredPartition(partition, applied, self._windows(db), reused, replayed)
 
     async def release(self, partition: int) -> None:

@@ -1,0 +1,78 @@
+"""Two ``fiba worker`` subprocesses in one group split the input partitions, each keeping a
+standby replica of the other's window store (``standby_replicas=1``); when one is SIGKILLed
+the survivor takes its partitions over and every key's aggregate equals the oracle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.broker import free_port
+from app.demo import start_worker, stop_worker
+from app.topics import create_topics
+from tests.test_crash_recovery import (
+    applied_offsets,
+    caught_up,
+    check_aggregates,
+    make_events,
+    produce,
+    wait_until,
+    worker_settings,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+
+def test_survivor_takes_over_from_its_standby_replicas(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    first = replace(
+        worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "w1", partitions=4),
+        standby_replicas=1,
+    )
+    second = replace(first, state_dir=tmp_path / "w2", web_port=free_port())
+    asyncio.run(create_topics(first))
+    events = make_events(6_000, seed=11)
+    before, after = events[:3_500], events[3_500:]
+    last = asyncio.run(produce(first, before))
+    logs = [tmp_path / "w1.log", tmp_path / "w2.log"]
+    workers = [start_worker(first, logs[0])]
+    try:
+        wait_until(lambda: len(applied_offsets(first, workers[0], logs[0])) == 4, 90, "w1 owns all")
+        workers.append(start_worker(second, logs[1]))
+        settings = [first, second]
+
+        def split_and_caught_up() -> bool:
+            owned = [
+                set(applied_offsets(s, w, g))
+                for s, w, g in zip(settings, workers, logs, strict=True)
+            ]
+            return (
+                len(owned[0]) == 2
+                and len(owned[1]) == 2
+                and caught_up(first, workers[:1], logs[:1], {p: last[p] for p in owned[0]})
+                and caught_up(second, workers[1:], logs[1:], {p: last[p] for p in owned[1]})
+            )
+
+        wait_until(split_and_caught_up, 90, "the workers split the partitions")
+        store_dir = second.state_dir / second.app_id / "window-store"
+        wait_until(
+            lambda: {p.name for p in store_dir.iterdir()} == {f"partition-{i}" for i in range(4)},
+            30,
+            "w2 keeps standby replicas of w1's partitions",
+        )
+
+        workers[0].kill()  # SIGKILL
+        workers[0].wait(10)
+        last = asyncio.run(produce(first, after))
+        wait_until(
+            lambda: caught_up(second, workers[1:], logs[1:], last), 120, "w2 took everything over"
+        )
+        check_aggregates(second, events)
+    finally:
+        for worker in workers:
+            stop_worker(worker)
