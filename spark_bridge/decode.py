@@ -126,8 +126,11 @@ class _ValueMaps:
         self.text_offsets = [0]
         self.text_keys: list[str] = []
         self.text_values: list[str] = []
+        self.nulls: list[bool] = []
 
     def add(self, values: dict[str, Any] | None) -> None:
+        """Append one row: the entries of ``values``, or null maps when it is None."""
+        self.nulls.append(values is None)
         if values:
             numbers, texts = split_values(values)
             for name, number in numbers:
@@ -139,7 +142,8 @@ class _ValueMaps:
         self.num_offsets.append(len(self.num_keys))
         self.text_offsets.append(len(self.text_keys))
 
-    def arrays(self, mask: pa.Array | None) -> tuple[pa.Array, pa.Array]:
+    def arrays(self) -> tuple[pa.Array, pa.Array]:
+        mask = pa.array(self.nulls, pa.bool_()) if any(self.nulls) else None
         numbers = pa.MapArray.from_arrays(
             pa.array(self.num_offsets, pa.int32()),
             pa.array(self.num_keys, pa.string()),
@@ -236,7 +240,7 @@ def _decode_aggregates(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
             w_values.add(values)
         w_offsets.append(len(w_names))
     ts = pa.timestamp("us", tz="UTC")
-    numbers, texts = w_values.arrays(None)
+    numbers, texts = w_values.arrays()
     window_structs = pa.StructArray.from_arrays(
         [
             pa.array(w_start, ts),
@@ -299,8 +303,7 @@ def _decode_answers(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
         corrupt.append(None)
         results.add(result)
     ts = pa.timestamp("us", tz="UTC")
-    mask = pa.array(bad, pa.bool_())
-    numbers, texts = results.arrays(mask)
+    numbers, texts = results.arrays()
     columns = [
         pa.array(scalars[QUERY_ID], pa.string()),
         pa.array(scalars[KEY], pa.string()),

@@ -1,0 +1,138 @@
+"""Read the output topics into DataFrames with either engine; flatten one window into columns.
+
+``read_aggregates(spark, bootstrap, topic)`` / ``read_answers(...)`` return DataFrames of
+``spark_bridge.schema`` (batch, or streaming with ``streaming=True``). ``engine``:
+
+- ``"python"``: the ``fiba-kafka`` Python data source (works everywhere, reads to the Fetch high
+  watermark, so also on the embedded broker);
+- ``"jvm"``: Spark's Kafka connector + ``spark_bridge.jvm.parse_values`` (needs the
+  ``spark-sql-kafka-0-10`` jar; faster, for real clusters);
+- ``"auto"`` (default): ``"jvm"`` when the connector is on the classpath, else ``"python"``.
+
+``flatten_window(df, window)`` turns the ``windows`` map into plain columns for one window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from agents.records import WINDOW_AGGREGATES, WINDOW_COUNT, WINDOW_END, WINDOW_START, WINDOWS
+from spark_bridge.jvm import jvm_kafka_available, jvm_kafka_options, parse_values
+from spark_bridge.schema import AGGREGATES, ANSWERS, JSON_SUFFIX, WINDOW_AGGREGATES_JSON
+from spark_bridge.session import register
+from spark_bridge.source import SHORT_NAME
+
+ENGINES = ("auto", "python", "jvm")
+
+
+def choose_engine(spark: SparkSession, engine: str) -> str:
+    """``"python"`` or ``"jvm"`` for the requested ``engine`` (see the module docstring)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
+    if engine == "auto":
+        return "jvm" if jvm_kafka_available(spark) else "python"
+    return engine
+
+
+def read_records(
+    spark: SparkSession,
+    kind: str,
+    bootstrap: str,
+    topic: str,
+    *,
+    engine: str = "auto",
+    streaming: bool = False,
+    starting_offsets: str | None = None,
+    ending_offsets: str | None = None,
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """The records of ``kind`` (``"aggregates"`` or ``"answers"``) in ``topic``.
+
+    Offsets default to Spark's Kafka defaults (batch: earliest to latest; streaming: from
+    latest). ``options`` are extra source options (security passthrough ``kafka.*``,
+    ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition`` for the Python engine).
+    """
+    chosen = choose_engine(spark, engine)
+    opts: dict[str, str] = {"kafka.bootstrap.servers": bootstrap}
+    if starting_offsets is not None:
+        opts["startingOffsets"] = starting_offsets
+    if ending_offsets is not None and not streaming:
+        opts["endingOffsets"] = ending_offsets
+    reader = spark.readStream if streaming else spark.read
+    if chosen == "python":
+        register(spark)
+        opts.update(options or {})
+        return reader.format(SHORT_NAME).options(topic=topic, records=kind, **opts).load()
+    opts.update(jvm_kafka_options(options or {}))
+    if options and options.get("maxOffsetsPerTrigger"):
+        opts["maxOffsetsPerTrigger"] = options["maxOffsetsPerTrigger"]
+    raw = reader.format("kafka").options(subscribe=topic, **opts).load()
+    return parse_values(raw, kind)
+
+
+def read_aggregates(spark: SparkSession, bootstrap: str, topic: str, **kwargs) -> DataFrame:
+    """The aggregates topic as a DataFrame of ``AGGREGATES_SCHEMA`` (see ``read_records``)."""
+    return read_records(spark, AGGREGATES, bootstrap, topic, **kwargs)
+
+
+def read_answers(spark: SparkSession, bootstrap: str, topic: str, **kwargs) -> DataFrame:
+    """The answers topic as a DataFrame of ``ANSWERS_SCHEMA`` (see ``read_records``)."""
+    return read_records(spark, ANSWERS, bootstrap, topic, **kwargs)
+
+
+def aggregation_names(df: DataFrame, window: str) -> tuple[list[str], list[str]]:
+    """(numeric, JSON) aggregation names present in ``window`` of ``df``, sorted.
+
+    One small aggregation job (distinct map keys); only the names reach the driver.
+    """
+    w = F.col(WINDOWS)[window]
+    rows = (
+        df.select(
+            F.explode(
+                F.concat(
+                    F.transform(
+                        F.map_keys(w[WINDOW_AGGREGATES]), lambda k: F.concat(F.lit("n"), k)
+                    ),
+                    F.transform(
+                        F.map_keys(w[WINDOW_AGGREGATES_JSON]), lambda k: F.concat(F.lit("j"), k)
+                    ),
+                )
+            ).alias("name")
+        )
+        .distinct()
+        .collect()
+    )
+    names = sorted(r.name for r in rows)
+    return [n[1:] for n in names if n[0] == "n"], [n[1:] for n in names if n[0] == "j"]
+
+
+def flatten_window(
+    df: DataFrame,
+    window: str,
+    *,
+    numeric: Sequence[str] | None = None,
+    json: Sequence[str] = (),
+    prefix: str = "",
+) -> DataFrame:
+    """``df`` (aggregates schema) with ``windows`` replaced by the columns of one window.
+
+    Adds ``<prefix>window_start``, ``<prefix>window_end`` (timestamps), ``<prefix>window_count``
+    (bigint), one double column ``<prefix><name>`` per numeric aggregation and one string column
+    ``<prefix><name>_json`` per JSON aggregation. ``numeric=None`` discovers both name lists
+    from the data (``aggregation_names``). Rows without that window get nulls.
+    """
+    if numeric is None:
+        numeric, json = aggregation_names(df, window)
+    w = F.col(WINDOWS)[window]
+    columns = [
+        w[WINDOW_START].alias(prefix + "window_start"),
+        w[WINDOW_END].alias(prefix + "window_end"),
+        w[WINDOW_COUNT].alias(prefix + "window_count"),
+        *(w[WINDOW_AGGREGATES][name].alias(prefix + name) for name in numeric),
+        *(w[WINDOW_AGGREGATES_JSON][name].alias(prefix + name + JSON_SUFFIX) for name in json),
+    ]
+    kept = [F.col(c) for c in df.columns if c != WINDOWS]
+    return df.select(*kept, *columns)

@@ -1,0 +1,166 @@
+"""The shared schema logic: the Python decoder and the JVM path (``from_json``) agree.
+
+The JVM engine cannot run end to end here (no Kafka connector jar), so its parsing of a
+``value`` binary column is checked on a local DataFrame against the Python data source's decoder
+on the same values: same rows, columns and types, corrupt records included. Also covered:
+connector detection, option translation and ``flatten_window``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+
+from agents.records import AggregateRecord, Answer, WindowResult, dumps
+from spark_bridge.decode import KafkaRecord, decode_batch
+from spark_bridge.jvm import jvm_kafka_available, jvm_kafka_options, parse_values
+from spark_bridge.read import choose_engine, flatten_window
+from spark_bridge.schema import AGGREGATES, ANSWERS, SCHEMAS
+
+pytestmark = pytest.mark.spark
+
+
+def aggregate_values() -> list[bytes | None]:
+    good = [
+        AggregateRecord(
+            f"k{i}",
+            1000 * i,
+            1000 * i + 7,
+            {
+                "1m": WindowResult(i, i + 60_000, i + 1, {"sum": i * 0.1, "max": 2**70 + i}),
+                "5m": WindowResult(
+                    i,
+                    i + 300_000,
+                    3,
+                    {
+                        "mean": None,
+                        "argmax": {"ts": i, "value": 2.5, "tag": "é"},
+                        "collect": [1, 2.0, "x"],
+                        "label": "abc",
+                        "spelled": "12.5",
+                        "flag": True,
+                    },
+                ),
+            },
+        )
+        for i in range(5)
+    ]
+    return [dumps(r.to_json()) for r in good] + [
+        b"{not json",
+        b"",
+        None,
+        b"[]",
+        b'"a string"',
+        dumps({"key": "k", "event_ts": 1, "stream_time": 2, "windows": {"5m": {"start": 1}}}),
+        dumps({"key": "k", "event_ts": "x", "stream_time": 2, "windows": {}}),
+        dumps({"key": "k", "event_ts": 1, "stream_time": 2, "windows": {"5m": None}}),
+        dumps({"key": "k", "event_ts": 1, "stream_time": 2, "windows": {}}),
+    ]
+
+
+def answer_values() -> list[bytes | None]:
+    return [
+        dumps(Answer("q1", "k", 1, 2, {"sum": 3, "argmax": {"ts": 1}}, 4, 5).to_json()),
+        dumps(Answer("q2", "k", None, None, {}, 0, None, error="unknown window").to_json()),
+        dumps({"query_id": "q3", "key": "k"}),
+        dumps({"key": "k"}),
+        b"nope",
+    ]
+
+
+def kafka_records(values: list[bytes | None]) -> list[KafkaRecord]:
+    return [
+        KafkaRecord("t", i % 2, 100 + i, 1_700_000_000_000 + i, v) for i, v in enumerate(values)
+    ]
+
+
+def python_engine_rows(spark, kind, records):
+    table = pa.Table.from_batches([decode_batch(kind, records)])
+    return spark.createDataFrame(table, schema=SCHEMAS[kind]).orderBy("offset").collect()
+
+
+def jvm_engine_df(spark, kind, records):
+    raw = spark.createDataFrame(
+        [
+            (
+                None if r.value is None else bytearray(r.value),
+                r.topic,
+                r.partition,
+                r.offset,
+                datetime.fromtimestamp(r.timestamp / 1000, UTC),
+            )
+            for r in records
+        ],
+        "value binary, topic string, partition int, offset bigint, timestamp timestamp",
+    )
+    return parse_values(raw, kind)
+
+
+@pytest.mark.parametrize(
+    ("kind", "values"), [(AGGREGATES, aggregate_values()), (ANSWERS, answer_values())]
+)
+def test_from_json_path_equals_python_decoder(spark, kind, values):
+    records = kafka_records(values)
+    jvm = jvm_engine_df(spark, kind, records)
+    assert jvm.schema == SCHEMAS[kind]
+    expected = python_engine_rows(spark, kind, records)
+    assert jvm.orderBy("offset").collect() == expected
+    corrupt = [r.offset for r in expected if r._corrupt_record is not None]
+    assert len(corrupt) == (8 if kind == AGGREGATES else 2)
+
+
+def test_numeric_and_json_aggregates_are_split(spark):
+    rows = python_engine_rows(spark, AGGREGATES, kafka_records(aggregate_values()[:1]))
+    window = rows[0].windows["5m"]
+    assert window.aggregates == {"mean": None, "spelled": 12.5}
+    assert window.aggregates_json == {
+        "argmax": '{"ts":0,"value":2.5,"tag":"é"}',
+        "collect": '[1,2.0,"x"]',
+        "label": "abc",
+        "flag": "true",
+    }
+    assert rows[0].windows["1m"].aggregates == {"sum": 0.0, "max": float(2**70)}
+
+
+def test_flatten_window(spark):
+    df = jvm_engine_df(spark, AGGREGATES, kafka_records(aggregate_values()))
+    flat = flatten_window(df.where("_corrupt_record IS NULL"), "5m").orderBy("offset")
+    assert flat.columns == [
+        "key", "event_ts", "stream_time", "topic", "partition", "offset", "timestamp",
+        "_corrupt_record", "window_start", "window_end", "window_count", "mean", "spelled",
+        "argmax_json", "collect_json", "flag_json", "label_json",
+    ]
+    first = flat.first()
+    assert (first.window_count, first.spelled, first.label_json) == (3, 12.5, "abc")
+    one_minute = flatten_window(df, "1m", numeric=["sum"], prefix="w_").orderBy("offset")
+    assert [r.w_window_count for r in one_minute.collect()] == [1, 2, 3, 4, 5] + [None] * 9
+
+
+def test_engine_detection_without_connector(spark):
+    assert jvm_kafka_available(spark) is False
+    assert choose_engine(spark, "auto") == "python"
+    assert choose_engine(spark, "jvm") == "jvm"
+    with pytest.raises(ValueError, match="engine"):
+        choose_engine(spark, "scala")
+
+
+def test_jvm_security_options():
+    out = jvm_kafka_options(
+        {
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.username": "u",
+            "kafka.sasl.password": "p",
+            "kafka.ssl.cafile": "/ca.pem",
+        }
+    )
+    assert out == {
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+        'required username="u" password="p";',
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": "/ca.pem",
+    }
