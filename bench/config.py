@@ -36,13 +36,16 @@ class BenchConfig:
         """``quick`` in quick mode, else ``full``."""
         return quick if self.quick else full
 
-    def throughput(self, run: Callable[[int], object], *, max_count: int) -> Throughput:
+    def throughput(
+        self, run: Callable[[int], object], *, max_count: int, min_count: int = 1
+    ) -> Throughput:
         """Median throughput of ``run(count)`` with this run's repetitions and duration."""
         return throughput(
             run,
             repetitions=self.repetitions,
             target_seconds=self.seconds,
-            max_count=max_count,
+            max_count=max(max_count, min_count),
+            min_count=min_count,
             clock=self.clock,
         )
 

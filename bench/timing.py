@@ -71,7 +71,7 @@ class Throughput:
 
 
 UNDISTURBED_SHARE = 0.9
-ATTEMPTS = 4
+ATTEMPTS = 3
 
 
 def undisturbed_timed_ns(run: Callable[[int], object], count: int) -> tuple[int, int]:
@@ -96,13 +96,16 @@ def calibrated_count(
 ) -> int:
     """Operations per repetition so that one repetition lasts about ``target_seconds``.
 
-    The probe runs double in size until one takes at least a tenth of the target (so the probe
-    itself doubles as warm-up); the result is clamped to ``[min_count, max_count]``.
+    Probes double in size until one takes at least a quarter of the target (the probes double
+    as warm-up); the estimate uses the thread's CPU time, so a probe preempted by another
+    process does not cut the calibration short. The result is clamped to
+    ``[min_count, max_count]``; ``min_count`` lets a caller demand that every repetition cover
+    a whole amortization period (e.g. a full window turnover for Two-Stacks).
     """
-    probe = max(1, min(min_count, max_count))
+    probe = 1
     while True:
-        elapsed, _ = timed_ns(run, probe)
-        if elapsed * 10 >= target_seconds * 1e9 or probe >= max_count:
+        _, elapsed = timed_ns(run, probe)
+        if elapsed * 4 >= target_seconds * 1e9 or probe >= max_count:
             break
         probe = min(max_count, probe * 2)
     per_op = max(elapsed, 1) / probe

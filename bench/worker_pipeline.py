@@ -276,11 +276,9 @@ def run_bare(settings: Settings) -> None:
 def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
     """The real worker; each partition's windows pre-filled with ``occupancy`` events per key
     (times just before the stream starts) when the partition is first used."""
-    import faust
-
     from agents.windows import PartitionState
     from app.faust_app import FibaApp
-    from app.worker import build_worker
+    from app.worker import build_worker, serve
 
     worker = build_worker(settings)
     pipeline = worker.pipeline
@@ -306,9 +304,7 @@ def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
                 windows[key] = [(start + j * SPACING_MS, lift(float(j % 7))) for j in range(n)]
         return windows
 
-    faust.Worker(
-        worker.fiba.app, loglevel=settings.log_level, quiet=True
-    ).execute_from_commandline()
+    serve(worker)
 
 
 def main() -> None:
@@ -320,6 +316,7 @@ def main() -> None:
     run = sub.add_parser("run")
     run.add_argument("--quick", action="store_true")
     run.add_argument("--occupancies", default="100,1000,10000")
+    run.add_argument("--scenarios", default="bare,event,batch")
     args = parser.parse_args(sys.argv[1:] or ["run"])
     if args.command == "child":
         settings = load_settings()
@@ -333,9 +330,13 @@ def main() -> None:
     results = []
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         workdir = Path(tmp)
-        plan = [("bare", occupancies[0], events * 3, False)]
-        plan += [("event", occ, events, occ == 1000) for occ in occupancies]
-        plan += [("batch", occ, events, False) for occ in occupancies]
+        scenarios = args.scenarios.split(",")
+        plan = [("bare", occupancies[0], events * 3, False)] if "bare" in scenarios else []
+        for name in ("event", "batch"):
+            if name in scenarios:
+                plan += [
+                    (name, occ, events, name == "event" and occ == 1000) for occ in occupancies
+                ]
         for name, occ, n, queries in plan:
             result = run_scenario(broker.bootstrap, name, occ, n, queries, workdir)
             print(json.dumps(result), flush=True)

@@ -45,7 +45,7 @@ PAPER_M = 1024
 def run(config: BenchConfig) -> ExperimentResult:
     """Throughput and per-phase latency of batch rounds against m, at d = 0 and d = m."""
     n = config.pick(2**16, 2**9)
-    bulk_sizes = powers(4, 1, config.pick(4096, 64))
+    bulk_sizes = powers(4, 1, config.pick(4096, 16))
     result = ExperimentResult(
         "bulk",
         f"batch rounds (evict m oldest, insert m, query), n={log2_label(n)}",
@@ -96,7 +96,8 @@ def _measure(
     def batch_rounds(count: int) -> None:
         window.batch_rounds(count, m, bulk_evict=variant.bulk, bulk_insert=variant.bulk)
 
-    tp = config.throughput(batch_rounds, max_count=1_000_000)
+    cover = algorithm(variant.algorithm).rounds_per_repetition(window.n)
+    tp = config.throughput(batch_rounds, max_count=1_000_000, min_count=-(-cover // m))
     batches = max(7, config.pick(2**14, 2**8) // m)  # about the same entries at every m
     with gc_paused():
         evictions, insertions = window.batch_latencies(

@@ -50,13 +50,16 @@ def run(config: BenchConfig) -> ExperimentResult:
         sizes = powers(4, 2**4, top)
         for name in ALGORITHMS:
             config.log(f"fifo: {monoid_name} {name}")
-            window = build_window(algorithm(name), monoid_name, sizes[0])
+            algo = algorithm(name)
+            window = build_window(algo, monoid_name, sizes[0])
             for n in sizes:
                 if name == "recalc" and n > recalc_largest:
                     break
                 with gc_paused():
                     window.grow(n)
-                tp = config.throughput(window.rounds, max_count=2_000_000)
+                tp = config.throughput(
+                    window.rounds, max_count=2_000_000, min_count=algo.rounds_per_repetition(n)
+                )
                 result.add(
                     monoid=monoid_name,
                     algorithm=name,

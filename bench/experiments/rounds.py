@@ -6,7 +6,9 @@ from the young end (:class:`~bench.workloads.AdversarialWindow`). Beside FiBA (m
 the run measures ClassicBTree, TwoStacksLite (in order only) and the *loop floor*: the same
 round loop calling three methods that do nothing, i.e. the most any pure-Python aggregator
 could reach on this interpreter. The second part times ``bulk_evict`` of the 1,024 oldest
-entries against 1,024 single ``evict`` calls on the same window (refilled untimed).
+entries against 1,024 single ``evict`` calls on the same window (refilled untimed). For the
+smaller n, an untimed pass over a twin window whose monoid counts its calls gives the
+combines per round: the algorithm's work, apart from CPython's overhead.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 import statistics
 from time import perf_counter_ns, thread_time_ns
 
-from bench.algorithms import algorithm, exclusion_reason
+from bench.algorithms import Algorithm, algorithm, exclusion_reason, load_monoid
 from bench.config import BenchConfig
+from bench.counting import CombineCounter
 from bench.experiments.common import build_window, log2_label, ratio, times
 from bench.report import ExperimentResult, Finding, subplots
 from bench.timing import gc_paused
@@ -26,6 +29,7 @@ BULK_M = 1024
 BULK_TARGET = 20.0
 ALGORITHMS = ("fiba4", "classic_btree4", "two_stacks_lite")
 FLOOR = "loop floor"
+COUNTED_ROUNDS = 2000
 
 
 class _NoOpWindow:
@@ -51,7 +55,17 @@ def run(config: BenchConfig) -> ExperimentResult:
     result = ExperimentResult(
         "rounds",
         "rounds/s (evict oldest + insert + query), sum; bulk_evict(1024) vs 1024 evicts",
-        ["operation", "algorithm", "n", "d", "per_second", "ns_each", "spread", "cpu_share"],
+        [
+            "operation",
+            "algorithm",
+            "n",
+            "d",
+            "per_second",
+            "ns_each",
+            "spread",
+            "cpu_share",
+            "combines",
+        ],
         draw=_draw,
     )
     floor = config.throughput(
@@ -66,19 +80,24 @@ def run(config: BenchConfig) -> ExperimentResult:
         ns_each=floor.ns_per_op,
         spread=floor.spread,
         cpu_share=floor.cpu_share,
+        combines=0,
     )
     for name in ALGORITHMS:
         algo = algorithm(name)
         if not algo.out_of_order:
             result.notes.append(exclusion_reason(algo) + "; measured at d = 0 only")
+        counts = _combines_per_round(algo, sizes[0], distances)
         for n in sizes:
             config.log(f"rounds: {name} n={log2_label(n)}")
             window = build_window(algo, "sum", n)
             for d in distances:
                 if d and not algo.out_of_order:
                     break
-                window.widen(d)
-                tp = config.throughput(window.rounds, max_count=2_000_000)
+                with gc_paused():
+                    window.widen(d)
+                tp = config.throughput(
+                    window.rounds, max_count=2_000_000, min_count=algo.rounds_per_repetition(n)
+                )
                 result.add(
                     operation="round",
                     algorithm=name,
@@ -88,12 +107,30 @@ def run(config: BenchConfig) -> ExperimentResult:
                     ns_each=tp.ns_per_op,
                     spread=tp.spread,
                     cpu_share=tp.cpu_share,
+                    combines=counts.get(d, "") if n == sizes[0] else "",
                 )
                 if d == 0 and name != "two_stacks_lite":
                     _bulk_rows(config, result, window, name, batches)
             del window
     _findings(result, sizes, distances)
     return result
+
+
+def _combines_per_round(algo: Algorithm, n: int, distances: list[int]) -> dict[int, float]:
+    """Mean combine calls per round at each distance (sum, untimed, after 1,000 warm rounds)."""
+    counter = CombineCounter(load_monoid("sum"))
+    with gc_paused():
+        window = AdversarialWindow(algo.make(counter.monoid), n)
+        counts = {}
+        for d in distances:
+            if d and not algo.out_of_order:
+                break
+            window.widen(d)
+            window.rounds(COUNTED_ROUNDS // 2)
+            counter.count = 0
+            window.rounds(COUNTED_ROUNDS)
+            counts[d] = counter.count / COUNTED_ROUNDS
+    return counts
 
 
 def _bulk_rows(
@@ -121,6 +158,7 @@ def _bulk_rows(
             ns_each=median,
             spread=(max(samples) - min(samples)) / median,
             cpu_share=cpu / wall,
+            combines="",
         )
 
 
@@ -137,6 +175,20 @@ def _findings(result: ExperimentResult, sizes: list[int], distances: list[int]) 
             fiba >= TARGET_ROUNDS_PER_SECOND,
         )
     )
+    small = sizes[0]
+    for d in distances:
+        counts = {
+            r["algorithm"]: r["combines"]
+            for r in result.select(operation="round", n=small, d=d)
+            if r["algorithm"] != FLOOR
+        }
+        result.findings.append(
+            Finding(
+                f"combines per round, n={log2_label(small)}, d={d} (FiBA: O(1) in order, "
+                "O(log d) out of order; ClassicBTree: O(log n))",
+                ", ".join(f"{name} {count:.1f}" for name, count in counts.items()),
+            )
+        )
     for n in sizes:
         for d in distances:
             fiba = result.value("per_second", operation="round", algorithm="fiba4", n=n, d=d)

@@ -1,0 +1,227 @@
+"""Window-store restore: 10^6 retained entries from the changelog, from local RocksDB, rebuild.
+
+``python -m bench.worker_restore [--entries 1000000] [--keys 1000] [--churn 0] [--quick]``
+starts an embedded broker (or uses ``KAFKA_BOOTSTRAP``), writes one changelog partition holding
+``entries`` retained entries (``keys`` keys, real partials of the default aggregations
+count,sum,max,mean,pop_stddev in the worker's JSON codec, records in the store's format, sent
+with normal producer batching) plus ``churn * entries`` entries upserted earlier and evicted
+since (their upserts and tombstones are history a restore must read and drop), then times:
+
+- ``restore from the changelog alone`` (no local state: the SIGKILL-without-data-dir case);
+- ``restore from local RocksDB`` (clean checkpoint, empty changelog tail: a clean restart);
+- ``bulk build of the in-memory index`` (``KeyWindows.restore``: one FiBA per key, O(n));
+
+and measures (tracemalloc, in a separate untimed pass) the memory per retained entry of the
+restored ``windows`` lists and of the FiBA index built from them. Target: the changelog-only
+restore of 10^6 entries in at most 10 s. Writes ``bench/results/worker_restore.json`` and
+prints a Markdown table (for ``bench/RESULTS.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import os
+import random
+import tempfile
+import time
+import tracemalloc
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from app.broker import EmbeddedBroker
+from app.clients import client_options
+from app.settings import Settings
+from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
+from stores.changelog import encode_upsert, entry_id
+from stores.key_windows import KeyWindows, PartialJsonCodec, WindowConfig
+from stores.window_store import WindowStore
+
+RESULTS = Path(__file__).parent / "results" / "worker_restore.json"
+T0 = 1_700_000_000_000
+TARGET_S = 10.0
+
+
+@contextlib.contextmanager
+def broker_bootstrap() -> Iterator[tuple[str, bool]]:
+    """``(bootstrap, embedded)``: ``KAFKA_BOOTSTRAP`` if set, else a fresh embedded broker."""
+    external = os.environ.get("KAFKA_BOOTSTRAP")
+    if external:
+        yield external, False
+        return
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap, True
+
+
+async def write_changelog(
+    settings: Settings,
+    codec: PartialJsonCodec,
+    config: WindowConfig,
+    entries: int,
+    keys: int,
+    churn: float,
+    seed: int,
+) -> int:
+    """Produce the changelog partition 0; return the number of records written."""
+    rng = random.Random(seed)
+    lift = config.composed.lift
+    producer = AIOKafkaProducer(**client_options(settings), linger_ms=20, max_batch_size=1 << 20)
+    await producer.start()
+    topic = settings.changelog_topic
+    sent = 0
+    try:
+        history = int(entries * churn)
+        # evicted history first: upserts, later their tombstones
+        for i in range(history):
+            key, t = f"key-{i % keys}", T0 - 1 - i // keys
+            value = encode_upsert(i, [], codec.encode(lift(rng.uniform(0, 100))))
+            await producer.send(topic, value, key=entry_id(key, t), partition=0)
+        for i in range(history):
+            key, t = f"key-{i % keys}", T0 - 1 - i // keys
+            await producer.send(topic, None, key=entry_id(key, t), partition=0)
+        for i in range(entries):
+            key, t = f"key-{i % keys}", T0 + i // keys
+            value = encode_upsert(history + i, [], codec.encode(lift(rng.uniform(0, 100))))
+            await producer.send(topic, value, key=entry_id(key, t), partition=0)
+        sent = 2 * history + entries
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return sent
+
+
+async def timed_restore(settings: Settings, codec: PartialJsonCodec) -> tuple[float, Any]:
+    store = WindowStore(settings, codec)
+    await store.start()
+    try:
+        start = time.perf_counter()
+        restored = await store.restore(0)
+        return time.perf_counter() - start, restored
+    finally:
+        await store.stop()
+
+
+@contextlib.contextmanager
+def traced_growth(out: list[int]) -> Iterator[None]:
+    """Append to ``out`` the bytes still allocated at the end of the block (tracemalloc)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        yield
+        gc.collect()
+        out.append(tracemalloc.get_traced_memory()[0] - before)
+    finally:
+        tracemalloc.stop()
+
+
+def built_index(config: WindowConfig, windows: dict[str, list[tuple[int, Any]]]) -> KeyWindows:
+    index = KeyWindows(config, emit="event")
+    index.restore(windows)
+    return index
+
+
+async def run(entries: int, keys: int, churn: float, seed: int) -> dict[str, Any]:
+    with (
+        broker_bootstrap() as (bootstrap, embedded),
+        tempfile.TemporaryDirectory(prefix="bench-restore-") as tmp,
+    ):
+        settings = replace(
+            Settings(),
+            broker=bootstrap,
+            broker_profile="embedded" if embedded else "kafka",
+            app_id=f"bench-restore-{uuid.uuid4().hex[:8]}",
+            partitions=1,
+            state_dir=Path(tmp),
+        )
+        config = WindowConfig.from_settings(settings)
+        codec = PartialJsonCodec(config.composed)
+        await create_topics(
+            settings, [TopicSpec(settings.changelog_topic, 1, 1, CHANGELOG_TOPIC_CONFIGS)]
+        )
+        start = time.perf_counter()
+        records = await write_changelog(settings, codec, config, entries, keys, churn, seed)
+        write_s = time.perf_counter() - start
+
+        changelog_s, restored = await timed_restore(settings, codec)
+        assert not restored.local_entries_reused
+        assert restored.changelog_records == records
+        retained = sum(len(pairs) for pairs in restored.windows.values())
+        assert retained == entries, (retained, entries)
+
+        local_s, again = await timed_restore(settings, codec)
+        assert again.local_entries_reused and again.changelog_records == 0
+
+        start = time.perf_counter()
+        index = built_index(config, restored.windows)
+        build_s = time.perf_counter() - start
+        del index, again
+
+        # memory, untimed: the restored windows lists, then the FiBA index built from them
+        grown: list[int] = []
+        with traced_growth(grown):
+            _, kept = await timed_restore(settings, codec)
+        with traced_growth(grown):
+            index = built_index(config, kept.windows)
+        windows_bytes, index_bytes = grown
+        del index, kept
+    return {
+        "broker": "embedded" if embedded else "kafka",
+        "entries": entries,
+        "keys": keys,
+        "churn": churn,
+        "changelog_records": records,
+        "write_s": write_s,
+        "restore_changelog_s": changelog_s,
+        "restore_changelog_records_per_s": records / changelog_s,
+        "restore_local_s": local_s,
+        "bulk_build_s": build_s,
+        "windows_bytes_per_entry": windows_bytes / entries,
+        "index_bytes_per_entry": index_bytes / entries,
+        "target_met": changelog_s <= TARGET_S,
+    }
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| entries | keys | changelog records | restore from changelog | records/s "
+        "| restore from local RocksDB | FiBA bulk build | windows B/entry | FiBA B/entry |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['entries']:,} | {r['keys']:,} | {r['changelog_records']:,} "
+            f"| {r['restore_changelog_s']:.2f} s | {r['restore_changelog_records_per_s']:,.0f} "
+            f"| {r['restore_local_s']:.2f} s | {r['bulk_build_s']:.2f} s "
+            f"| {r['windows_bytes_per_entry']:.0f} | {r['index_bytes_per_entry']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=1_000)
+    parser.add_argument("--churn", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="10^5 entries")
+    args = parser.parse_args()
+    entries = 100_000 if args.quick else args.entries
+    result = asyncio.run(run(entries, args.keys, args.churn, args.seed))
+    print(json.dumps(result), flush=True)
+    RESULTS.parent.mkdir(exist_ok=True)
+    path = RESULTS.with_name("worker_restore_quick.json") if args.quick else RESULTS
+    path.write_text(json.dumps([result], indent=2) + "\n")
+    print(markdown([result]))
+
+
+if __name__ == "__main__":
+    main()
