@@ -77,15 +77,6 @@ def encode_upsert(offset: int, deleted_times: Sequence[int], partial: bytes) -> 
     return UPSERT_HEADER.pack(offset, len(deleted_times)) + deleted + partial
 
 
-def decode_upsert(value: bytes) -> tuple[int, list[bytes], bytes]:
-    """``(offset, deleted time suffixes (8 bytes each, to append to a key prefix), partial)``."""
-    offset, n = UPSERT_HEADER.unpack_from(value)
-    start = UPSERT_HEADER.size
-    end = start + 8 * n
-    suffixes = [value[i : i + 8] for i in range(start, end, 8)]
-    return offset, suffixes, value[end:]
-
-
 def encode_offset(offset: int) -> bytes:
     """An input offset as 8 bytes (the applied marker's value)."""
     return _OFFSET.pack(offset)

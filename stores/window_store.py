@@ -88,13 +88,13 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 from app.settings import Settings
 from stores.changelog import (
     APPLIED_KEY,
+    UPSERT_HEADER,
     AiokafkaChangelogProducer,
     ChangelogProducer,
     ChangelogTruncated,
     FaustChangelogProducer,
     consumer_for,
     decode_offset,
-    decode_upsert,
     encode_offset,
     encode_upsert,
     entry_id_of,
@@ -548,6 +548,8 @@ class WindowStore:
 def apply_changelog_records(batch: WriteBatch, records: Iterable[Any], applied: int) -> int:
     """Add the local writes replaying changelog ``records`` (in order) to ``batch``; return the
     applied offset after them, starting from ``applied``. O(records + deleted times)."""
+    unpack_header = UPSERT_HEADER.unpack_from
+    header_size = UPSERT_HEADER.size
     for record in records:
         key, value = record.key, record.value
         if key == APPLIED_KEY:
@@ -555,11 +557,14 @@ def apply_changelog_records(batch: WriteBatch, records: Iterable[Any], applied: 
         elif value is None:
             batch.delete(key)
         else:
-            offset, deleted, data = decode_upsert(value)
-            prefix = key[:-8]
-            for suffix in deleted:
-                batch.delete(prefix + suffix)
-            batch.put(key, _OFFSET.pack(offset) + data)
+            # the upsert value minus its deleted times is the local value (offset + partial)
+            offset, n_deleted = unpack_header(value)
+            end = header_size + 8 * n_deleted
+            if n_deleted:
+                prefix = key[:-8]
+                for i in range(header_size, end, 8):
+                    batch.delete(prefix + value[i : i + 8])
+            batch.put(key, value[:8] + value[end:])
             if offset > applied:
                 applied = offset
     return applied
