@@ -1,10 +1,12 @@
 """FlatFAT and ClassicBTree against the brute-force oracle, and their cost by counting combines.
 
-Correctness: hypothesis state machines drive each structure side by side with
-``tests.oracle.OracleWindow`` on non-commutative monoids (collect, first, last) and a
-non-invertible one (max), checking every observable and ``check_invariants()`` after every step;
-ClassicBTree for every min_arity in 2..8. FlatFAT accepts only in-order inserts, so its machine
-inserts at or after the youngest time and checks that older inserts are refused untouched.
+Correctness: the shared state machine of ``tests.window_machine`` drives each structure beside
+``tests.oracle.OracleWindow`` with a monoid that is non-commutative (collect, first, last) and
+non-invertible (max) at once, checking every observable and ``check_invariants()`` after every
+step; ClassicBTree for every min_arity in 2..8, in any order. FlatFAT accepts only in-order
+inserts but evicts anywhere: its machine adds evictions of any present or absent time and checks
+that older inserts are refused with the window untouched. Long seeded random walks with an
+order-sensitive constant-size monoid reach deep trees and many resizes.
 
 Complexity (combine calls counted, never wall-clock): ClassicBTree's in-order round cost grows
 with log n (what FiBA removes); FlatFAT's batched update of m leaves stays within Theorem 4.2's
@@ -21,54 +23,25 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
 from stores.baselines.classic_btree import ClassicBTree
 from stores.baselines.flatfat import FlatFAT
+from stores.monoids import compose, make_monoid, monoid
 from tests.oracle import OracleWindow
+from tests.window_machine import window_machine
 
-
-class _Monoid:
-    __slots__ = ("combine", "identity", "lift", "lower", "name")
-
-    def __init__(
-        self,
-        name: str,
-        identity: Any,
-        lift: Callable[[Any], Any],
-        combine: Callable[[Any, Any], Any],
-        lower: Callable[[Any], Any],
-    ) -> None:
-        self.name = name
-        self.identity = identity
-        self.lift = lift
-        self.combine = combine
-        self.lower = lower
-
-
-def _singleton(x: Any) -> tuple:
-    return (x,)
-
-
-def _max(a: Any, b: Any) -> Any:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return b if b > a else a
-
+# non-commutative (collect, first, last) and non-invertible (max) at once
+WINDOW_MONOID = compose(
+    {
+        "collect": monoid("collect"),
+        "first": monoid("first"),
+        "last": monoid("last"),
+        "max": monoid("max"),
+    }
+)
 
 _P = 2**61 - 1
-
-
-def _affine_lift(x: int) -> tuple[int, int]:
-    return (x % 7 + 2, x % _P)
 
 
 def _affine_then(f: tuple[int, int], g: tuple[int, int]) -> tuple[int, int]:
@@ -76,14 +49,8 @@ def _affine_then(f: tuple[int, int], g: tuple[int, int]) -> tuple[int, int]:
     return (g[0] * f[0] % _P, (g[0] * f[1] + g[1]) % _P)
 
 
-MONOIDS = {
-    "collect": _Monoid("collect", (), _singleton, tuple.__add__, list),
-    "first": _Monoid("first", (), _singleton, lambda a, b: a or b, lambda a: a[0] if a else None),
-    "last": _Monoid("last", (), _singleton, lambda a, b: b or a, lambda a: a[0] if a else None),
-    "max": _Monoid("max", None, lambda x: x, _max, lambda a: a),
-    # Order-sensitive like collect but constant-size partials, for long random walks.
-    "affine": _Monoid("affine", (1, 0), _affine_lift, _affine_then, lambda a: a),
-}
+# Order-sensitive like collect but with constant-size partials, for long random walks.
+AFFINE = make_monoid((1, 0), lambda x: (x % 7 + 2, x % _P), _affine_then, name="affine")
 
 
 class CountingMonoid:
@@ -109,159 +76,135 @@ class CountingMonoid:
 
 # --- property tests against the oracle -------------------------------------------------------
 
-TIMES = st.integers(min_value=0, max_value=300)
-VALUES = st.integers(min_value=-50, max_value=50)
+TIMES = st.integers(-10, 410)  # the harness's time range
+PICKS = st.integers(0, 1 << 30)  # an index into the current keys, taken modulo their count
 
 
-def _machine(
-    factory: Callable[[Any], Any], monoid: Any, in_order: bool
-) -> type[RuleBasedStateMachine]:
-    """A state machine running ``factory(monoid)`` beside the oracle. With ``in_order`` the
-    inserts go at or after the youngest time (FlatFAT's contract) and older ones must fail."""
+def machine(factory: Callable[[Any], Any], *, in_order: bool) -> type[RuleBasedStateMachine]:
+    """``tests.window_machine`` for ``factory`` plus lookups and the raw ``aggregate()``; with
+    ``in_order`` (FlatFAT) the harness's in-order inserts, plus evictions anywhere and the
+    refusal of older inserts (ValueError, window unchanged)."""
+    base = window_machine(factory, WINDOW_MONOID, out_of_order=not in_order)
 
-    class WindowMachine(RuleBasedStateMachine):
-        def __init__(self) -> None:
-            super().__init__()
-            self.window = factory(monoid)
-            self.oracle = OracleWindow(monoid)
-
-        def _young_end(self, offset: int) -> int:
-            youngest = self.oracle.youngest()
-            return offset if youngest is None else youngest + offset % 4
-
-        @rule(offset=TIMES, x=VALUES)
-        def insert(self, offset: int, x: int) -> None:
-            t = self._young_end(offset) if in_order else offset
-            self.window.insert(t, x)
-            self.oracle.insert(t, x)
-
-        @rule(offset=TIMES, xs=st.lists(VALUES, max_size=60))
-        def bulk_insert(self, offset: int, xs: list[int]) -> None:
-            start = self._young_end(offset) if in_order else offset
-            rng = random.Random(offset)
-            times = sorted(start + rng.randrange(3 * len(xs) + 1) for _ in xs)
-            pairs = list(zip(times, xs, strict=True))
-            self.window.bulk_insert(pairs)
-            self.oracle.bulk_insert(pairs)
-
-        @precondition(lambda self: in_order and len(self.oracle) > 0)
-        @rule(back=st.integers(min_value=1, max_value=20), x=VALUES)
-        def older_insert_is_refused(self, back: int, x: int) -> None:
-            before = list(self.window)
-            with pytest.raises(ValueError, match="in-order"):
-                self.window.insert(self.oracle.youngest() - back, x)
-            assert list(self.window) == before
-
-        @precondition(lambda self: len(self.oracle) > 1)
-        @rule()
-        def unsorted_bulk_insert_is_refused(self) -> None:
-            before = list(self.window)
-            young = self.oracle.youngest()
-            with pytest.raises(ValueError, match="sorted"):
-                self.window.bulk_insert([(young + 5, 1), (young + 2, 2)])
-            assert list(self.window) == before
-
-        @rule(t=TIMES)
-        def evict(self, t: int) -> None:
-            assert self.window.evict(t) == self.oracle.evict(t)
-
-        @precondition(lambda self: len(self.oracle) > 0)
-        @rule(data=st.data())
-        def evict_present(self, data: st.DataObject) -> None:
-            t = data.draw(st.sampled_from(list(self.oracle.entries.keys())))
-            assert self.window.evict(t) is True
-            self.oracle.evict(t)
-
-        @rule(t=TIMES)
-        def bulk_evict(self, t: int) -> None:
-            assert self.window.bulk_evict(t) == self.oracle.bulk_evict(t)
-
-        @rule(t_from=TIMES, t_to=TIMES)
-        def query_range(self, t_from: int, t_to: int) -> None:
-            assert self.window.query_range(t_from, t_to) == self.oracle.query_range(t_from, t_to)
-
+    class Machine(base):
         @rule(t=TIMES)
         def lookup(self, t: int) -> None:
             assert (t in self.window) == (t in self.oracle)
             assert self.window.get(t) == self.oracle.get(t)
+            assert WINDOW_MONOID.lower(self.window.aggregate()) == self.oracle.query()
 
-        @invariant()
-        def agrees_with_oracle(self) -> None:
-            window, oracle = self.window, self.oracle
-            assert window.query() == oracle.query()
-            assert len(window) == len(oracle)
-            assert window.oldest() == oracle.oldest()
-            assert window.youngest() == oracle.youngest()
-            assert list(window) == list(oracle)
-            window.check_invariants()
+        @precondition(lambda self: len(self.oracle) > 1)
+        @rule(back=st.integers(1, 5))
+        def unsorted_bulk_insert_is_refused(self, back: int) -> None:
+            before = list(self.window)
+            youngest = self.oracle.youngest()
+            with pytest.raises(ValueError, match="sorted by time"):
+                self.window.bulk_insert([(youngest + back + 1, 0), (youngest + 1, 0)])
+            assert list(self.window) == before
 
-    return WindowMachine
+        if in_order:
+
+            @precondition(lambda self: len(self.oracle) > 0)
+            @rule(pick=PICKS)
+            def evict_existing(self, pick: int) -> None:
+                keys = self.oracle.entries.keys()
+                t = keys[pick % len(keys)]
+                assert self.window.evict(t) is True
+                self.oracle.evict(t)
+
+            @rule(t=TIMES)
+            def evict_anywhere(self, t: int) -> None:
+                assert self.window.evict(t) == self.oracle.evict(t)
+
+            @precondition(lambda self: len(self.oracle) > 0)
+            @rule(back=st.integers(1, 5))
+            def older_insert_is_refused(self, back: int) -> None:
+                before = list(self.window)
+                youngest = self.oracle.youngest()
+                with pytest.raises(ValueError, match="out-of-order"):
+                    self.window.insert(youngest - back, 0)
+                with pytest.raises(ValueError, match="out-of-order"):
+                    self.window.bulk_insert([(youngest - back, 0), (youngest + 1, 0)])
+                assert list(self.window) == before
+
+    return Machine
 
 
-_MACHINE_SETTINGS = settings(max_examples=25, stateful_step_count=40, deadline=None)
+MACHINE_SETTINGS = settings(
+    max_examples=max(10, settings.default.max_examples // 3), stateful_step_count=40
+)
 
 
 @pytest.mark.parametrize("min_arity", range(2, 9))
-def test_classic_btree_matches_oracle_for_every_arity(min_arity: int) -> None:
-    machine = _machine(lambda m: ClassicBTree(m, min_arity=min_arity), MONOIDS["collect"], False)
-    run_state_machine_as_test(machine, settings=_MACHINE_SETTINGS)
+def test_classic_btree_matches_oracle(min_arity: int) -> None:
+    factory = machine(lambda m: ClassicBTree(m, min_arity=min_arity), in_order=False)
+    run_state_machine_as_test(factory, settings=MACHINE_SETTINGS)
 
 
-@pytest.mark.parametrize("name", ["first", "last", "max"])
-def test_classic_btree_matches_oracle_for_monoid(name: str) -> None:
-    machine = _machine(lambda m: ClassicBTree(m, min_arity=2), MONOIDS[name], False)
-    run_state_machine_as_test(machine, settings=_MACHINE_SETTINGS)
-
-
-@pytest.mark.parametrize("name", ["collect", "first", "last", "max"])
 @pytest.mark.parametrize("capacity", [1, 8])
-def test_flatfat_matches_oracle(name: str, capacity: int) -> None:
-    machine = _machine(lambda m: FlatFAT(m, capacity=capacity), MONOIDS[name], True)
-    run_state_machine_as_test(machine, settings=_MACHINE_SETTINGS)
+def test_flatfat_matches_oracle(capacity: int) -> None:
+    factory = machine(lambda m: FlatFAT(m, capacity=capacity), in_order=True)
+    run_state_machine_as_test(factory, settings=MACHINE_SETTINGS)
 
 
-def _random_walk(window: Any, in_order: bool, steps: int, seed: int) -> None:
-    """Thousands of mixed operations beside the oracle: deep trees, many resizes and wraps."""
-    oracle = OracleWindow(MONOIDS["affine"])
+def _random_walk(
+    window: Any, in_order: bool, steps: int, seed: int, oldest_bias: float = 0.0
+) -> None:
+    """Thousands of seeded operations beside the oracle in phases of growth, steady state and
+    shrinkage, so deep trees split, borrow and merge at every level and FlatFAT wraps,
+    compacts, grows and shrinks many times. With probability ``oldest_bias`` an eviction
+    picks one of the 4 oldest entries (a sliding window with some out-of-order evictions)."""
+    oracle = OracleWindow(AFFINE)
     rng = random.Random(seed)
+    phase = steps // 8
+    insert_odds = (0.75, 0.5, 0.2, 0.5)  # grow, steady, shrink, steady, and again
     for step in range(steps):
         youngest = oracle.youngest()
         young = 0 if youngest is None else youngest
         r = rng.random()
-        if r < 0.55:
-            t = young + rng.randrange(3) if in_order else rng.randrange(5000)
+        if r < insert_odds[(step // phase) % 4]:
+            t = young + rng.randrange(3) if in_order else rng.randrange(20000)
             window.insert(t, step)
             oracle.insert(t, step)
-        elif r < 0.9:
-            t = young - rng.randrange(400) if in_order else rng.randrange(5000)
+        elif r < 0.92 and len(oracle):
+            keys = oracle.entries.keys()
+            near_front = rng.random() < oldest_bias
+            t = keys[rng.randrange(min(len(keys), 4) if near_front else len(keys))]
+            assert window.evict(t) is True
+            oracle.evict(t)
+        elif r < 0.96:
+            t = young - rng.randrange(3000) if in_order else rng.randrange(20000)
             assert window.evict(t) == oracle.evict(t)
-        elif r < 0.91:
-            t = young - rng.randrange(200, 400) if in_order else rng.randrange(400)
+        elif r < 0.965:
+            t = oracle.oldest() if len(oracle) else 0
+            t += rng.randrange(3) if in_order else rng.randrange(60)
             assert window.bulk_evict(t) == oracle.bulk_evict(t)
         else:
-            a, b = sorted(young - rng.randrange(500) for _ in range(2))
+            a, b = sorted(young - rng.randrange(3000) for _ in range(2))
             assert window.query_range(a, b) == oracle.query_range(a, b)
-        if step % 3 == 0:
+        if step % 25 == 0:
             assert window.query() == oracle.query()
-        if step % 500 == 0:
+            assert len(window) == len(oracle)
+        if step % 1000 == 0:
             window.check_invariants()
+            assert list(window) == list(oracle)
     assert list(window) == list(oracle)
     window.check_invariants()
 
 
-@pytest.mark.parametrize("min_arity", [2, 3, 8])
+@pytest.mark.parametrize("min_arity", range(2, 9))
 def test_classic_btree_long_random_walk(min_arity: int) -> None:
-    _random_walk(ClassicBTree(MONOIDS["affine"], min_arity=min_arity), False, 6000, min_arity)
+    _random_walk(ClassicBTree(AFFINE, min_arity=min_arity), False, 12000, min_arity)
 
 
 def test_flatfat_long_random_walk() -> None:
-    _random_walk(FlatFAT(MONOIDS["affine"], capacity=4), True, 6000, 7)
+    _random_walk(FlatFAT(AFFINE, capacity=4), True, 12000, 7, oldest_bias=0.8)
 
 
 def test_flatfat_fifo_window_wraps_around_without_resizing() -> None:
-    counting = CountingMonoid(MONOIDS["collect"])
+    counting = CountingMonoid(monoid("collect"))
     window = FlatFAT(counting, capacity=16)
-    oracle = OracleWindow(MONOIDS["collect"])
+    oracle = OracleWindow(monoid("collect"))
     for t in range(16):
         window.insert(t, t)
         oracle.insert(t, t)
@@ -284,7 +227,7 @@ def test_flatfat_fifo_window_wraps_around_without_resizing() -> None:
 
 def _classic_round_cost(n: int, rounds: int = 256) -> float:
     """Mean combines per in-order round (evict oldest, insert youngest, query) at size n."""
-    counting = CountingMonoid(MONOIDS["max"])
+    counting = CountingMonoid(monoid("max"))
     tree = ClassicBTree(counting, min_arity=4)
     tree.bulk_insert((t, t) for t in range(n))
     counting.combines = 0
@@ -306,7 +249,7 @@ def test_classic_btree_in_order_round_cost_grows_with_log_n() -> None:
 
 def test_flatfat_batched_update_cost() -> None:
     n, m = 2**13, 2**9
-    counting = CountingMonoid(MONOIDS["max"])
+    counting = CountingMonoid(monoid("max"))
     batched = FlatFAT(counting, capacity=n)
     single = FlatFAT(counting, capacity=n)
     batched.bulk_insert((t, t) for t in range(n))
@@ -334,7 +277,7 @@ def test_flatfat_batched_update_cost() -> None:
 
 
 def test_flatfat_resizing_is_amortized_constant() -> None:
-    counting = CountingMonoid(MONOIDS["max"])
+    counting = CountingMonoid(monoid("max"))
     window = FlatFAT(counting, capacity=2)
     n = 2**12
     # Growth by doubling: without queries the only combines are the rebuilds (Algorithm 1).

@@ -71,8 +71,8 @@ class ClassicBTree:
 
     ``min_arity`` (>= 2) sets ``MAX_ARITY = 2 * min_arity``. All operations are ``O(log n)``
     (``n`` = number of distinct times in the window) with ``O(min_arity)`` combines per tree
-    level, except ``query()``, ``__len__`` which are ``O(1)``, and the loops ``bulk_evict`` /
-    ``bulk_insert`` which cost ``O(m log n)`` for ``m`` entries.
+    level, except ``query()``, ``aggregate()`` and ``__len__``, which are ``O(1)``, and the
+    loops ``bulk_evict`` / ``bulk_insert``, which cost ``O(m log n)`` for ``m`` entries.
     """
 
     __slots__ = (
@@ -296,12 +296,20 @@ class ClassicBTree:
         """Lowered aggregate of the whole window, in time order: the root's aggregate, O(1)."""
         return self._lower(self._root.agg)
 
+    def aggregate(self) -> Any:
+        """The raw (un-lowered) partial of the whole window (identity when empty), O(1)."""
+        return self._root.agg
+
     def query_range(self, t_from: Any, t_to: Any) -> Any:
-        """Lowered aggregate of the entries with ``t_from <= time <= t_to`` in time order; the
-        lowered identity when there are none or ``t_to < t_from``. ``O(MAX_ARITY * log n)``:
-        descend to the node where the bounds part, then along the two boundary paths."""
+        """Lowered :meth:`aggregate_range`."""
+        return self._lower(self.aggregate_range(t_from, t_to))
+
+    def aggregate_range(self, t_from: Any, t_to: Any) -> Any:
+        """The raw partial of the entries with ``t_from <= time <= t_to`` in time order; the
+        identity when there are none or ``t_to < t_from``. ``O(MAX_ARITY * log n)``: descend
+        to the node where the bounds part, then along the two boundary paths."""
         if t_to < t_from or not self._size:
-            return self._lower(self._identity)
+            return self._identity
         combine = self._combine
         node = self._root
         while True:
@@ -310,9 +318,7 @@ class ClassicBTree:
             j = bisect_right(times, t_to)
             children = node.children
             if children is None:
-                if i == j:
-                    return self._lower(self._identity)
-                return self._lower(reduce(combine, node.values[i:j]))
+                return reduce(combine, node.values[i:j]) if i < j else self._identity
             if i < j:
                 break
             node = children[i]
@@ -323,9 +329,7 @@ class ClassicBTree:
             if k + 1 < j:
                 acc = combine(acc, children[k + 1].agg)
         tail = self._prefix(children[j], t_to)
-        if tail is not None:
-            acc = combine(acc, tail)
-        return self._lower(acc)
+        return acc if tail is None else combine(acc, tail)
 
     def _suffix(self, node: _Node, t_from: Any) -> Any:
         """Aggregate of the entries of ``node``'s subtree with time ``>= t_from`` (None: none)."""

@@ -45,10 +45,12 @@ class FlatFAT:
     """In-order-insert, any-order-evict sliding-window aggregator on a flat array tree.
 
     ``capacity`` is the initial (and minimum) number of leaves, rounded up to a power of two.
-    Costs (``n`` = capacity, ``m`` = leaves changed since the previous query): ``insert`` and
-    ``evict`` O(log n) time (binary search) with amortized O(1) resizing work and no combines;
-    ``query`` and ``query_range`` O(m + m log(n/m)) combines of pending repair plus O(log n);
-    ``bulk_insert``/``bulk_evict`` of ``m`` entries O(m + log n) time.
+    Costs (``n`` = capacity, ``m`` = leaves changed since the previous query): ``insert``
+    amortized O(1) time, ``evict`` O(log n) (binary search) plus amortized O(1), neither with
+    combines (except a collision's one, and the occasional resize's rebuild);
+    ``query``/``aggregate`` and ``query_range``/``aggregate_range`` O(m + m log(n/m)) combines
+    of pending repair plus O(log n); ``bulk_insert``/``bulk_evict`` of ``m`` entries
+    O(m + log n) time.
     """
 
     __slots__ = (
@@ -112,8 +114,8 @@ class FlatFAT:
                 return
             if t < youngest:
                 raise ValueError(
-                    f"FlatFAT needs in-order inserts: time {t!r} is older than the youngest "
-                    f"entry {youngest!r}"
+                    f"FlatFAT accepts only in-order inserts: out-of-order time {t!r} is older "
+                    f"than the youngest entry {youngest!r}"
                 )
         if self._span == self._cap:
             self._make_room(1)
@@ -143,8 +145,8 @@ class FlatFAT:
         youngest = self.youngest()
         if self._count and batch[0][0] < youngest:
             raise ValueError(
-                f"FlatFAT needs in-order inserts: time {batch[0][0]!r} is older than the "
-                f"youngest entry {youngest!r}"
+                f"FlatFAT accepts only in-order inserts: out-of-order time {batch[0][0]!r} is "
+                f"older than the youngest entry {youngest!r}"
             )
         distinct = sum(1 for k in range(len(batch)) if k == 0 or batch[k][0] != batch[k - 1][0])
         if self._count and batch[0][0] == youngest:
@@ -380,38 +382,45 @@ class FlatFAT:
     # --- queries ----------------------------------------------------------------------------
 
     def query(self) -> Any:
-        """Lowered aggregate of the whole window in time order: pending batched repair, then the
-        root (``aggregate``, no combine) or ``suffix(front) ⊕ prefix(back)`` if wrapped."""
+        """Lowered :meth:`aggregate`."""
+        return self._lower(self.aggregate())
+
+    def aggregate(self) -> Any:
+        """The raw (un-lowered) partial of the whole window in time order (identity when
+        empty): pending batched repair, then the root (the paper's ``aggregate()``, no
+        combine) or, if the buffer wraps, ``suffix(front) ⊕ prefix(back)``."""
         if not self._count:
-            return self._lower(self._identity)
+            return self._identity
         self._repair()
         cap = self._cap
         end = self._front + self._span
         if end <= cap:
-            return self._lower(self._tree[0])
+            return self._tree[0]
         older = self._fold_leaves(self._front, cap - 1)
         younger = self._fold_leaves(0, end - cap - 1)
-        return self._lower(self._combine(older, younger))
+        return self._combine(older, younger)
 
     def query_range(self, t_from: Any, t_to: Any) -> Any:
-        """Lowered aggregate of the entries with ``t_from <= time <= t_to`` in time order; the
-        lowered identity when there are none or ``t_to < t_from``. Pending repair, O(log n)
-        binary search, then at most ``2 log2(capacity) + 1`` combines over the leaf run."""
+        """Lowered :meth:`aggregate_range`."""
+        return self._lower(self.aggregate_range(t_from, t_to))
+
+    def aggregate_range(self, t_from: Any, t_to: Any) -> Any:
+        """The raw partial of the entries with ``t_from <= time <= t_to`` in time order; the
+        identity when there are none or ``t_to < t_from``. Pending repair, O(log n) binary
+        search, then at most ``2 log2(capacity) + 1`` combines over the leaf run."""
         if t_to < t_from or not self._count:
-            return self._lower(self._identity)
+            return self._identity
         lo = self._position_left(t_from)
         hi = self._position_right(t_to)
         if lo >= hi:
-            return self._lower(self._identity)
+            return self._identity
         self._repair()
         mask = self._cap - 1
         first = (self._front + lo) & mask
         last = (self._front + hi - 1) & mask
         if first <= last:
-            return self._lower(self._fold_leaves(first, last))
-        older = self._fold_leaves(first, mask)
-        younger = self._fold_leaves(0, last)
-        return self._lower(self._combine(older, younger))
+            return self._fold_leaves(first, last)
+        return self._combine(self._fold_leaves(first, mask), self._fold_leaves(0, last))
 
     def _fold_leaves(self, first: int, last: int) -> Any:
         """Aggregate of leaf slots ``first..last`` (inclusive, ``first <= last``) from the
