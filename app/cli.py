@@ -527,7 +527,8 @@ def _delegate(name: str, target: str, short_help: str) -> click.Command:
     def command(args: tuple[str, ...]) -> None:
         module, _, attr = target.partition(":")
         real: click.Command = getattr(importlib.import_module(module), attr)
-        real.main(list(args), prog_name=f"fiba {name}")
+        # obj carries `fiba --config PATH` to commands built with `with_settings`.
+        real.main(list(args), prog_name=f"fiba {name}", obj=click.get_current_context().obj)
 
     return command
 
