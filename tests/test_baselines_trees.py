@@ -300,3 +300,23 @@ def test_flatfat_resizing_is_amortized_constant() -> None:
             operations += 1
     assert counting.combines <= 8 * operations
     window.check_invariants()
+
+
+def test_flatfat_compacts_only_when_it_frees_a_quarter() -> None:
+    # A full window whose middle entries leave one by one while new ones arrive: compacting
+    # every time the span hits the array end would cost O(capacity) per round; §5.1.1 grows
+    # instead unless a quarter of the slots are holes, so a round costs O(1) amortized.
+    counting = CountingMonoid(monoid("max"))
+    window = FlatFAT(counting, capacity=64)
+    for t in range(64):
+        window.insert(t, t)
+    counting.combines = 0
+    rng = random.Random(11)
+    rounds = 2000
+    for t in range(64, 64 + rounds):
+        keys = [key for key, _ in window]
+        window.evict(keys[rng.randrange(1, len(keys) - 1)])
+        window.insert(t, t)
+    assert window.capacity == 128
+    assert counting.combines <= 4 * rounds
+    window.check_invariants()
