@@ -1,0 +1,1300 @@
+"""FiBA: the finger B-tree aggregator for out-of-order sliding windows.
+
+Implements Tangwongsan, Hirzel and Schneider, *Sub-O(log n) Out-of-Order Sliding-Window
+Aggregation* (seed 000: Fig. 7-9 insert/evict/query, Fig. 10 range query) and *Out-of-Order
+Sliding-Window Aggregation with Efficient Bulk Evictions and Insertions* (seed 003: bulkEvict §4,
+bulkInsert §5).
+
+The window is a time-ordered sequence of entries ``(t, partial)`` with distinct times; ``insert``
+at an existing time combines into that entry (older partial first). The structure is a B-tree
+with ``MAX_ARITY = 2 * MIN_ARITY`` (arity = entries + 1) that keeps entries in inner nodes and
+leaves, parent pointers, and fingers to the leftmost and rightmost leaf. Rebalancing happens
+after the fact (split on overflow; move or merge on underflow), so it costs amortized O(1).
+
+What makes the cost depend on the distance ``d`` to the nearer end of the window rather than on
+the window size ``n`` is the *position-aware partial aggregate* stored at each node ``y`` with
+entries ``v_0..v_{a-2}`` and children ``c_0..c_{a-1}`` (``up(c)`` = aggregate of c's subtree):
+
+- non-spine nodes store the up aggregate ``up(c_0) v_0 up(c_1) ... v_{a-2} up(c_{a-1})``;
+- the root stores the inner aggregate ``v_0 up(c_1) ... up(c_{a-2}) v_{a-2}``;
+- left-spine nodes store ``inner(y) up(c_{a-1}) left(parent)`` (no parent term below the root);
+- right-spine nodes store ``right(parent) up(c_0) inner(y)`` (likewise).
+
+So ``query()`` is ``left_finger.agg root.agg right_finger.agg`` (two combines), and an update
+repairs only the nodes on its search path and rebalancing path, up to the first spine node and
+then down that spine to the finger -- never the whole way to the root (unless it starts there).
+Each node also keeps ``cnt``, the number of entries its aggregate covers, maintained the same way,
+which makes ``len()`` O(1) and exact after bulk evictions.
+
+Costs (``m`` = entries evicted or inserted in bulk, ``d`` = distance from the nearer end):
+
+=====================  =============================================================
+``insert``/``evict``    amortized O(log d); O(1) at either end (in-order streams)
+``bulk_evict``          amortized O(log m), worst case O(log n)
+``bulk_insert``         amortized O(log d + m (1 + log(d / m)))
+``query``               O(1)
+``query_range``         O(log d_from + log d_to + log of the sub-window size)
+``from_sorted``         O(n)
+=====================  =============================================================
+
+Times can be any totally ordered values (ints, floats, tuples ...). The monoid is duck-typed
+(see :mod:`stores.monoids`): ``identity``, ``lift(x)``, ``combine(a, b)`` (associative, neither
+commutative nor invertible needed) and ``lower(a)``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
+from functools import reduce
+from operator import attrgetter
+from typing import Any
+
+__all__ = ["FiBA"]
+
+_agg_of = attrgetter("agg")
+_cnt_of = attrgetter("cnt")
+
+
+class _Node:
+    """A FiBA node: sorted ``times`` with their ``values`` (partials), ``children`` or None.
+
+    ``agg``/``cnt`` are the position-aware partial aggregate and the number of entries it covers;
+    ``left_spine``/``right_spine`` say whether a non-root node lies on a spine (the root has
+    both flags False).
+    """
+
+    __slots__ = ("agg", "children", "cnt", "left_spine", "parent", "right_spine", "times", "values")
+
+    def __init__(
+        self,
+        parent: _Node | None,
+        times: list[Any],
+        values: list[Any],
+        children: list[_Node] | None,
+    ) -> None:
+        self.parent = parent
+        self.times = times
+        self.values = values
+        self.children = children
+        self.agg: Any = None
+        self.cnt = 0
+        self.left_spine = False
+        self.right_spine = False
+
+
+class FiBA:
+    """Finger B-tree aggregator: exact sliding-window aggregation over out-of-order streams.
+
+    ``FiBA(monoid, min_arity=4)``; ``MAX_ARITY = 2 * min_arity``. Operations and costs are listed
+    in the module docstring. Entries are ``(t, partial)`` with ``partial = monoid.lift(x)``, or
+    the combination of several lifted inputs that arrived with the same time, in arrival order.
+    """
+
+    __slots__ = (
+        "_combine",
+        "_identity",
+        "_lf",
+        "_lift",
+        "_lower",
+        "_max_entries",
+        "_min_arity",
+        "_min_entries",
+        "_rf",
+        "_root",
+        "monoid",
+    )
+
+    def __init__(self, monoid: Any, min_arity: int = 4) -> None:
+        if min_arity < 2:
+            raise ValueError(f"min_arity must be at least 2, got {min_arity}")
+        self.monoid = monoid
+        self._identity = monoid.identity
+        self._lift = monoid.lift
+        self._combine = monoid.combine
+        self._lower = monoid.lower
+        self._min_arity = min_arity
+        self._min_entries = min_arity - 1
+        self._max_entries = 2 * min_arity - 1
+        self._reset()
+
+    @property
+    def min_arity(self) -> int:
+        """MIN_ARITY of the tree (MAX_ARITY is twice that)."""
+        return self._min_arity
+
+    def _reset(self) -> None:
+        root = _Node(None, [], [], None)
+        root.agg = self._identity
+        self._root = self._lf = self._rf = root
+
+    # --- construction from sorted data -----------------------------------------------------
+
+    @classmethod
+    def from_sorted(cls, monoid: Any, pairs: Iterable[tuple[Any, Any]], min_arity: int = 4) -> FiBA:
+        """Build a FiBA bottom-up from ``(t, partial)`` pairs sorted by time, in O(n).
+
+        ``partial`` values are already lifted (e.g. read back from a store to rebuild the
+        in-memory index after a restart). Equal consecutive times are combined in the given
+        order; a time smaller than its predecessor raises ``ValueError``. Nodes are filled to
+        about 3/4 of MAX_ARITY so that both inserts and evicts find slack.
+        """
+        tree = cls(monoid, min_arity)
+        combine = tree._combine
+        times: list[Any] = []
+        values: list[Any] = []
+        for t, partial in pairs:
+            if times and not times[-1] < t:
+                if t == times[-1]:
+                    values[-1] = combine(values[-1], partial)
+                    continue
+                raise ValueError(f"from_sorted: time {t!r} after {times[-1]!r} is out of order")
+            times.append(t)
+            values.append(partial)
+        if times:
+            tree._build(times, values)
+        return tree
+
+    def _build(self, times: list[Any], values: list[Any]) -> None:
+        mu = self._min_arity
+        target = mu + mu // 2
+        children: list[_Node] | None = None
+        levels: list[list[_Node]] = []
+        while len(times) > self._max_entries:
+            total = len(times) + 1  # sum of the arities of this level's nodes
+            count = max(-(-total // (2 * mu)), total // target)
+            base, extra = divmod(total, count)
+            nodes: list[_Node] = []
+            up_times: list[Any] = []
+            up_values: list[Any] = []
+            pos = 0
+            for j in range(count):
+                end = pos + (base if j < extra else base - 1)
+                node = _Node(None, times[pos:end], values[pos:end], None)
+                nodes.append(node)
+                if j < count - 1:
+                    up_times.append(times[end])
+                    up_values.append(values[end])
+                pos = end + 1
+            if children is not None:
+                cpos = 0
+                for node in nodes:
+                    arity = len(node.times) + 1
+                    kids = children[cpos : cpos + arity]
+                    cpos += arity
+                    node.children = kids
+                    for kid in kids:
+                        kid.parent = node
+            levels.append(nodes)
+            times, values, children = up_times, up_values, nodes
+        root = _Node(None, times, values, children)
+        if children is not None:
+            for kid in children:
+                kid.parent = root
+        self._root = root
+        node = root
+        while node.children is not None:
+            node = node.children[0]
+            node.left_spine = True
+        self._lf = node
+        node = root
+        while node.children is not None:
+            node = node.children[-1]
+            node.right_spine = True
+        self._rf = node
+        recalc = self._recalc
+        for nodes in levels:
+            for node in nodes:
+                if not (node.left_spine or node.right_spine):
+                    recalc(node)
+        self._repair_spines(root, True, True)
+
+    # --- position-aware aggregates ------------------------------------------------------------
+
+    def _recalc(self, node: _Node) -> None:
+        """Recompute ``node.agg``/``node.cnt`` from its entries, its children's aggregates and,
+        on a spine below the root's children, its parent's aggregate. O(arity) combines."""
+        combine = self._combine
+        values = node.values
+        children = node.children
+        parent = node.parent
+        k = len(values)
+        if children is None:
+            agg = reduce(combine, values) if k else self._identity
+            cnt = k
+            if parent is not None and parent.parent is not None:
+                if node.left_spine:
+                    agg = combine(agg, parent.agg)
+                    cnt += parent.cnt
+                elif node.right_spine:
+                    agg = combine(parent.agg, agg)
+                    cnt += parent.cnt
+            node.agg = agg
+            node.cnt = cnt
+            return
+        if parent is None:  # root: inner aggregate
+            if not k:
+                node.agg = self._identity
+                node.cnt = 0
+                return
+            inner = children[1:-1]
+            seq = [None] * (2 * k - 1)
+            seq[0::2] = values
+            seq[1::2] = map(_agg_of, inner)
+            node.agg = reduce(combine, seq)
+            node.cnt = k + sum(map(_cnt_of, inner))
+            return
+        if node.left_spine:
+            kids = children[1:]
+            seq = [None] * (2 * k)
+            seq[0::2] = values
+            seq[1::2] = map(_agg_of, kids)
+            cnt = k + sum(map(_cnt_of, kids))
+            if parent.parent is not None:
+                seq.append(parent.agg)
+                cnt += parent.cnt
+        elif node.right_spine:
+            kids = children[:-1]
+            if parent.parent is not None:
+                seq = [None] * (2 * k + 1)
+                seq[0] = parent.agg
+                seq[1::2] = map(_agg_of, kids)
+                seq[2::2] = values
+                cnt = k + parent.cnt + sum(map(_cnt_of, kids))
+            else:
+                seq = [None] * (2 * k)
+                seq[0::2] = map(_agg_of, kids)
+                seq[1::2] = values
+                cnt = k + sum(map(_cnt_of, kids))
+        else:
+            seq = [None] * (2 * k + 1)
+            seq[0::2] = map(_agg_of, children)
+            seq[1::2] = values
+            cnt = k + sum(map(_cnt_of, children))
+        node.agg = reduce(combine, seq)
+        node.cnt = cnt
+
+    def _repair_spines(self, top: _Node, walk_left: bool, walk_right: bool) -> None:
+        """Recompute ``top`` and then, top-down, the left and/or right spine below it."""
+        self._recalc(top)
+        self._repair_spines_below(top, walk_left, walk_right)
+
+    def _repair_aggs(self, top: _Node, hit_left: bool, hit_right: bool) -> None:
+        """Repair aggregates after a change that ended at ``top`` (Fig. 7, repairAggs).
+
+        ``top`` itself is recomputed, then its up-aggregate ancestors up to the first spine node
+        or the root, then the spine(s) below that node: down the left spine if it is a left-spine
+        node (or the root and ``hit_left``), likewise on the right.
+        """
+        recalc = self._recalc
+        recalc(top)
+        while top.parent is not None and not (top.left_spine or top.right_spine):
+            top = top.parent
+            recalc(top)
+        if top.parent is None:
+            if top.children is not None and (hit_left or hit_right):
+                self._repair_spines_below(top, hit_left, hit_right)
+        elif top.left_spine:
+            self._repair_spines_below(top, True, False)
+        else:
+            self._repair_spines_below(top, False, True)
+
+    def _repair_spines_below(self, top: _Node, walk_left: bool, walk_right: bool) -> None:
+        recalc = self._recalc
+        if walk_left:
+            node = top
+            while node.children is not None:
+                node = node.children[0]
+                recalc(node)
+        if walk_right:
+            node = top
+            while node.children is not None:
+                node = node.children[-1]
+                recalc(node)
+
+    # --- search ---------------------------------------------------------------------------------
+
+    def _find(self, t: Any) -> tuple[_Node, int, bool]:
+        """Finger search: ``(node, index, found)``; when not found, ``node`` is the leaf where
+        ``t`` belongs at ``index``. Climbs from the nearer finger to the lowest spine node whose
+        range holds ``t``, then descends: O(log d)."""
+        root = self._root
+        node = root
+        if root.children is not None:
+            rtimes = root.times
+            if t < rtimes[0]:
+                node = self._lf
+                parent = node.parent
+                while parent is not root and not t < parent.times[0]:
+                    node = parent
+                    parent = node.parent
+            elif t > rtimes[-1]:
+                node = self._rf
+                parent = node.parent
+                while parent is not root and not t > parent.times[-1]:
+                    node = parent
+                    parent = node.parent
+        while True:
+            times = node.times
+            i = bisect_left(times, t)
+            if i < len(times) and times[i] == t:
+                return node, i, True
+            if node.children is None:
+                return node, i, False
+            node = node.children[i]
+
+    # --- observers ------------------------------------------------------------------------------
+
+    def query(self) -> Any:
+        """The lowered aggregate of the whole window (lowered identity when empty). O(1)."""
+        root = self._root
+        if root.children is None:
+            return self._lower(root.agg)
+        combine = self._combine
+        return self._lower(combine(self._lf.agg, combine(root.agg, self._rf.agg)))
+
+    def aggregate(self) -> Any:
+        """The raw (un-lowered) partial aggregate of the whole window. O(1)."""
+        root = self._root
+        if root.children is None:
+            return root.agg
+        combine = self._combine
+        return combine(self._lf.agg, combine(root.agg, self._rf.agg))
+
+    def __len__(self) -> int:
+        root = self._root
+        if root.children is None:
+            return root.cnt
+        return self._lf.cnt + root.cnt + self._rf.cnt
+
+    def __contains__(self, t: Any) -> bool:
+        if not self._root.times:
+            return False
+        return self._find(t)[2]
+
+    def get(self, t: Any) -> Any:
+        """The partial stored at time ``t``, or None when absent. O(log d)."""
+        if not self._root.times:
+            return None
+        node, i, found = self._find(t)
+        return node.values[i] if found else None
+
+    def oldest(self) -> Any:
+        """The smallest time in the window, or None when empty. O(1)."""
+        times = self._lf.times
+        return times[0] if times else None
+
+    def youngest(self) -> Any:
+        """The largest time in the window, or None when empty. O(1)."""
+        times = self._rf.times
+        return times[-1] if times else None
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        """``(t, partial)`` pairs in time order."""
+        stack: list[tuple[_Node, int]] = [(self._root, 0)]
+        while stack:
+            node, i = stack.pop()
+            children = node.children
+            if children is None:
+                yield from zip(node.times, node.values, strict=True)
+                continue
+            if i:
+                yield node.times[i - 1], node.values[i - 1]
+            if i + 1 < len(children):
+                stack.append((node, i + 1))
+            stack.append((children[i], 0))
+
+    def __repr__(self) -> str:
+        return f"<FiBA min_arity={self._min_arity} len={len(self)}>"
+
+    # --- insert ---------------------------------------------------------------------------------
+
+    def insert(self, t: Any, x: Any) -> None:
+        """Add ``lift(x)`` at time ``t``; an existing entry at ``t`` becomes
+        ``combine(existing, lift(x))``. Amortized O(log d), O(1) at either end."""
+        lifted = self._lift(x)
+        rf = self._rf
+        rtimes = rf.times
+        if rtimes:
+            if t > rtimes[-1]:  # in order: append at the right finger
+                rtimes.append(t)
+                rf.values.append(lifted)
+                rf.agg = self._combine(rf.agg, lifted)
+                rf.cnt += 1
+                if len(rtimes) > self._max_entries:
+                    self._overflow(rf)
+                return
+            lf = self._lf
+            if t < lf.times[0]:  # older than everything: prepend at the left finger
+                lf.times.insert(0, t)
+                lf.values.insert(0, lifted)
+                lf.agg = self._combine(lifted, lf.agg)
+                lf.cnt += 1
+                if len(lf.times) > self._max_entries:
+                    self._overflow(lf)
+                return
+        else:  # empty window
+            rtimes.append(t)
+            rf.values.append(lifted)
+            rf.agg = lifted
+            rf.cnt = 1
+            return
+        node, i, found = self._find(t)
+        if found:
+            node.values[i] = self._combine(node.values[i], lifted)
+            self._repair_aggs(node, False, False)
+            return
+        node.times.insert(i, t)
+        node.values.insert(i, lifted)
+        if len(node.times) > self._max_entries:
+            self._overflow(node)
+        else:
+            self._repair_aggs(node, False, False)
+
+    def _overflow(self, node: _Node) -> None:
+        """Split ``node`` and its overflowing ancestors, then repair aggregates (Fig. 7)."""
+        hit_left = node.left_spine
+        hit_right = node.right_spine
+        max_entries = self._max_entries
+        while len(node.times) > max_entries:
+            if node.parent is None:
+                hit_left = hit_right = True
+            node = self._split(node)
+            hit_left = hit_left or node.left_spine
+            hit_right = hit_right or node.right_spine
+        self._repair_aggs(node, hit_left, hit_right)
+
+    def _split(self, node: _Node) -> _Node:
+        """Split an overflowing node (2 MIN_ARITY entries) around its middle entry, which moves
+        up; a new root is made first if ``node`` is the root. Returns the parent, whose
+        aggregate is left to the caller; the two halves are repaired if they hold up
+        aggregates."""
+        mu = self._min_arity
+        parent = node.parent
+        was_right = node.right_spine or parent is None
+        if parent is None:  # height increase
+            parent = _Node(None, [], [], [node])
+            node.parent = parent
+            node.left_spine = True
+            self._root = parent
+            i = 0
+        else:
+            siblings = parent.children
+            i = len(siblings) - 1 if siblings[-1] is node else siblings.index(node)
+        times = node.times
+        values = node.values
+        right = _Node(parent, times[mu + 1 :], values[mu + 1 :], None)
+        parent.times.insert(i, times[mu])
+        parent.values.insert(i, values[mu])
+        parent.children.insert(i + 1, right)
+        del times[mu:]
+        del values[mu:]
+        children = node.children
+        if children is not None:
+            moved = children[mu + 1 :]
+            del children[mu + 1 :]
+            for child in moved:
+                child.parent = right
+            right.children = moved
+        if was_right:
+            node.right_spine = False
+            right.right_spine = True
+            if self._rf is node:
+                self._rf = right
+        else:
+            self._recalc(right)
+        if not node.left_spine:
+            self._recalc(node)
+        return parent
+
+    # --- evict ----------------------------------------------------------------------------------
+
+    def evict(self, t: Any) -> bool:
+        """Remove the entry at exactly ``t`` (its whole partial); False when absent.
+        Amortized O(log d), O(1) at the old end."""
+        lf = self._lf
+        ltimes = lf.times
+        if not ltimes:
+            return False
+        if t == ltimes[0]:  # in order: pop at the left finger
+            del ltimes[0]
+            del lf.values[0]
+            parent = lf.parent
+            if parent is None:
+                values = lf.values
+                lf.agg = reduce(self._combine, values) if values else self._identity
+                lf.cnt = len(values)
+            elif len(ltimes) >= self._min_entries:
+                values = lf.values
+                if parent.parent is None:
+                    lf.agg = reduce(self._combine, values)
+                    lf.cnt = len(values)
+                else:
+                    lf.agg = self._combine(reduce(self._combine, values), parent.agg)
+                    lf.cnt = len(values) + parent.cnt
+            else:
+                top, hit_left, hit_right, _ = self._underflow(lf, True, False)
+                self._repair_aggs(top, hit_left, hit_right)
+            return True
+        node, i, found = self._find(t)
+        if not found:
+            return False
+        if node.children is None:
+            del node.times[i]
+            del node.values[i]
+            top, hit_left, hit_right, _ = self._underflow(node, node.left_spine, node.right_spine)
+            self._repair_aggs(top, hit_left, hit_right)
+        else:
+            self._evict_inner(node, i)
+        return True
+
+    def _evict_inner(self, node: _Node, i: int) -> None:
+        """Evict entry ``i`` of an inner node: a neighbouring leaf entry (the oldest of the right
+        subtree, or the youngest of the left one) takes its place (Fig. 8)."""
+        right = node.children[i + 1]
+        depth = 1
+        if len(right.times) >= self._min_arity:
+            leaf = right
+            while leaf.children is not None:
+                leaf = leaf.children[0]
+                depth += 1
+            t = leaf.times.pop(0)
+            value = leaf.values.pop(0)
+        else:
+            leaf = node.children[i]
+            while leaf.children is not None:
+                leaf = leaf.children[-1]
+                depth += 1
+            t = leaf.times.pop()
+            value = leaf.values.pop()
+        node.times[i] = t
+        node.values[i] = value
+        top, hit_left, hit_right, level = self._underflow(leaf, leaf.left_spine, leaf.right_spine)
+        if level < depth:  # rebalancing stopped below ``node``: repair up to it
+            recalc = self._recalc
+            while top is not node:
+                if not (top.left_spine or top.right_spine):
+                    recalc(top)
+                hit_left = hit_left or top.left_spine
+                hit_right = hit_right or top.right_spine
+                top = top.parent
+        self._repair_aggs(top, hit_left, hit_right)
+
+    def _underflow(
+        self, node: _Node, hit_left: bool, hit_right: bool
+    ) -> tuple[_Node, bool, bool, int]:
+        """Rebalance after an eviction from ``node`` (Fig. 7, rebalanceForEvict): while a
+        non-root node underflows, merge it with a sibling or move an entry over. Returns the
+        node where rebalancing stopped (its aggregate still to repair), the spine-hit flags and
+        how many levels it climbed."""
+        min_entries = self._min_entries
+        level = 0
+        while node.parent is not None and len(node.times) < min_entries:
+            parent = node.parent
+            siblings = parent.children
+            idx = 0 if siblings[0] is node else siblings.index(node)
+            sib_idx = idx - 1 if idx == len(siblings) - 1 else idx + 1
+            sibling = siblings[sib_idx]
+            hit_left = hit_left or sibling.left_spine
+            hit_right = hit_right or sibling.right_spine
+            level += 1
+            if len(sibling.times) <= min_entries:
+                merged = self._merge(parent, min(idx, sib_idx))
+                if parent.parent is None and not parent.times:  # height decrease
+                    merged.parent = None
+                    merged.left_spine = merged.right_spine = False
+                    self._root = merged
+                    if merged.children is None:
+                        self._lf = self._rf = merged
+                    return merged, True, True, level
+            else:
+                self._move(parent, idx, sib_idx)
+            node = parent
+            hit_left = hit_left or node.left_spine
+            hit_right = hit_right or node.right_spine
+        return node, hit_left, hit_right, level
+
+    def _merge(self, parent: _Node, i: int) -> _Node:
+        """Merge child ``i + 1`` of ``parent`` and separator ``i`` into child ``i``."""
+        left = parent.children[i]
+        right = parent.children[i + 1]
+        left.times.append(parent.times[i])
+        left.times.extend(right.times)
+        left.values.append(parent.values[i])
+        left.values.extend(right.values)
+        del parent.times[i]
+        del parent.values[i]
+        del parent.children[i + 1]
+        if left.children is not None:
+            for child in right.children:
+                child.parent = left
+            left.children.extend(right.children)
+        if right.right_spine:
+            left.right_spine = True
+            if self._rf is right:
+                self._rf = left
+        if not (left.left_spine or left.right_spine):
+            self._recalc(left)
+        return left
+
+    def _move(self, parent: _Node, idx: int, sib_idx: int) -> None:
+        """Rotate one entry (and child) from sibling ``sib_idx`` through the parent into the
+        underflowing child ``idx``."""
+        node = parent.children[idx]
+        sibling = parent.children[sib_idx]
+        if sib_idx > idx:
+            node.times.append(parent.times[idx])
+            node.values.append(parent.values[idx])
+            parent.times[idx] = sibling.times.pop(0)
+            parent.values[idx] = sibling.values.pop(0)
+            if node.children is not None:
+                child = sibling.children.pop(0)
+                child.parent = node
+                node.children.append(child)
+        else:
+            node.times.insert(0, parent.times[sib_idx])
+            node.values.insert(0, parent.values[sib_idx])
+            parent.times[sib_idx] = sibling.times.pop()
+            parent.values[sib_idx] = sibling.values.pop()
+            if node.children is not None:
+                child = sibling.children.pop()
+                child.parent = node
+                node.children.insert(0, child)
+        recalc = self._recalc
+        if not (node.left_spine or node.right_spine):
+            recalc(node)
+        if not (sibling.left_spine or sibling.right_spine):
+            recalc(sibling)
+
+    # --- range query ----------------------------------------------------------------------------
+
+    def query_range(self, t_from: Any, t_to: Any) -> Any:
+        """The lowered aggregate of the entries with ``t_from <= t <= t_to`` (lowered identity
+        when there are none or the range is inverted). See :meth:`aggregate_range`."""
+        return self._lower(self.aggregate_range(t_from, t_to))
+
+    def aggregate_range(self, t_from: Any, t_to: Any) -> Any:
+        """The raw (un-lowered) partial of the entries with ``t_from <= t <= t_to``, both bounds
+        inclusive; the identity when there are none or ``t_to < t_from``.
+
+        Seed 000 Fig. 10: finger-search the lowest node whose range holds both bounds, then
+        descend along at most two chains, using stored up aggregates for the subtrees in
+        between. O(log d_from + log d_to + log of the sub-window size).
+        """
+        root = self._root
+        if t_to < t_from or not root.times:
+            return self._identity
+        lf = self._lf
+        rf = self._rf
+        if not t_from > lf.times[0] and not t_to < rf.times[-1]:
+            return self.aggregate()
+        node = root
+        if root.children is not None:
+            if t_to < root.times[0]:
+                node = lf
+                parent = node.parent
+                while parent is not root and not t_to < parent.times[0]:
+                    node = parent
+                    parent = node.parent
+            elif t_from > root.times[-1]:
+                node = rf
+                parent = node.parent
+                while parent is not root and not t_from > parent.times[-1]:
+                    node = parent
+                    parent = node.parent
+            while node.children is not None:
+                i = bisect_left(node.times, t_from)
+                if i != bisect_right(node.times, t_to):
+                    break
+                node = node.children[i]
+        return self._range(node, t_from, t_to)
+
+    def _range(self, node: _Node, lo: Any, hi: Any) -> Any:
+        """Aggregate of the entries of ``node``'s subtree within ``[lo, hi]``; ``None`` for a
+        bound means the subtree is unbounded on that side."""
+        if lo is None and hi is None:
+            return self._full(node)
+        combine = self._combine
+        times = node.times
+        values = node.values
+        i0 = 0 if lo is None else bisect_left(times, lo)
+        i1 = len(times) if hi is None else bisect_right(times, hi)
+        children = node.children
+        if children is None:
+            return reduce(combine, values[i0:i1]) if i0 < i1 else self._identity
+        if i0 == i1:
+            return self._range(children[i0], lo, hi)
+        acc = combine(self._range(children[i0], lo, None), values[i0])
+        for i in range(i0 + 1, i1):
+            acc = combine(combine(acc, children[i].agg), values[i])
+        return combine(acc, self._range(children[i1], None, hi))
+
+    def _full(self, node: _Node) -> Any:
+        """The up aggregate of ``node``'s subtree: stored for non-spine nodes, recomputed down
+        the spine otherwise."""
+        if node.parent is not None and not (node.left_spine or node.right_spine):
+            return node.agg
+        combine = self._combine
+        values = node.values
+        children = node.children
+        if children is None:
+            return reduce(combine, values) if values else self._identity
+        acc = self._full(children[0])
+        for i, value in enumerate(values, 1):
+            acc = combine(acc, value)
+            child = children[i]
+            acc = combine(acc, self._full(child) if i == len(values) else child.agg)
+        return acc
+
+    # --- bulk evict -----------------------------------------------------------------------------
+
+    def bulk_evict(self, t: Any) -> int:
+        """Remove every entry with time ``<= t``; return how many were removed.
+
+        Seed 003 §4: search the eviction boundary from the nearer finger, cut the tree along it
+        in one pass up (moving entries from, or merging into, the right neighbour at each level,
+        which need not be a sibling), then repair the left spine in one pass down. Amortized
+        O(log m) for m evicted entries, worst case O(log n); safe for any ``t``.
+        """
+        root = self._root
+        if root.children is None:
+            times = root.times
+            k = bisect_right(times, t)
+            if k:
+                del times[:k]
+                del root.values[:k]
+                self._recalc(root)
+            return k
+        lf = self._lf
+        ltimes = lf.times
+        if t < ltimes[0]:
+            return 0
+        if not t < self._rf.times[-1]:
+            count = len(self)
+            self._reset()
+            return count
+        k = bisect_right(ltimes, t)
+        if len(ltimes) - k >= self._min_entries:  # the boundary is inside the left finger
+            del ltimes[:k]
+            del lf.values[:k]
+            self._recalc(lf)
+            return k
+        before = len(self)
+        self._cut(t)
+        return before - len(self)
+
+    def _cut(self, t: Any) -> None:
+        """bulk_evict(t) when the boundary leaves the left finger: oldest <= t < youngest."""
+        root = self._root
+        min_entries = self._min_entries
+        # Step 1: boundary search, from the top node down; each level holds the node straddling
+        # t, its right neighbour at that level and their lowest common ancestor.
+        neighbor: _Node | None = None
+        ancestor: _Node | None = None
+        if t < root.times[0]:
+            node = self._lf
+            parent = node.parent
+            while parent is not root and not t < parent.times[0]:
+                node = parent
+                parent = node.parent
+            neighbor = parent.children[1]
+            ancestor = parent
+        elif t > root.times[-1]:
+            node = self._rf
+            parent = node.parent
+            while parent is not root and not t > parent.times[-1]:
+                node = parent
+                parent = node.parent
+        else:
+            node = root
+        levels = [(node, neighbor, ancestor)]
+        while node.children is not None:
+            times = node.times
+            i = bisect_left(times, t)
+            if i < len(times) and times[i] == t:
+                break
+            if i == len(times):
+                if neighbor is not None:
+                    neighbor = neighbor.children[0]
+            else:
+                ancestor = node
+                neighbor = node.children[i + 1]
+            node = node.children[i]
+            levels.append((node, neighbor, ancestor))
+        # Step 2: pass up, evicting locally and restoring the arity of each boundary node.
+        recalc = self._recalc
+        skip_to: _Node | None = None
+        top = root
+        for node, neighbor, ancestor in reversed(levels):
+            if skip_to is not None:
+                if node is not skip_to:
+                    continue  # merged away: its neighbour is now on the left spine
+                skip_to = None
+            times = node.times
+            k = bisect_right(times, t)
+            if k:
+                del times[:k]
+                del node.values[:k]
+                if node.children is not None:
+                    del node.children[:k]
+            if neighbor is None:  # everything left of node's subtree is gone: new root
+                if node.children is not None and not times:
+                    node = node.children[0]
+                node.parent = None
+                node.left_spine = node.right_spine = False
+                self._root = top = node
+                break
+            assert ancestor is not None
+            if len(times) >= min_entries:
+                top = node
+                continue
+            deficit = min_entries - len(times)
+            surplus = len(neighbor.times) - min_entries
+            if deficit <= surplus:
+                self._move_batch(node, neighbor, ancestor, deficit)
+            elif node.parent is ancestor:
+                self._absorb_sibling(node, neighbor, ancestor)
+            else:
+                self._merge_into_neighbor(node, neighbor, ancestor)
+                skip_to = ancestor
+            top = ancestor
+        # Above the boundary at most one entry is missing: ordinary rebalancing.
+        if top.parent is not None:
+            if len(top.times) < min_entries:
+                top = self._underflow(top, True, False)[0]
+        elif top.children is not None and not top.times:  # root with a single child
+            top = top.children[0]
+            top.parent = None
+            top.left_spine = top.right_spine = False
+            self._root = top
+        # Step 3: pass down the left spine (and the right one below a changed root).
+        recalc(top)
+        node = top
+        while node.children is not None:
+            node = node.children[0]
+            node.left_spine = True
+            recalc(node)
+        self._lf = node
+        if top.parent is None:
+            if top.children is None:
+                self._rf = top
+            else:
+                self._repair_spines_below(top, False, True)
+
+    def _move_batch(self, node: _Node, neighbor: _Node, ancestor: _Node, k: int) -> None:
+        """Move ``k`` children (and ``k - 1`` entries) from the front of ``neighbor`` into the
+        underflowing ``node``, rotating through the separator in ``ancestor`` (seed 003 Fig. 2)."""
+        a = bisect_left(ancestor.times, neighbor.times[0]) - 1
+        ntimes = neighbor.times
+        nvalues = neighbor.values
+        node.times.append(ancestor.times[a])
+        node.times.extend(ntimes[: k - 1])
+        node.values.append(ancestor.values[a])
+        node.values.extend(nvalues[: k - 1])
+        ancestor.times[a] = ntimes[k - 1]
+        ancestor.values[a] = nvalues[k - 1]
+        del ntimes[:k]
+        del nvalues[:k]
+        if node.children is not None:
+            moved = neighbor.children[:k]
+            del neighbor.children[:k]
+            for child in moved:
+                child.parent = node
+            node.children.extend(moved)
+        if not neighbor.right_spine:
+            self._recalc(neighbor)
+
+    def _absorb_sibling(self, node: _Node, neighbor: _Node, parent: _Node) -> None:
+        """Merge the right sibling ``neighbor`` and their separator into ``node``."""
+        a = bisect_left(parent.times, neighbor.times[0]) - 1
+        node.times.append(parent.times[a])
+        node.times.extend(neighbor.times)
+        node.values.append(parent.values[a])
+        node.values.extend(neighbor.values)
+        if node.children is not None:
+            for child in neighbor.children:
+                child.parent = node
+            node.children.extend(neighbor.children)
+        del parent.times[a]
+        del parent.values[a]
+        del parent.children[a + 1]
+        if neighbor.right_spine:
+            node.right_spine = True
+            if self._rf is neighbor:
+                self._rf = node
+
+    def _merge_into_neighbor(self, node: _Node, neighbor: _Node, ancestor: _Node) -> None:
+        """Merge what is left of ``node`` and the separator in ``ancestor`` into the front of the
+        non-sibling ``neighbor``; the ancestor's subtrees left of that separator, which held only
+        evicted entries and ``node``, are cut off (seed 003 Fig. 3)."""
+        a = bisect_left(ancestor.times, neighbor.times[0]) - 1
+        neighbor.times[:0] = [*node.times, ancestor.times[a]]
+        neighbor.values[:0] = [*node.values, ancestor.values[a]]
+        if node.children is not None:
+            for child in node.children:
+                child.parent = neighbor
+            neighbor.children[:0] = node.children
+        del ancestor.times[: a + 1]
+        del ancestor.values[: a + 1]
+        del ancestor.children[: a + 1]
+
+    # --- bulk insert ----------------------------------------------------------------------------
+
+    def bulk_insert(self, pairs: Iterable[tuple[Any, Any]]) -> None:
+        """Insert ``(t, x)`` pairs given in ascending time order (``ValueError`` otherwise,
+        before any change); equal times are combined in the given order, and into an existing
+        entry at that time, exactly as a loop of :meth:`insert` would.
+
+        Seed 003 §5: one finger search visits all insertion sites in order (each next search
+        climbs only to the common ancestor with the previous site); then one pass up, level by
+        level, interleaves the new entries into their nodes and splits overflowing nodes into
+        several at once, promoting separators to the next level; a final pass down repairs the
+        spines. Amortized O(log d + m (1 + log(d / m))) for m pairs, d the distance of the
+        oldest pair from the young end.
+        """
+        items = pairs if isinstance(pairs, list) else list(pairs)
+        if not items:
+            return
+        previous = items[0][0]
+        for t, _ in items:
+            if t < previous:
+                raise ValueError(f"bulk_insert: time {t!r} after {previous!r} is out of order")
+            previous = t
+        if len(items) == 1:
+            self.insert(*items[0])
+            return
+        self._bulk_pass_up(self._insertion_sites(items))
+
+    def _insertion_sites(self, items: list[tuple[Any, Any]]) -> list[list[Any]]:
+        """Step 1 of bulk insert: combine pairs at existing times in place and group the new
+        entries by target leaf. Returns groups ``[node, level, twigs]`` in time order, where
+        ``twigs`` are ``[t, partial, child]`` to add to ``node`` (no twigs: ``node`` only needs
+        its aggregate recomputed, when its level is reached)."""
+        lift = self._lift
+        combine = self._combine
+        # path: (node, lo, hi, level) from the apex down; (lo, hi) is the open time range of the
+        # node's subtree, None when unbounded. The apex is where the finger search for the first
+        # (oldest) time stopped; every later time is larger, so it is always below the apex.
+        first = items[0][0]
+        node = self._rf
+        level = 0
+        parent = node.parent
+        while parent is not None and not first > parent.times[-1]:
+            node = parent
+            parent = node.parent
+            level += 1
+        path: list[tuple[_Node, Any, Any, int]] = [
+            (node, None if parent is None else parent.times[-1], None, level)
+        ]
+        groups: list[list[Any]] = []
+        target: _Node | None = None
+        index = 0
+        found = False
+        twig: list[Any] = []
+        previous = first
+        started = False
+        for t, x in items:
+            value = lift(x)
+            if started and t == previous:
+                if found:
+                    assert target is not None
+                    target.values[index] = combine(target.values[index], value)
+                else:
+                    twig[1] = combine(twig[1], value)
+                continue
+            started = True
+            previous = t
+            while len(path) > 1:
+                node, lo, hi, level = path[-1]
+                if (lo is None or lo < t) and (hi is None or t < hi):
+                    break
+                path.pop()
+            node, lo, hi, level = path[-1]
+            while True:
+                times = node.times
+                i = bisect_left(times, t)
+                found = i < len(times) and times[i] == t
+                if found or node.children is None:
+                    break
+                if i:
+                    lo = times[i - 1]
+                if i < len(times):
+                    hi = times[i]
+                node = node.children[i]
+                level -= 1
+                path.append((node, lo, hi, level))
+            target = node
+            index = i
+            if found:
+                node.values[i] = combine(node.values[i], value)
+                if not groups or groups[-1][0] is not node:
+                    groups.append([node, level, []])
+            else:
+                twig = [t, value, None]
+                if groups and groups[-1][0] is node:
+                    groups[-1][2].append(twig)
+                else:
+                    groups.append([node, 0, [twig]])
+        return groups
+
+    def _bulk_pass_up(self, groups: list[list[Any]]) -> None:
+        """Steps 2 and 3 of bulk insert: level by level, add each group's twigs to its node
+        (splitting it into several if it overflows) and queue its parent; then repair the
+        spines from the highest spine node reached."""
+        recalc = self._recalc
+        max_entries = self._max_entries
+        top_left: _Node | None = None
+        top_right: _Node | None = None
+        level = 0
+        while groups:
+            upper: list[list[Any]] = []
+            for node, node_level, twigs in groups:
+                if twigs:
+                    if len(node.times) + len(twigs) <= max_entries:
+                        self._interleave(node, twigs)
+                    else:
+                        self._bulk_split(node, twigs, upper, level + 1)
+                elif node_level > level:  # an existing time combined higher up: wait for it
+                    if upper and upper[-1][0] is node:
+                        continue
+                    upper.append([node, node_level, []])
+                    continue
+                parent = node.parent
+                if parent is None:
+                    top_left = top_right = node
+                elif node.left_spine:
+                    top_left = node
+                elif node.right_spine:
+                    top_right = node
+                else:
+                    recalc(node)
+                    if not upper or upper[-1][0] is not parent:
+                        upper.append([parent, level + 1, []])
+            groups = upper
+            level += 1
+        if top_left is not None and top_left is top_right:
+            self._repair_spines(top_left, True, True)
+            return
+        if top_left is not None:
+            self._repair_spines(top_left, True, False)
+        if top_right is not None:
+            self._repair_spines(top_right, False, True)
+
+    def _interleave(self, node: _Node, twigs: list[list[Any]]) -> None:
+        """Add twigs to a node that does not overflow."""
+        times = node.times
+        values = node.values
+        children = node.children
+        if children is None:
+            for t, value, _ in twigs:
+                i = bisect_left(times, t)
+                times.insert(i, t)
+                values.insert(i, value)
+            return
+        for t, value, child in twigs:
+            i = bisect_left(times, t)
+            times.insert(i, t)
+            values.insert(i, value)
+            children.insert(i + 1, child)
+            child.parent = node
+
+    def _bulk_split(
+        self, node: _Node, twigs: list[list[Any]], upper: list[list[Any]], upper_level: int
+    ) -> None:
+        """Interleave twigs into ``node`` and split the result into nodes of arity
+        MIN_ARITY + 1 and a last one of arity between MIN_ARITY and MAX_ARITY (seed 003,
+        Claim 1); ``node`` keeps the first part. The separators, each with the new node on its
+        right, are queued as twigs for the parent in ``upper`` (a new root is made first if
+        ``node`` is the root)."""
+        mu = self._min_arity
+        max_entries = self._max_entries
+        times = node.times
+        values = node.values
+        children = node.children
+        all_times: list[Any] = []
+        all_values: list[Any] = []
+        all_children: list[_Node] = [] if children is None else [children[0]]
+        i = 0
+        n = len(times)
+        for t, value, child in twigs:
+            while i < n and times[i] < t:
+                all_times.append(times[i])
+                all_values.append(values[i])
+                if children is not None:
+                    all_children.append(children[i + 1])
+                i += 1
+            all_times.append(t)
+            all_values.append(value)
+            if children is not None:
+                all_children.append(child)
+        all_times.extend(times[i:])
+        all_values.extend(values[i:])
+        if children is not None:
+            all_children.extend(children[i + 1 :])
+        parent = node.parent
+        was_right = parent is None or node.right_spine
+        if parent is None:  # height increase
+            parent = _Node(None, [], [], [node])
+            node.parent = parent
+            node.left_spine = True
+            self._root = parent
+        node.times = all_times[:mu]
+        node.values = all_values[:mu]
+        if children is not None:
+            node.children = kids = all_children[: mu + 1]
+            for kid in kids:
+                kid.parent = node
+        total = len(all_times)
+        pos = mu  # index of the next separator
+        while True:
+            start = pos + 1
+            end = start + mu if total - start > max_entries else total
+            new = _Node(parent, all_times[start:end], all_values[start:end], None)
+            if children is not None:
+                new.children = kids = all_children[start : end + 1]
+                for kid in kids:
+                    kid.parent = new
+            twig = [all_times[pos], all_values[pos], new]
+            if upper and upper[-1][0] is parent:
+                upper[-1][2].append(twig)
+            else:
+                upper.append([parent, upper_level, [twig]])
+            if end == total:
+                break
+            self._recalc(new)
+            pos = end
+        if was_right:
+            node.right_spine = False
+            new.right_spine = True
+            if self._rf is node:
+                self._rf = new
+        else:
+            self._recalc(new)
+
+    # --- invariants -----------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Verify the whole structure in O(n); raise ``AssertionError`` naming the broken
+        invariant: height (all leaves equally deep), order (times strictly increasing within
+        nodes and between separators), arity (MIN_ARITY..MAX_ARITY, root 2..MAX_ARITY unless a
+        leaf), structure (parent pointers, spine flags, fingers) or aggregates (every node's
+        position-aware partial and count, recomputed independently; partials must compare
+        with ``==``)."""
+        combine = self._combine
+        identity = self._identity
+        min_arity = self._min_arity
+        max_arity = 2 * min_arity
+        root = self._root
+        _require(root.parent is None, "structure: the root has a parent")
+        _require(not (root.left_spine or root.right_spine), "structure: the root is on a spine")
+        up: dict[int, tuple[Any, int]] = {}  # id(node) -> (up aggregate, entry count)
+        leaf_depth: int | None = None
+        order: list[_Node] = []
+        stack: list[tuple[_Node, Any, Any, int, bool, bool]] = [(root, None, None, 0, False, False)]
+        while stack:
+            node, lo, hi, depth, on_left, on_right = stack.pop()
+            order.append(node)
+            times, values, children = node.times, node.values, node.children
+            n = len(times)
+            arity = n + 1
+            _require(len(values) == n, "structure: one partial per time")
+            if node is root:
+                _require(arity <= max_arity, f"arity: root arity {arity} > {max_arity}")
+                _require(children is None or arity >= 2, "arity: inner root with one child")
+            else:
+                _require(
+                    min_arity <= arity <= max_arity,
+                    f"arity: {arity} outside [{min_arity}, {max_arity}]",
+                )
+            _require(
+                node.left_spine == on_left and node.right_spine == on_right,
+                "structure: wrong spine flags",
+            )
+            for k in range(1, n):
+                _require(times[k - 1] < times[k], "order: times within a node not increasing")
+            if n:
+                _require(lo is None or lo < times[0], "order: time below its separator")
+                _require(hi is None or times[-1] < hi, "order: time above its separator")
+            if children is None:
+                if leaf_depth is None:
+                    leaf_depth = depth
+                _require(depth == leaf_depth, "height: leaves at different depths")
+                continue
+            _require(len(children) == arity, "structure: children != entries + 1")
+            for k, child in enumerate(children):
+                _require(child.parent is node, "structure: wrong parent pointer")
+                stack.append(
+                    (
+                        child,
+                        times[k - 1] if k else lo,
+                        times[k] if k < n else hi,
+                        depth + 1,
+                        k == 0 and (node is root or on_left),
+                        k == n and (node is root or on_right),
+                    )
+                )
+        for node in reversed(order):  # children before parents
+            parts: list[Any] = []
+            counts = len(node.times)
+            if node.children is None:
+                parts = list(node.values)
+            else:
+                for k, child in enumerate(node.children):
+                    child_up, child_count = up[id(child)]
+                    parts.append(child_up)
+                    counts += child_count
+                    if k < len(node.values):
+                        parts.append(node.values[k])
+            up[id(node)] = (_fold(combine, identity, parts), counts)
+        for node in order:  # parents before children
+            parent = node.parent
+            values, children = node.values, node.children
+            if children is None:
+                inner = list(values)
+                inner_count = len(values)
+            else:
+                inner = []
+                inner_count = len(values)
+                for k, value in enumerate(values):
+                    inner.append(value)
+                    if k + 1 < len(values):
+                        child_up, child_count = up[id(children[k + 1])]
+                        inner.append(child_up)
+                        inner_count += child_count
+            if parent is None:
+                expected = (_fold(combine, identity, inner), inner_count)
+            elif node.left_spine or node.right_spine:
+                parts = inner
+                count = inner_count
+                if children is not None:
+                    edge_up, edge_count = up[id(children[-1] if node.left_spine else children[0])]
+                    parts = [*inner, edge_up] if node.left_spine else [edge_up, *inner]
+                    count += edge_count
+                if parent.parent is not None:
+                    parts = [*parts, parent.agg] if node.left_spine else [parent.agg, *parts]
+                    count += parent.cnt
+                expected = (_fold(combine, identity, parts), count)
+            else:
+                expected = up[id(node)]
+            _require(node.agg == expected[0], "aggregates: stored partial differs from recomputed")
+            _require(node.cnt == expected[1], "aggregates: stored count differs from recomputed")
+        leftmost = rightmost = root
+        while leftmost.children is not None:
+            leftmost = leftmost.children[0]
+        while rightmost.children is not None:
+            rightmost = rightmost.children[-1]
+        _require(self._lf is leftmost, "structure: left finger is not the leftmost leaf")
+        _require(self._rf is rightmost, "structure: right finger is not the rightmost leaf")
+        _require(len(self) == up[id(root)][1], "aggregates: len() differs from the entry count")
+
+
+def _fold(combine: Any, identity: Any, parts: list[Any]) -> Any:
+    acc = identity
+    for part in parts:
+        acc = combine(acc, part)
+    return acc
+
+
+def _require(condition: bool, invariant: str) -> None:
+    if not condition:
+        raise AssertionError(f"FiBA invariant broken: {invariant}")

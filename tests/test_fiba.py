@@ -1,0 +1,221 @@
+"""FiBA against the brute-force oracle, plus targeted unit tests.
+
+The state machines of ``tests.window_machine`` drive FiBA and ``OracleWindow`` side by side for
+every MIN_ARITY in 2..8 with the non-commutative ``collect`` (which also exposes any reordering
+of entries), and for a spread of arities with ``first``, ``last`` (non-commutative), ``max`` and
+``argmax`` (non-invertible; argmax breaks ties towards the oldest entry, so it is not
+commutative either). ``check_invariants()`` runs after every step.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from stores.fiba import FiBA
+from stores.monoids import monoid
+from tests.oracle import OracleWindow
+from tests.window_machine import window_machine
+
+COLLECT = monoid("collect")
+SUM = monoid("sum")
+MAX = monoid("max")
+
+_MACHINE_SETTINGS = settings(max_examples=25, stateful_step_count=40, deadline=None)
+
+
+def _machine_test(min_arity: int, name: str, values: st.SearchStrategy | None = None):
+    machine = window_machine(lambda m: FiBA(m, min_arity), monoid(name), values=values)
+    case = machine.TestCase
+    case.settings = _MACHINE_SETTINGS
+    return case
+
+
+TestCollect2 = _machine_test(2, "collect")
+TestCollect3 = _machine_test(3, "collect")
+TestCollect4 = _machine_test(4, "collect")
+TestCollect5 = _machine_test(5, "collect")
+TestCollect6 = _machine_test(6, "collect")
+TestCollect7 = _machine_test(7, "collect")
+TestCollect8 = _machine_test(8, "collect")
+TestMax2 = _machine_test(2, "max")
+TestFirst3 = _machine_test(3, "first")
+TestLast2 = _machine_test(2, "last")
+TestArgmax4 = _machine_test(4, "argmax", values=st.tuples(st.integers(0, 3), st.integers(0, 1000)))
+
+
+# --- unit tests ------------------------------------------------------------------------------
+
+
+def _window(min_arity: int, times: range | list, agg=COLLECT) -> tuple[FiBA, OracleWindow]:
+    fiba = FiBA(agg, min_arity)
+    oracle = OracleWindow(agg)
+    for t in times:
+        fiba.insert(t, t)
+        oracle.insert(t, t)
+    return fiba, oracle
+
+
+def test_empty_window() -> None:
+    fiba = FiBA(COLLECT)
+    assert len(fiba) == 0
+    assert list(fiba) == []
+    assert fiba.query() == []
+    assert fiba.query_range(0, 10) == []
+    assert fiba.oldest() is None and fiba.youngest() is None
+    assert fiba.get(3) is None and 3 not in fiba
+    assert fiba.evict(3) is False
+    assert fiba.bulk_evict(3) == 0
+    fiba.bulk_insert([])
+    fiba.check_invariants()
+    assert len(fiba) == 0
+
+
+def test_rejects_min_arity_below_two() -> None:
+    with pytest.raises(ValueError, match="min_arity"):
+        FiBA(SUM, 1)
+
+
+def test_collision_combines_old_first() -> None:
+    fiba = FiBA(COLLECT, 2)
+    for t in range(20):
+        fiba.insert(t, t)
+    fiba.insert(7, "late")
+    fiba.insert(0, "oldest")
+    fiba.insert(19, "youngest")
+    assert fiba.get(7) == (7, "late")
+    assert fiba.get(0) == (0, "oldest")
+    assert fiba.get(19) == (19, "youngest")
+    assert len(fiba) == 20
+    fiba.check_invariants()
+
+
+def test_tuple_times() -> None:
+    """The streaming layer keys entries by (event time, sequence)."""
+    fiba = FiBA(COLLECT, 3)
+    oracle = OracleWindow(COLLECT)
+    events = [((t // 3, -(t % 3)), t) for t in range(90)]
+    for t, x in reversed(events):
+        fiba.insert(t, x)
+        oracle.insert(t, x)
+    fiba.check_invariants()
+    assert list(fiba) == list(oracle)
+    assert fiba.query_range((5, -1), (9, 0)) == oracle.query_range((5, -1), (9, 0))
+    assert fiba.bulk_evict((10, -1)) == oracle.bulk_evict((10, -1))
+    fiba.bulk_insert([((11, 5), "a"), ((11, 5), "b"), ((40, 0), "c")])
+    oracle.bulk_insert([((11, 5), "a"), ((11, 5), "b"), ((40, 0), "c")])
+    fiba.check_invariants()
+    assert list(fiba) == list(oracle)
+    assert fiba.query() == oracle.query()
+
+
+def test_float_times() -> None:
+    fiba, oracle = _window(2, [x / 4 for x in range(50, 0, -1)])
+    fiba.check_invariants()
+    assert fiba.query() == oracle.query()
+    assert fiba.query_range(2.1, 7.3) == oracle.query_range(2.1, 7.3)
+
+
+def test_unsorted_bulk_insert_raises_without_change() -> None:
+    fiba, _ = _window(2, range(30))
+    before = list(fiba)
+    with pytest.raises(ValueError, match="out of order"):
+        fiba.bulk_insert([(40, 1), (45, 2), (41, 3)])
+    assert list(fiba) == before
+    fiba.check_invariants()
+
+
+def test_bulk_insert_equal_times_combine_in_order() -> None:
+    fiba, oracle = _window(2, range(0, 40, 2))
+    pairs = [(-1, "a"), (-1, "b"), (4, "c"), (4, "d"), (5, "e"), (5, "f"), (99, "g"), (99, "h")]
+    fiba.bulk_insert(iter(pairs))
+    oracle.bulk_insert(pairs)
+    fiba.check_invariants()
+    assert list(fiba) == list(oracle)
+    assert fiba.get(4) == (4, "c", "d")
+
+
+@pytest.mark.parametrize("min_arity", [2, 3, 5])
+def test_bulk_evict_nothing_everything_and_on_empty(min_arity: int) -> None:
+    fiba, _ = _window(min_arity, range(100))
+    assert fiba.bulk_evict(-1) == 0
+    assert len(fiba) == 100
+    assert fiba.bulk_evict(99) == 100
+    assert len(fiba) == 0 and fiba.query() == []
+    assert fiba.bulk_evict(1000) == 0
+    fiba.check_invariants()
+    fiba.insert(5, 5)
+    assert fiba.query() == [5]
+
+
+@pytest.mark.parametrize("min_arity", [2, 4, 8])
+def test_bulk_evict_every_boundary(min_arity: int) -> None:
+    """Cut a window of 200 (built out of order) at every possible time."""
+    times = [(t * 37) % 200 for t in range(200)]
+    for boundary in range(0, 200, 3):
+        fiba, oracle = _window(min_arity, times)
+        assert fiba.bulk_evict(boundary) == oracle.bulk_evict(boundary)
+        fiba.check_invariants()
+        assert list(fiba) == list(oracle)
+        assert fiba.query() == oracle.query()
+
+
+@pytest.mark.parametrize("min_arity", [2, 3, 4, 8])
+def test_from_sorted_builds_valid_tree(min_arity: int) -> None:
+    for n in [0, 1, 2 * min_arity - 1, 2 * min_arity, 100, 1000]:
+        pairs = [(t, COLLECT.lift(t)) for t in range(n)]
+        fiba = FiBA.from_sorted(COLLECT, pairs, min_arity)
+        fiba.check_invariants()
+        assert list(fiba) == pairs
+        assert fiba.query() == list(range(n))
+        fiba.insert(n, n)
+        fiba.evict(0)
+        fiba.check_invariants()
+
+
+def test_from_sorted_combines_equal_times_and_rejects_disorder() -> None:
+    fiba = FiBA.from_sorted(COLLECT, [(1, ("a",)), (1, ("b",)), (2, ("c",))])
+    assert list(fiba) == [(1, ("a", "b")), (2, ("c",))]
+    with pytest.raises(ValueError, match="out of order"):
+        FiBA.from_sorted(COLLECT, [(2, ("a",)), (1, ("b",))])
+
+
+def test_aggregate_range_is_raw_partial() -> None:
+    fiba, _ = _window(3, range(50), MAX)
+    assert fiba.aggregate_range(10, 20) == 20
+    assert fiba.aggregate_range(20, 10) is None  # identity of max
+    assert fiba.aggregate() == 49
+
+
+def test_range_query_edges() -> None:
+    fiba, oracle = _window(2, range(0, 200, 2))
+    for t_from, t_to in [(-5, -1), (500, 600), (7, 7), (8, 8), (9, 5), (-5, 500), (0, 198)]:
+        assert fiba.query_range(t_from, t_to) == oracle.query_range(t_from, t_to)
+
+
+def test_evict_inner_entries_in_every_order() -> None:
+    for min_arity in (2, 3):
+        fiba, oracle = _window(min_arity, range(120))
+        for t in [(k * 53) % 120 for k in range(120)]:
+            assert fiba.evict(t) is True
+            oracle.evict(t)
+            fiba.check_invariants()
+            assert fiba.query() == oracle.query()
+        assert len(fiba) == 0
+
+
+def test_check_invariants_names_broken_invariant() -> None:
+    fiba, _ = _window(2, range(40))
+    fiba._lf.times.reverse()
+    with pytest.raises(AssertionError, match="order"):
+        fiba.check_invariants()
+    fiba, _ = _window(2, range(40))
+    fiba._root.children[1].agg = ("bogus",)
+    with pytest.raises(AssertionError, match="aggregates"):
+        fiba.check_invariants()
+    fiba, _ = _window(2, range(40))
+    del fiba._lf.times[:]
+    del fiba._lf.values[:]
+    with pytest.raises(AssertionError, match="arity"):
+        fiba.check_invariants()
