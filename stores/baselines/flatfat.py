@@ -104,29 +104,40 @@ class FlatFAT:
         (the Reactive Aggregator) requires in-order insertion. Amortized O(1), no combines
         until the next query except on a collision."""
         lifted = self._lift(x)
-        if self._count:
-            slot = (self._front + self._span - 1) & (self._cap - 1)
+        cap = self._cap
+        span = self._span
+        dirty = self._dirty
+        if span:
+            slot = (self._front + span - 1) & (cap - 1)
             youngest = self._times[slot]
             if t == youngest:
-                leaf = self._cap - 1 + slot
-                self._tree[leaf] = self._combine(self._tree[leaf], lifted)
-                self._mark(leaf)
+                leaf = cap - 1 + slot
+                tree = self._tree
+                tree[leaf] = self._combine(tree[leaf], lifted)
+                dirty.append(leaf)
+                if len(dirty) > cap:
+                    self._stale_all = True
+                    dirty.clear()
                 return
             if t < youngest:
                 raise ValueError(
                     f"FlatFAT accepts only in-order inserts: out-of-order time {t!r} is older "
                     f"than the youngest entry {youngest!r}"
                 )
-        if self._span == self._cap:
-            self._make_room(1)
-        cap = self._cap
-        slot = (self._front + self._span) & (cap - 1)
+            if span == cap:
+                self._make_room(1)
+                cap = self._cap
+                span = self._span
+        slot = (self._front + span) & (cap - 1)
         self._times[slot] = t
         self._present[slot] = True
         self._tree[cap - 1 + slot] = lifted
-        self._span += 1
+        self._span = span + 1
         self._count += 1
-        self._mark(cap - 1 + slot)
+        dirty.append(cap - 1 + slot)
+        if len(dirty) > cap:
+            self._stale_all = True
+            dirty.clear()
 
     def bulk_insert(self, pairs: Iterable[tuple[Any, Any]]) -> None:
         """Append ``(t, x)`` pairs sorted by time, none older than the youngest entry (equal
@@ -160,21 +171,30 @@ class FlatFAT:
     def evict(self, t: Any) -> bool:
         """Remove the entry at time ``t`` (anywhere in the window); return whether there was
         one. Its leaf becomes the identity; holes at the ends are trimmed; the capacity halves
-        when fewer than a quarter of the leaves stay live. O(log n) search, amortized O(1)
-        else, no combines until the next query."""
+        when fewer than a quarter of the leaves stay live. O(1) for the oldest entry, else
+        O(log n) search; amortized O(1) else; no combines until the next query."""
         if not self._count:
             return False
         cap = self._cap
-        mask = cap - 1
-        pos = self._position_left(t)
-        if pos == self._span:
-            return False
-        slot = (self._front + pos) & mask
-        if not self._present[slot] or self._times[slot] != t:
-            return False
+        front = self._front
+        times = self._times
+        if t == times[front]:
+            pos = 0
+            slot = front
+        else:
+            pos = self._position_left(t)
+            if pos == self._span:
+                return False
+            slot = (front + pos) & (cap - 1)
+            if not self._present[slot] or times[slot] != t:
+                return False
         self._present[slot] = False
         self._tree[cap - 1 + slot] = self._identity
-        self._mark(cap - 1 + slot)
+        dirty = self._dirty
+        dirty.append(cap - 1 + slot)
+        if len(dirty) > cap:
+            self._stale_all = True
+            dirty.clear()
         self._count -= 1
         if pos == 0:
             self._trim_front(1)
@@ -213,14 +233,6 @@ class FlatFAT:
         if 4 * self._count < cap and cap > self._min_cap:
             self._shrink()
         return removed
-
-    def _mark(self, leaf: int) -> None:
-        """Record a changed leaf for the next batched repair (bounded by capacity)."""
-        dirty = self._dirty
-        dirty.append(leaf)
-        if len(dirty) > self._cap:
-            self._stale_all = True
-            dirty.clear()
 
     def _trim_front(self, k: int) -> None:
         """Advance the front by ``k`` slots, then past any holes."""
@@ -307,7 +319,8 @@ class FlatFAT:
 
     def _repair(self) -> None:
         """Batched ``update`` (Algorithm 2): recompute the internal nodes on the leaf-to-root
-        paths of the recorded leaves, one level at a time, each node once."""
+        paths of the recorded leaves, one level at a time (levels as sorted lists of node
+        indices, whose parents stay sorted, so duplicates are adjacent), each node once."""
         if self._stale_all:
             self._stale_all = False
             self._recompute_all()
@@ -316,11 +329,34 @@ class FlatFAT:
         if not dirty:
             return
         tree, combine, identity = self._tree, self._combine, self._identity
-        if len(dirty) == 1:
-            p = dirty[0]
+        if len(dirty) <= 2:
+            # One or two paths (a FIFO round: one eviction, one insertion), in lockstep until
+            # they meet, then one path to the root.
+            p, q = dirty[0], dirty[-1]
+            while p != q:
+                p = (p - 1) >> 1
+                q = (q - 1) >> 1
+                c = 2 * p + 1
+                left, right = tree[c], tree[c + 1]
+                if left is identity:
+                    tree[p] = right
+                elif right is identity:
+                    tree[p] = left
+                else:
+                    tree[p] = combine(left, right)
+                if p != q:
+                    c = 2 * q + 1
+                    left, right = tree[c], tree[c + 1]
+                    if left is identity:
+                        tree[q] = right
+                    elif right is identity:
+                        tree[q] = left
+                    else:
+                        tree[q] = combine(left, right)
             while p:
                 p = (p - 1) >> 1
-                left, right = tree[2 * p + 1], tree[2 * p + 2]
+                c = 2 * p + 1
+                left, right = tree[c], tree[c + 1]
                 if left is identity:
                     tree[p] = right
                 elif right is identity:
@@ -328,17 +364,26 @@ class FlatFAT:
                 else:
                     tree[p] = combine(left, right)
         else:
-            level = {(leaf - 1) >> 1 for leaf in dirty}
-            for _ in range(self._cap.bit_length() - 1):
+            level = sorted({(leaf - 1) >> 1 for leaf in dirty})
+            while True:
+                parents = []
+                last = -2
                 for p in level:
-                    left, right = tree[2 * p + 1], tree[2 * p + 2]
+                    c = 2 * p + 1
+                    left, right = tree[c], tree[c + 1]
                     if left is identity:
                         tree[p] = right
                     elif right is identity:
                         tree[p] = left
                     else:
                         tree[p] = combine(left, right)
-                level = {(p - 1) >> 1 for p in level}
+                    q = (p - 1) >> 1
+                    if q != last:
+                        parents.append(q)
+                        last = q
+                if last < 0:
+                    break
+                level = parents
         dirty.clear()
 
     # --- positions --------------------------------------------------------------------------
@@ -396,9 +441,7 @@ class FlatFAT:
         end = self._front + self._span
         if end <= cap:
             return self._tree[0]
-        older = self._fold_leaves(self._front, cap - 1)
-        younger = self._fold_leaves(0, end - cap - 1)
-        return self._combine(older, younger)
+        return self._combine(self._suffix(self._front), self._prefix(end - cap - 1))
 
     def query_range(self, t_from: Any, t_to: Any) -> Any:
         """Lowered :meth:`aggregate_range`."""
@@ -420,11 +463,12 @@ class FlatFAT:
         last = (self._front + hi - 1) & mask
         if first <= last:
             return self._fold_leaves(first, last)
-        return self._combine(self._fold_leaves(first, mask), self._fold_leaves(0, last))
+        return self._combine(self._suffix(first), self._prefix(last))
 
     def _fold_leaves(self, first: int, last: int) -> Any:
         """Aggregate of leaf slots ``first..last`` (inclusive, ``first <= last``) from the
-        repaired tree: bottom-up, one node per side per level (prefix/suffix of §4.2.3)."""
+        repaired tree: bottom-up, one node per side per level, at most ``2 log2(capacity)``
+        combines."""
         tree, combine, identity = self._tree, self._combine, self._identity
         offset = self._cap - 1
         lo = first + offset
@@ -449,6 +493,34 @@ class FlatFAT:
         if left is identity:
             return right
         return combine(left, right)
+
+    def _suffix(self, first: int) -> Any:
+        """``suffix``: aggregate of leaf slots ``first..capacity-1`` from the repaired tree,
+        one leaf-to-root walk (§4.2.3, the mirror of Algorithm 3), <= log2(capacity) combines."""
+        tree, combine, identity = self._tree, self._combine, self._identity
+        i = self._cap - 1 + first
+        acc = tree[i]
+        while i:
+            if i & 1:  # a left child: its right sibling follows
+                sibling = tree[i + 1]
+                if sibling is not identity:
+                    acc = sibling if acc is identity else combine(acc, sibling)
+            i = (i - 1) >> 1
+        return acc
+
+    def _prefix(self, last: int) -> Any:
+        """``prefix`` (Algorithm 3): aggregate of leaf slots ``0..last`` from the repaired
+        tree, one leaf-to-root walk, <= log2(capacity) combines."""
+        tree, combine, identity = self._tree, self._combine, self._identity
+        i = self._cap - 1 + last
+        acc = tree[i]
+        while i:
+            if not i & 1:  # a right child: its left sibling precedes
+                sibling = tree[i - 1]
+                if sibling is not identity:
+                    acc = sibling if acc is identity else combine(sibling, acc)
+            i = (i - 1) >> 1
+        return acc
 
     def __len__(self) -> int:
         """Number of live entries (distinct times), O(1)."""
