@@ -1,6 +1,6 @@
 """Window-store restore: 10^6 retained entries from the changelog, from local RocksDB, rebuild.
 
-``python -m bench.worker_restore [--entries 1000000] [--keys 1000] [--churn 0] [--quick]``
+``python -m bench.worker_restore [--entries N] [--keys K] [--churn F] [--codec C] [--quick]``
 starts an embedded broker (or uses ``KAFKA_BOOTSTRAP``), writes one changelog partition holding
 ``entries`` retained entries (``keys`` keys, real partials of the default aggregations
 count,sum,max,mean,pop_stddev in the worker's JSON codec, records in the store's format, sent
@@ -11,10 +11,13 @@ since (their upserts and tombstones are history a restore must read and drop), t
 - ``restore from local RocksDB`` (clean checkpoint, empty changelog tail: a clean restart);
 - ``bulk build of the in-memory index`` (``KeyWindows.restore``: one FiBA per key, O(n));
 
-and measures (tracemalloc, in a separate untimed pass) the memory per retained entry of the
-restored ``windows`` lists and of the FiBA index built from them. Target: the changelog-only
+wall and CPU seconds of this process (the machine may be shared: the 1-minute load average is
+recorded), and measures (tracemalloc, in a separate untimed pass) the memory per retained entry
+of the restored ``windows`` lists and of the FiBA index built from them. Target: the changelog-only
 restore of 10^6 entries in at most 10 s. Writes ``bench/results/worker_restore.json`` and
-prints a Markdown table (for ``bench/RESULTS.md``).
+prints a Markdown table (for ``bench/RESULTS.md``). ``--codec worker`` is the worker's
+``PartialJsonCodec``; ``--codec batch`` adds ``decode_many`` (one JSON parse for all partials),
+which ``WindowStore.restore`` uses when a codec has it.
 """
 
 from __future__ import annotations
@@ -98,13 +101,25 @@ async def write_changelog(
     return sent
 
 
-async def timed_restore(settings: Settings, codec: PartialJsonCodec) -> tuple[float, Any]:
+class BatchJsonCodec(PartialJsonCodec):
+    """The worker's JSON codec plus ``decode_many``: one JSON parse for all partials."""
+
+    def decode_many(self, data: list[bytes]) -> list[Any]:
+        from_state = self._from_state
+        return [from_state(state) for state in json.loads(b"[" + b",".join(data) + b"]")]
+
+
+CODECS = {"worker": PartialJsonCodec, "batch": BatchJsonCodec}
+
+
+async def timed_restore(settings: Settings, codec: PartialJsonCodec) -> tuple[float, float, Any]:
+    """``(wall s, CPU s of this process, restored partition 0)``."""
     store = WindowStore(settings, codec)
     await store.start()
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         restored = await store.restore(0)
-        return time.perf_counter() - start, restored
+        return time.perf_counter() - start, time.process_time() - cpu, restored
     finally:
         await store.stop()
 
@@ -129,7 +144,7 @@ def built_index(config: WindowConfig, windows: dict[str, list[tuple[int, Any]]])
     return index
 
 
-async def run(entries: int, keys: int, churn: float, seed: int) -> dict[str, Any]:
+async def run(entries: int, keys: int, churn: float, seed: int, codec_name: str) -> dict[str, Any]:
     with (
         broker_bootstrap() as (bootstrap, embedded),
         tempfile.TemporaryDirectory(prefix="bench-restore-") as tmp,
@@ -143,7 +158,8 @@ async def run(entries: int, keys: int, churn: float, seed: int) -> dict[str, Any
             state_dir=Path(tmp),
         )
         config = WindowConfig.from_settings(settings)
-        codec = PartialJsonCodec(config.composed)
+        codec = CODECS[codec_name](config.composed)
+        load_before = os.getloadavg()[0]
         await create_topics(
             settings, [TopicSpec(settings.changelog_topic, 1, 1, CHANGELOG_TOPIC_CONFIGS)]
         )
@@ -151,39 +167,44 @@ async def run(entries: int, keys: int, churn: float, seed: int) -> dict[str, Any
         records = await write_changelog(settings, codec, config, entries, keys, churn, seed)
         write_s = time.perf_counter() - start
 
-        changelog_s, restored = await timed_restore(settings, codec)
+        changelog_s, changelog_cpu, restored = await timed_restore(settings, codec)
         assert not restored.local_entries_reused
         assert restored.changelog_records == records
         retained = sum(len(pairs) for pairs in restored.windows.values())
         assert retained == entries, (retained, entries)
 
-        local_s, again = await timed_restore(settings, codec)
+        local_s, local_cpu, again = await timed_restore(settings, codec)
         assert again.local_entries_reused and again.changelog_records == 0
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         index = built_index(config, restored.windows)
-        build_s = time.perf_counter() - start
+        build_s, build_cpu = time.perf_counter() - start, time.process_time() - cpu
         del index, again
 
         # memory, untimed: the restored windows lists, then the FiBA index built from them
         grown: list[int] = []
         with traced_growth(grown):
-            _, kept = await timed_restore(settings, codec)
+            _, _, kept = await timed_restore(settings, codec)
         with traced_growth(grown):
             index = built_index(config, kept.windows)
         windows_bytes, index_bytes = grown
         del index, kept
     return {
         "broker": "embedded" if embedded else "kafka",
+        "codec": codec_name,
+        "load_average_1m": [load_before, os.getloadavg()[0]],
         "entries": entries,
         "keys": keys,
         "churn": churn,
         "changelog_records": records,
         "write_s": write_s,
         "restore_changelog_s": changelog_s,
+        "restore_changelog_cpu_s": changelog_cpu,
         "restore_changelog_records_per_s": records / changelog_s,
         "restore_local_s": local_s,
+        "restore_local_cpu_s": local_cpu,
         "bulk_build_s": build_s,
+        "bulk_build_cpu_s": build_cpu,
         "windows_bytes_per_entry": windows_bytes / entries,
         "index_bytes_per_entry": index_bytes / entries,
         "target_met": changelog_s <= TARGET_S,
@@ -192,16 +213,19 @@ async def run(entries: int, keys: int, churn: float, seed: int) -> dict[str, Any
 
 def markdown(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| entries | keys | changelog records | restore from changelog | records/s "
-        "| restore from local RocksDB | FiBA bulk build | windows B/entry | FiBA B/entry |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| entries | keys | codec | changelog records | restore from changelog (CPU) "
+        "| restore from local RocksDB (CPU) | FiBA bulk build (CPU) | windows B/entry "
+        "| FiBA B/entry | load avg |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         lines.append(
-            f"| {r['entries']:,} | {r['keys']:,} | {r['changelog_records']:,} "
-            f"| {r['restore_changelog_s']:.2f} s | {r['restore_changelog_records_per_s']:,.0f} "
-            f"| {r['restore_local_s']:.2f} s | {r['bulk_build_s']:.2f} s "
-            f"| {r['windows_bytes_per_entry']:.0f} | {r['index_bytes_per_entry']:.0f} |"
+            f"| {r['entries']:,} | {r['keys']:,} | {r['codec']} | {r['changelog_records']:,} "
+            f"| {r['restore_changelog_s']:.1f} s ({r['restore_changelog_cpu_s']:.1f} s) "
+            f"| {r['restore_local_s']:.1f} s ({r['restore_local_cpu_s']:.1f} s) "
+            f"| {r['bulk_build_s']:.1f} s ({r['bulk_build_cpu_s']:.1f} s) "
+            f"| {r['windows_bytes_per_entry']:.0f} | {r['index_bytes_per_entry']:.0f} "
+            f"| {r['load_average_1m'][0]:.1f} |"
         )
     return "\n".join(lines)
 
@@ -212,10 +236,11 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--churn", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--codec", choices=sorted(CODECS), default="worker")
     parser.add_argument("--quick", action="store_true", help="10^5 entries")
     args = parser.parse_args()
     entries = 100_000 if args.quick else args.entries
-    result = asyncio.run(run(entries, args.keys, args.churn, args.seed))
+    result = asyncio.run(run(entries, args.keys, args.churn, args.seed, args.codec))
     print(json.dumps(result), flush=True)
     RESULTS.parent.mkdir(exist_ok=True)
     path = RESULTS.with_name("worker_restore_quick.json") if args.quick else RESULTS
