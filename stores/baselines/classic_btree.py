@@ -66,6 +66,20 @@ def _up_aggregate(node: _Node, combine: Callable[[Any, Any], Any], identity: Any
     return acc
 
 
+def _repair_ancestors(path: list[tuple[_Node, int]], combine: Callable[[Any, Any], Any]) -> None:
+    """Recompute the up-aggregates of the internal nodes on ``path``, deepest first (the
+    classic repair "all the way to the root"; ``_up_aggregate`` inlined)."""
+    for node, _ in reversed(path):
+        values = node.values
+        children: list[_Node] = node.children  # type: ignore[assignment]
+        acc = children[0].agg
+        k = 1
+        for v in values:
+            acc = combine(combine(acc, v), children[k].agg)
+            k += 1
+        node.agg = acc
+
+
 class ClassicBTree:
     """Out-of-order sliding-window aggregator on a classic aggregate-augmented B-tree.
 
@@ -124,8 +138,7 @@ class ClassicBTree:
             if i < len(times) and times[i] == t:
                 node.values[i] = combine(node.values[i], lifted)
                 node.agg = _up_aggregate(node, combine, identity)
-                for ancestor, _ in reversed(path):
-                    ancestor.agg = _up_aggregate(ancestor, combine, identity)
+                _repair_ancestors(path, combine)
                 return
             children = node.children
             if children is None:
@@ -152,8 +165,7 @@ class ClassicBTree:
             parent.children.insert(ci + 1, right)  # type: ignore[union-attr]
             node = parent
         node.agg = _up_aggregate(node, combine, identity)
-        for ancestor, _ in reversed(path):
-            ancestor.agg = _up_aggregate(ancestor, combine, identity)
+        _repair_ancestors(path, combine)
 
     def _split(self, node: _Node) -> tuple[_Node, Any, Any]:
         """Split an overflowing node (``2 * MIN_ARITY`` entries) in place: ``node`` keeps the
@@ -209,14 +221,14 @@ class ClassicBTree:
             del node.values[i]
         self._size -= 1
         min_entries = self._min_entries
-        while path:
+        while path and len(node.times) < min_entries:
             parent, ci = path.pop()
-            if len(node.times) < min_entries:
-                self._fix_underflow(parent, ci)
-            else:
-                node.agg = _up_aggregate(node, combine, identity)
+            self._fix_underflow(parent, ci)
             node = parent
-        if not node.times and node.children is not None:
+        if path:
+            node.agg = _up_aggregate(node, combine, identity)
+            _repair_ancestors(path, combine)
+        elif not node.times and node.children is not None:
             self._root = node.children[0]
         else:
             node.agg = _up_aggregate(node, combine, identity)
