@@ -275,6 +275,13 @@ def test_flatfat_batched_update_cost() -> None:
     assert single_cost >= m * (math.log2(n) - 2)
     assert 2 * batch_cost < single_cost
 
+    # A bulk eviction changes a contiguous run of k leaves: about k + log n repairs.
+    counting.combines = 0
+    removed = batched.bulk_evict(n // 2)
+    batched.query()
+    assert removed == n // 2 + 1 - sum(1 for t in doomed if t <= n // 2)
+    assert counting.combines <= removed + 2 * math.log2(batched.capacity)
+
 
 def test_flatfat_resizing_is_amortized_constant() -> None:
     counting = CountingMonoid(monoid("max"))
