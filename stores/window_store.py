@@ -194,6 +194,8 @@ class WindowStore:
         self._standbys: dict[int, _Standby] = {}
         self._wanted_standbys: set[int] = set()
         self._follower: asyncio.Task[None] | None = None
+        self._follow_lock = asyncio.Lock()
+        self._restoring: set[int] = set()
         if settings.standby_replicas > 0 and isinstance(producer, FaustChangelogProducer):
             producer.app.on_partitions_assigned.connect(self._follow_faust_standbys)
 
@@ -212,10 +214,11 @@ class WindowStore:
     async def stop(self) -> None:
         """Stop following; flush, checkpoint and close every open partition; stop the own
         producer."""
-        await self._stop_follower()
-        for standby in self._standbys.values():
-            standby.db.close()
-        self._standbys.clear()
+        async with self._follow_lock:
+            await self._stop_follower()
+            for standby in self._standbys.values():
+                standby.db.close()
+            self._standbys.clear()
         try:
             await self.flush()
         finally:
@@ -252,10 +255,17 @@ class WindowStore:
         """Open ``partition``: reuse the local copy if it is a clean changelog prefix, replay the
         changelog tail to the Fetch high watermark (from 0 without a usable local copy), and
         return the state. See the module doc for the argument."""
-        if partition in self._open:
+        if partition in self._open or partition in self._restoring:
             raise ValueError(f"partition {partition} is already open")
-        if partition in self._standbys:
-            await self.follow(set(self._standbys) - {partition})
+        self._restoring.add(partition)
+        try:
+            if partition in self._standbys:
+                await self.follow(self._wanted_standbys - {partition})
+            return await self._restore(partition)
+        finally:
+            self._restoring.discard(partition)
+
+    async def _restore(self, partition: int) -> RestoredPartition:
         path = self.partition_path(partition)
         db, start, applied = self._open_local(path)
         reused = start is not None
@@ -315,18 +325,19 @@ class WindowStore:
 
         With ``standby_replicas`` > 0 and a ``FaustChangelogProducer``, the store calls this
         itself on every Faust assignment with ``faust_standby_partitions``."""
-        self._wanted_standbys = set(partitions)
-        wanted = self._wanted_standbys - set(self._open)
-        if wanted == set(self._standbys) and (self._follower is not None or not wanted):
-            return
-        await self._stop_follower()
-        for partition in set(self._standbys) - wanted:
-            self._standbys.pop(partition).db.close()
-        for partition in sorted(wanted - set(self._standbys)):
-            db, start, applied = self._open_local(self.partition_path(partition))
-            self._standbys[partition] = _Standby(db, start or 0, applied)
-        if self._standbys:
-            self._follower = asyncio.create_task(self._follow_changelog(), name="standby")
+        async with self._follow_lock:
+            self._wanted_standbys = set(partitions)
+            wanted = self._wanted_standbys - set(self._open) - self._restoring
+            if wanted == set(self._standbys) and (self._follower is not None or not wanted):
+                return
+            await self._stop_follower()
+            for partition in set(self._standbys) - wanted:
+                self._standbys.pop(partition).db.close()
+            for partition in sorted(wanted - set(self._standbys)):
+                db, start, applied = self._open_local(self.partition_path(partition))
+                self._standbys[partition] = _Standby(db, start or 0, applied)
+            if self._standbys:
+                self._follower = asyncio.create_task(self._follow_changelog(), name="standby")
 
     async def _stop_follower(self) -> None:
         follower, self._follower = self._follower, None

@@ -370,7 +370,8 @@ async def test_standby_replica_follows_and_takes_over_with_a_short_tail(
         taken = await store_b.restore(0)
         assert store_b.standby_partitions == frozenset()
         assert taken.local_entries_reused
-        assert taken.changelog_records == 2  # the sweep's tombstone and the applied marker
+        # at most the sweep's tombstone and the applied marker, if the follower missed them
+        assert taken.changelog_records <= 2
         assert taken.applied_offset == 400
         assert taken.windows == expected
     finally:
