@@ -50,20 +50,28 @@ Exactness (at-least-once input, SIGKILL at any instant, with or without the data
    ``flush()`` before every commit. So the changelog is never behind the committed offset.
 3. Replaying records on top of a state that already holds some of them is harmless: upserts
    overwrite, deletes are idempotent; the final value of every entry is its last record.
+4. A sweep (``evict``) is one tombstone per entry, so a prefix may hold part of a sweep. Swept
+   entries are older than stream time - R, outside every window, so this changes no aggregate;
+   the pipeline's restore sweeps them again.
 
 Recovery treats the local RocksDB as a *cache of a changelog prefix*: a checkpoint
 ``(changelog offset C, applied offset A)`` is written when every record of the events up to
-``A`` is acknowledged and lies below ``C``. On restore, local state is used only if its applied
-offset still equals ``A`` (nothing was written after the checkpoint) and ``C`` does not exceed
-the changelog's end; then the changelog tail from ``C`` is replayed on top (fact 3), which also
-picks up what another worker wrote while it owned the partition. Otherwise (SIGKILL after the
-checkpoint: local may be AHEAD of the changelog with effects nobody else can see; no data dir;
-changelog recreated) the local copy is discarded and rebuilt from the changelog alone. Either
-way the restored state is the replay of a changelog prefix (fact 1) that includes every committed
-event (fact 2) and the applied offset is the last event in it; the consumer resumes at the
-committed offset <= applied + 1, the pipeline skips offsets <= applied (nothing counted twice)
-and reprocesses the rest (nothing lost). Events the changelog got ahead of the commit with are
-recognised by their offsets.
+``A`` is acknowledged and lies below ``C`` (``flush``, ``release``, ``stop``, end of
+``restore``). On restore, local state is used only if its applied offset still equals ``A``
+and no sweep happened since (nothing was written after the checkpoint) and ``C`` does not
+exceed the changelog's end; then the changelog tail from ``C`` is replayed on top (fact 3),
+which also picks up what another worker wrote while it owned the partition. Otherwise (SIGKILL
+after the checkpoint: local may be AHEAD of the changelog with effects nobody else can see; no
+data dir; changelog recreated) the local copy is discarded and rebuilt from the changelog
+alone. Either way the restored state is the replay of a changelog prefix (fact 1) holding every
+event below the committed offset that had a state effect (fact 2), and the applied offset is
+the last input offset it covers. The consumer resumes at the committed offset; the pipeline
+skips offsets <= applied (events the changelog got ahead of the commit with: nothing counted
+twice) and processes the rest (nothing lost). A record below the committed offset whose effect
+is missing can only be one without effect (a skipped record whose marker was not sent yet).
+
+Replays write RocksDB without its WAL (a bulk load) and flush the memtable before writing the
+checkpoint, so a crash during a replay leaves either no checkpoint or the previous one.
 
 Complexity: ``record`` O(1 + evicted) RocksDB writes and changelog records; ``restore`` O(local
 entries + changelog records replayed), plus decoding every restored partial once.

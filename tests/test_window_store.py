@@ -377,3 +377,28 @@ async def test_standby_replica_follows_and_takes_over_with_a_short_tail(
     finally:
         await store_a.stop()
         await store_b.stop()
+
+
+async def test_local_copy_of_a_longer_changelog_is_discarded(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """A local copy whose checkpoint lies beyond the changelog's end (the topic was recreated,
+    e.g. an embedded broker restarted) describes another history: the changelog wins."""
+    old = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "old", partitions=1)
+    await create_changelog(old)
+    store, _ = await open_store(old, 0)
+    for i in range(20):
+        await store.record(0, i, "k", i, [1, i])
+    await store.stop()
+
+    new = dataclasses.replace(old, app_id=f"{old.app_id}-recreated")
+    await create_changelog(new)
+    store = WindowStore(new, JsonCodec())
+    shutil.copytree(old.state_dir / old.app_id, new.state_dir / new.app_id)
+    await store.start()
+    try:
+        restored = await store.restore(0)
+    finally:
+        await store.stop()
+    assert not restored.local_entries_reused
+    assert restored.applied_offset == -1 and restored.windows == {}
