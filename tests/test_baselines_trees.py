@@ -28,6 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_s
 from stores.baselines.classic_btree import ClassicBTree
 from stores.baselines.flatfat import FlatFAT
 from stores.monoids import compose, make_monoid, monoid
+from tests.counting import CountingMonoid
 from tests.oracle import OracleWindow
 from tests.window_machine import window_machine
 
@@ -51,27 +52,6 @@ def _affine_then(f: tuple[int, int], g: tuple[int, int]) -> tuple[int, int]:
 
 # Order-sensitive like collect but with constant-size partials, for long random walks.
 AFFINE = make_monoid((1, 0), lambda x: (x % 7 + 2, x % _P), _affine_then, name="affine")
-
-
-class CountingMonoid:
-    """Wraps a monoid and counts ``combine`` calls in ``combines``."""
-
-    __slots__ = ("combines", "identity", "inner")
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.identity = inner.identity
-        self.combines = 0
-
-    def lift(self, x: Any) -> Any:
-        return self.inner.lift(x)
-
-    def combine(self, a: Any, b: Any) -> Any:
-        self.combines += 1
-        return self.inner.combine(a, b)
-
-    def lower(self, a: Any) -> Any:
-        return self.inner.lower(a)
 
 
 # --- property tests against the oracle -------------------------------------------------------
