@@ -31,6 +31,8 @@ from app.settings import Settings
 
 EMBEDDED_SESSION_TIMEOUT_S = 5.0
 EMBEDDED_HEARTBEAT_INTERVAL_S = 0.5
+PRODUCER_LINGER_S = 0.005
+PRODUCER_MAX_BATCH_BYTES = 1 << 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,10 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         "consumer_auto_offset_reset": "earliest",
         "processing_guarantee": "at_least_once",
         "store": "memory://",
+        # Outputs and changelog records are many and small: batch them (Faust flushes the
+        # producer before every offset commit, so lingering never loses at-least-once).
+        "producer_linger": PRODUCER_LINGER_S,
+        "producer_max_batch_size": PRODUCER_MAX_BATCH_BYTES,
     }
     credentials = _credentials(settings)
     if credentials is not None:
@@ -100,7 +106,9 @@ def _credentials(settings: Settings) -> faust.auth.Credentials | None:
 
 
 def create_app(settings: Settings) -> FibaApp:
-    """A new Faust app for ``settings`` (agents are added by ``agents.*.install``)."""
+    """A new Faust app for ``settings`` (agents are added by ``agents.*.install``); the state
+    directory is created if missing (Faust's data dir lives inside it)."""
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
     app = faust.App(settings.app_id, **faust_options(settings))
 
     def raw_topic(name: str) -> faust.TopicT:

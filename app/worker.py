@@ -35,8 +35,6 @@ from stores.changelog import FaustChangelogProducer
 from stores.key_windows import PartialJsonCodec, WindowConfig
 from stores.window_store import WindowStore
 
-logger = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True, slots=True)
 class Worker:
@@ -49,9 +47,7 @@ class Worker:
 
 
 def build_worker(settings: Settings) -> Worker:
-    """Create the app and register every agent, timer, view and lifecycle hook; the state
-    directory is created if missing."""
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    """Create the app and register every agent, timer, view and lifecycle hook."""
     fiba = create_app(settings)
     config = WindowConfig.from_settings(settings)
     store = WindowStore(
@@ -71,7 +67,15 @@ def build_worker(settings: Settings) -> Worker:
 
 def run_worker(settings: Settings) -> None:
     """Run a worker in the foreground until it is told to stop (SIGTERM/SIGINT)."""
-    worker = build_worker(settings)
+    serve(build_worker(settings))
+
+
+def serve(worker: Worker) -> None:
+    """Run an already built worker in the foreground until SIGTERM/SIGINT."""
+    settings = worker.fiba.settings
+    if settings.log_level != "debug":
+        # aiokafka logs every request at debug level; building those records is measurable.
+        logging.getLogger("aiokafka").setLevel(logging.INFO)
     faust.Worker(
         worker.fiba.app,
         loglevel=settings.log_level,

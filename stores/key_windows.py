@@ -38,10 +38,10 @@ O(log d + log m + W log n) combines (plus O(log K) when the key's oldest time ch
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import takewhile
-from typing import Any, Protocol
+from typing import Any
 
 from sortedcontainers import SortedList
 
@@ -53,25 +53,10 @@ from agents.records import (
     WindowResult,
 )
 from app.settings import Settings, WindowSpec
-from stores.baselines.classic_btree import ClassicBTree
+from stores.fiba import FiBA
 from stores.monoids import compose, make_monoid, monoid
 
 COUNT = "count"
-
-
-class SlidingWindow(Protocol):
-    """The aggregator ADT this module needs (``stores.fiba.FiBA`` implements it)."""
-
-    def insert(self, t: Any, x: Any) -> None: ...
-    def bulk_insert(self, pairs: Iterable[tuple[Any, Any]]) -> None: ...
-    def bulk_evict(self, t: Any) -> int: ...
-    def query(self) -> Any: ...
-    def query_range(self, t_from: Any, t_to: Any) -> Any: ...
-    def get(self, t: Any) -> Any: ...
-    def oldest(self) -> Any: ...
-    def youngest(self) -> Any: ...
-    def __iter__(self) -> Any: ...
-    def __len__(self) -> int: ...
 
 
 class Rejected(Exception):
@@ -194,20 +179,21 @@ class BatchResult:
 class KeyWindows:
     """The per-key windows of one partition (see the module docstring for the semantics).
 
-    ``window_factory(monoid)`` makes one key's aggregator (the classic B-tree until FiBA lands).
+    ``window_type`` is the per-key aggregator: ``window_type(monoid)`` makes an empty one and
+    ``window_type.from_sorted(monoid, pairs)`` builds one from sorted partials in O(n).
     """
 
     def __init__(
         self,
         config: WindowConfig,
         emit: str = "event",
-        window_factory: Callable[[Any], SlidingWindow] = ClassicBTree,
+        window_type: type[FiBA] = FiBA,
     ) -> None:
         self.config = config
         self.emit = emit
         self.stream_time: int | None = None
-        self._factory = window_factory
-        self._windows: dict[str, SlidingWindow] = {}
+        self._type = window_type
+        self._windows: dict[str, FiBA] = {}
         self._oldest: dict[str, int] = {}
         self._by_oldest: SortedList = SortedList()
         self._last_emitted: dict[str, tuple] = {}
@@ -247,8 +233,7 @@ class KeyWindows:
         for key, pairs in windows.items():
             if not pairs:
                 continue
-            window = self._factory(self.config.partial_monoid)
-            window.bulk_insert(pairs)
+            window = self._type.from_sorted(self.config.partial_monoid, pairs)
             self._windows[key] = window
             self._set_oldest(key, pairs[0][0])
             youngest = pairs[-1][0]
@@ -363,10 +348,10 @@ class KeyWindows:
             self._forget(key)
         return times
 
-    def _window(self, key: str) -> SlidingWindow:
+    def _window(self, key: str) -> FiBA:
         window = self._windows.get(key)
         if window is None:
-            window = self._windows[key] = self._factory(self.config.partial_monoid)
+            window = self._windows[key] = self._type(self.config.partial_monoid)
             self._oldest[key] = _NEVER
             self._by_oldest.add((_NEVER, key))
         return window
@@ -412,7 +397,7 @@ class KeyWindows:
             lowered = self._lowered(window, max(t_from, s - self.config.retention), t_to)
         return lowered[COUNT], {name: lowered[name] for name in self.config.aggregations}
 
-    def _lowered(self, window: SlidingWindow | None, t_from: int, t_to: int) -> dict[str, Any]:
+    def _lowered(self, window: FiBA | None, t_from: int, t_to: int) -> dict[str, Any]:
         if window is None or t_to < t_from:
             return self._empty
         if t_from <= window.oldest() and t_to >= window.youngest():

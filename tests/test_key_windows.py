@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.settings import Settings, WindowSpec
+from stores.fiba import FiBA
 from stores.key_windows import Accepted, KeyWindows, Rejected, WindowConfig
 
 SETTINGS = replace(
@@ -260,39 +261,26 @@ def test_sweep_leaves_only_retained_entries_and_forgets_empty_keys(stream):
     assert windows.sweep() == []
 
 
-class CountingWindow:
-    """Wraps a window and counts its ``bulk_evict`` calls (to show the sweep's work)."""
+class CountingFiBA(FiBA):
+    """FiBA counting its ``bulk_evict`` calls (to show how much work a sweep does)."""
 
+    __slots__ = ()
     calls = 0
 
-    def __init__(self, inner) -> None:
-        self.inner = inner
-
     def bulk_evict(self, t):
-        CountingWindow.calls += 1
-        return self.inner.bulk_evict(t)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def __iter__(self):
-        return iter(self.inner)
-
-    def __len__(self) -> int:
-        return len(self.inner)
+        CountingFiBA.calls += 1
+        return super().bulk_evict(t)
 
 
 def test_sweep_visits_only_keys_with_expired_entries():
-    from stores.baselines.classic_btree import ClassicBTree
-
     config = WindowConfig.from_settings(replace(SETTINGS, max_future_skew=1000))
-    windows = KeyWindows(config, window_factory=lambda m: CountingWindow(ClassicBTree(m)))
+    windows = KeyWindows(config, window_type=CountingFiBA)
     windows.accept("old", 1000, 1)
     for k in range(100):
         windows.accept(f"idle-{k}", 1100 + k, 1)  # S = 1199: only "old" is behind S - R
-    CountingWindow.calls = 0
+    CountingFiBA.calls = 0
     assert [key for key, _ in windows.sweep()] == ["old"]
-    assert CountingWindow.calls == 1
+    assert CountingFiBA.calls == 1
     assert "old" not in windows
 
 
