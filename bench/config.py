@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from bench.timing import CLOCKS, Throughput, throughput
+from bench.timing import CLOCKS, Throughput, Workload, interleaved_throughputs, throughput
 
 DEFAULT_MONOIDS = ("sum", "geomean", "bloom")
 
@@ -46,6 +46,15 @@ class BenchConfig:
             target_seconds=self.seconds,
             max_count=max(max_count, min_count),
             min_count=min_count,
+            clock=self.clock,
+        )
+
+    def throughputs(self, workloads: Mapping[str, Workload]) -> dict[str, Throughput]:
+        """Median throughputs of several workloads measured interleaved, for fair ratios."""
+        return interleaved_throughputs(
+            workloads,
+            repetitions=self.repetitions,
+            target_seconds=self.seconds,
             clock=self.clock,
         )
 

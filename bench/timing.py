@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gc
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from time import perf_counter_ns, thread_time_ns
@@ -112,6 +112,57 @@ def calibrated_count(
     return max(min_count, min(max_count, int(target_seconds * 1e9 / per_op)))
 
 
+@dataclass(frozen=True)
+class Workload:
+    """``run(count)`` performs ``count`` operations; bounds on the count per repetition."""
+
+    run: Callable[[int], object]
+    max_count: int
+    min_count: int = 1
+
+
+def interleaved_throughputs(
+    workloads: Mapping[str, Workload],
+    *,
+    repetitions: int,
+    target_seconds: float,
+    clock: str = "wall",
+) -> dict[str, Throughput]:
+    """Median throughput of each workload, their repetitions interleaved.
+
+    Each workload is calibrated (the probes double as warm-up), then repetition ``r`` times
+    every workload once, in an order rotated by ``r``: a change in machine load during the
+    measurement hits all of them alike, which keeps the ratios between them fair. Each ``run``
+    must leave its structure in an equivalent state (e.g. a full window of the same size).
+    The garbage collector is paused throughout. ``clock`` (see :data:`CLOCKS`) picks the time
+    the rates are computed from; wall-clock repetitions that lost the core are retaken
+    (:func:`undisturbed_timed_ns`).
+    """
+    take = undisturbed_timed_ns if clock == "wall" else timed_ns
+    names = list(workloads)
+    samples: dict[str, list[tuple[int, int]]] = {name: [] for name in names}
+    with gc_paused():
+        counts = {
+            name: calibrated_count(
+                w.run, target_seconds=target_seconds, max_count=w.max_count, min_count=w.min_count
+            )
+            for name, w in workloads.items()
+        }
+        for r in range(repetitions):
+            shift = r % len(names)
+            for name in names[shift:] + names[:shift]:
+                samples[name].append(take(workloads[name].run, counts[name]))
+    used = 0 if clock == "wall" else 1
+    results = {}
+    for name in names:
+        rates = [counts[name] * 1e9 / max(sample[used], 1) for sample in samples[name]]
+        median = statistics.median(rates)
+        share = statistics.median(cpu / max(wall, 1) for wall, cpu in samples[name])
+        spread = (max(rates) - min(rates)) / median
+        results[name] = Throughput(median, counts[name], repetitions, spread, share)
+    return results
+
+
 def throughput(
     run: Callable[[int], object],
     *,
@@ -121,27 +172,13 @@ def throughput(
     min_count: int = 1,
     clock: str = "wall",
 ) -> Throughput:
-    """Median throughput of ``run(count)`` (which must perform ``count`` operations).
-
-    ``run`` must leave the measured structure in an equivalent state (e.g. a full window of the
-    same size), so repetitions measure the same thing; the calibration probes serve as warm-up.
-    The garbage collector is paused for the whole measurement. ``clock`` (see :data:`CLOCKS`)
-    picks the time the rates are computed from; wall-clock repetitions that lost the core are
-    retaken (:func:`undisturbed_timed_ns`).
-    """
-    with gc_paused():
-        count = calibrated_count(
-            run, target_seconds=target_seconds, max_count=max_count, min_count=min_count
-        )
-        if clock == "wall":
-            times = [undisturbed_timed_ns(run, count) for _ in range(repetitions)]
-        else:
-            times = [timed_ns(run, count) for _ in range(repetitions)]
-    used = 0 if clock == "wall" else 1
-    rates = [count * 1e9 / max(sample[used], 1) for sample in times]
-    median = statistics.median(rates)
-    share = statistics.median(cpu / max(wall, 1) for wall, cpu in times)
-    return Throughput(median, count, repetitions, (max(rates) - min(rates)) / median, share)
+    """Median throughput of one workload (see :func:`interleaved_throughputs`)."""
+    return interleaved_throughputs(
+        {"": Workload(run, max_count, min_count)},
+        repetitions=repetitions,
+        target_seconds=target_seconds,
+        clock=clock,
+    )[""]
 
 
 def percentile(sorted_samples: Sequence[float], q: float) -> float:

@@ -7,19 +7,20 @@ in the paper), FiBA looping single ``evict``/``insert`` calls ("nb_fiba"), and t
 through the shared interface (their ``bulk_*`` methods). Per point the table gives the
 throughput in entries per second (median of repetitions of whole batch rounds) and, from a
 separate pass that times each phase, the median and p99 latency of the eviction and of the
-insertion of one batch.
+insertion of one batch. The variants' throughput repetitions are interleaved.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.algorithms import algorithm
 from bench.config import BenchConfig
 from bench.experiments.common import build_window, log2_label, powers, ratio, times
 from bench.report import ExperimentResult, Finding, subplots
-from bench.timing import gc_paused, percentile
+from bench.timing import Workload, gc_paused, percentile
 from bench.workloads import AdversarialWindow
 
 
@@ -67,19 +68,18 @@ def run(config: BenchConfig) -> ExperimentResult:
         "two_stacks_lite and flatfat take part at d = 0 only: they accept in-order inserts only"
     )
     for monoid_name in config.monoids:
-        for variant in VARIANTS:
-            algo = algorithm(variant.algorithm)
-            config.log(f"bulk: {monoid_name} {variant.label}")
-            window = build_window(algo, monoid_name, n)
-            for placement in ("d=0", "d=m"):
-                if placement == "d=m" and not algo.out_of_order:
-                    break
-                for m in bulk_sizes:
-                    if placement == "d=m":
-                        with gc_paused():
+        config.log(f"bulk: {monoid_name}")
+        windows = {v: build_window(algorithm(v.algorithm), monoid_name, n) for v in VARIANTS}
+        for placement in ("d=0", "d=m"):
+            if placement == "d=m":
+                windows = {v: w for v, w in windows.items() if algorithm(v.algorithm).out_of_order}
+            for m in bulk_sizes:
+                if placement == "d=m":
+                    with gc_paused():
+                        for window in windows.values():
                             window.widen(m)
-                    _measure(config, result, window, monoid_name, placement, variant, m)
-            del window
+                _measure(config, result, windows, monoid_name, placement, m)
+        del windows
     _findings(result, config, bulk_sizes)
     return result
 
@@ -87,36 +87,49 @@ def run(config: BenchConfig) -> ExperimentResult:
 def _measure(
     config: BenchConfig,
     result: ExperimentResult,
-    window: AdversarialWindow,
+    windows: dict[Variant, AdversarialWindow],
     monoid_name: str,
     placement: str,
-    variant: Variant,
     m: int,
 ) -> None:
-    def batch_rounds(count: int) -> None:
-        window.batch_rounds(count, m, bulk_evict=variant.bulk, bulk_insert=variant.bulk)
+    """Interleaved throughput of every variant's batch rounds, then each one's latencies."""
 
-    cover = algorithm(variant.algorithm).rounds_per_repetition(window.n)
-    tp = config.throughput(batch_rounds, max_count=1_000_000, min_count=-(-cover // m))
-    batches = max(7, config.pick(2**14, 2**8) // m)  # about the same entries at every m
-    with gc_paused():
-        evictions, insertions = window.batch_latencies(
-            batches, m, bulk_evict=variant.bulk, bulk_insert=variant.bulk, clock=config.clock_ns
-        )
-    evictions.sort()
-    insertions.sort()
-    result.add(
-        monoid=monoid_name,
-        placement=placement,
-        variant=variant.label,
-        m=m,
-        d=window.d,
-        entries_per_s=tp.ops_per_second * m,
-        evict_median_us=statistics.median(evictions) / 1000,
-        evict_p99_us=percentile(evictions, 99) / 1000,
-        insert_median_us=statistics.median(insertions) / 1000,
-        insert_p99_us=percentile(insertions, 99) / 1000,
+    def batch_rounds(variant: Variant, window: AdversarialWindow) -> Callable[[int], None]:
+        def run(count: int) -> None:
+            window.batch_rounds(count, m, bulk_evict=variant.bulk, bulk_insert=variant.bulk)
+
+        return run
+
+    throughputs = config.throughputs(
+        {
+            variant.label: Workload(
+                batch_rounds(variant, window),
+                max_count=1_000_000,
+                min_count=-(-algorithm(variant.algorithm).rounds_per_repetition(window.n) // m),
+            )
+            for variant, window in windows.items()
+        }
     )
+    batches = max(7, config.pick(2**14, 2**8) // m)  # about the same entries at every m
+    for variant, window in windows.items():
+        with gc_paused():
+            evictions, insertions = window.batch_latencies(
+                batches, m, bulk_evict=variant.bulk, bulk_insert=variant.bulk, clock=config.clock_ns
+            )
+        evictions.sort()
+        insertions.sort()
+        result.add(
+            monoid=monoid_name,
+            placement=placement,
+            variant=variant.label,
+            m=m,
+            d=window.d,
+            entries_per_s=throughputs[variant.label].ops_per_second * m,
+            evict_median_us=statistics.median(evictions) / 1000,
+            evict_p99_us=percentile(evictions, 99) / 1000,
+            insert_median_us=statistics.median(insertions) / 1000,
+            insert_p99_us=percentile(insertions, 99) / 1000,
+        )
 
 
 def _findings(result: ExperimentResult, config: BenchConfig, bulk_sizes: list[int]) -> None:

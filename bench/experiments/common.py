@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from bench.algorithms import Algorithm, load_monoid
-from bench.timing import gc_paused
+from bench.algorithms import Algorithm, algorithm, load_monoid
+from bench.config import BenchConfig
+from bench.timing import Throughput, Workload, gc_paused
 from bench.workloads import AdversarialWindow
 
 
@@ -14,6 +15,26 @@ def build_window(algo: Algorithm, monoid_name: str, n: int, d: int = 0) -> Adver
     """A fresh ``algo`` window of ``n`` entries at distance ``d`` (filled with the GC paused)."""
     with gc_paused():
         return AdversarialWindow(algo.make(load_monoid(monoid_name)), n, d)
+
+
+def round_throughputs(
+    config: BenchConfig, windows: Mapping[str, AdversarialWindow]
+) -> dict[str, Throughput]:
+    """Rounds/s of each algorithm's window (keyed by algorithm name), measured interleaved.
+
+    A Two-Stacks repetition covers at least n rounds (see
+    :meth:`~bench.algorithms.Algorithm.rounds_per_repetition`).
+    """
+    return config.throughputs(
+        {
+            name: Workload(
+                window.rounds,
+                max_count=max(2_000_000, window.n),
+                min_count=algorithm(name).rounds_per_repetition(window.n),
+            )
+            for name, window in windows.items()
+        }
+    )
 
 
 def powers(base: int, low: int, high: int) -> list[int]:

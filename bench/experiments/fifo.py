@@ -2,7 +2,8 @@
 
 Rounds of evict-oldest + insert + query on a FIFO window. Each algorithm's window is built
 once at the smallest n and then grown in place (in-order inserts without evictions) to the
-next size, so the sweep costs one fill of the largest window, not one per size. ReCalc, whose
+next size, so the sweep costs one fill of the largest window, not one per size; at each size
+the algorithms' repetitions are interleaved. ReCalc, whose
 query folds the whole window (O(n)), stops at a smaller n, and the non-sum monoids stop at a
 smaller largest n to keep the full run within its time budget; both are printed as notes.
 """
@@ -11,7 +12,14 @@ from __future__ import annotations
 
 from bench.algorithms import algorithm
 from bench.config import BenchConfig
-from bench.experiments.common import build_window, log2_label, powers, ratio, times
+from bench.experiments.common import (
+    build_window,
+    log2_label,
+    powers,
+    ratio,
+    round_throughputs,
+    times,
+)
 from bench.report import ExperimentResult, Finding, subplots
 from bench.timing import gc_paused
 
@@ -48,18 +56,17 @@ def run(config: BenchConfig) -> ExperimentResult:
                 "budget (filling a 2^20 window with this monoid takes minutes in CPython)"
             )
         sizes = powers(4, 2**4, top)
-        for name in ALGORITHMS:
-            config.log(f"fifo: {monoid_name} {name}")
-            algo = algorithm(name)
-            window = build_window(algo, monoid_name, sizes[0])
-            for n in sizes:
-                if name == "recalc" and n > recalc_largest:
-                    break
-                with gc_paused():
+        config.log(f"fifo: {monoid_name}")
+        windows = {
+            name: build_window(algorithm(name), monoid_name, sizes[0]) for name in ALGORITHMS
+        }
+        for n in sizes:
+            if n > recalc_largest:
+                windows.pop("recalc", None)
+            with gc_paused():
+                for window in windows.values():
                     window.grow(n)
-                tp = config.throughput(
-                    window.rounds, max_count=2_000_000, min_count=algo.rounds_per_repetition(n)
-                )
+            for name, tp in round_throughputs(config, windows).items():
                 result.add(
                     monoid=monoid_name,
                     algorithm=name,
@@ -69,7 +76,7 @@ def run(config: BenchConfig) -> ExperimentResult:
                     spread=tp.spread,
                     cpu_share=tp.cpu_share,
                 )
-            del window
+        del windows
     result.notes.append(
         f"recalc: n up to {log2_label(recalc_largest)} only, its query is O(n) "
         "(a fold over the whole window each round)"

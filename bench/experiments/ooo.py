@@ -3,9 +3,10 @@ fixed d.
 
 The adversarial generator (:class:`~bench.workloads.AdversarialWindow`) places every insert
 exactly ``d`` entries from the young end; a round is evict-oldest + insert + query. One window
-per algorithm and n is built at d = 0 and widened in place to each larger d. The second part
-holds d fixed and grows the window from n = 2^12 to 2^20: FiBA's amortized O(log d) should stay
-flat while the classic B-tree's O(log n) falls. Only algorithms that accept out-of-order
+per algorithm and n is built at d = 0 and widened in place to each larger d; at each point the
+algorithms' repetitions are interleaved. The second part holds d fixed and grows the window
+from n = 2^12 to 2^20: FiBA's amortized O(log d) should stay flat while the classic B-tree's
+O(log n) falls. Only algorithms that accept out-of-order
 inserts take part; the others are listed with the reason.
 """
 
@@ -14,7 +15,14 @@ from __future__ import annotations
 from bench.algorithms import ALGORITHMS as REGISTRY
 from bench.algorithms import algorithm, exclusion_reason
 from bench.config import BenchConfig
-from bench.experiments.common import build_window, log2_label, powers, ratio, times
+from bench.experiments.common import (
+    build_window,
+    log2_label,
+    powers,
+    ratio,
+    round_throughputs,
+    times,
+)
 from bench.report import ExperimentResult, Finding, subplots
 from bench.timing import gc_paused
 from bench.workloads import AdversarialWindow
@@ -59,14 +67,14 @@ def run(config: BenchConfig) -> ExperimentResult:
                 f"{monoid_name}: n = {', '.join(map(log2_label, sizes))} only (time budget)"
             )
         for n in sizes:
-            for name in ALGORITHMS:
-                config.log(f"ooo: {monoid_name} {name} n={log2_label(n)}")
-                window = build_window(algorithm(name), monoid_name, n)
-                for d in [0, *powers(4, 1, n // 4)]:
-                    with gc_paused():
+            config.log(f"ooo: {monoid_name} n={log2_label(n)}")
+            windows = {name: build_window(algorithm(name), monoid_name, n) for name in ALGORITHMS}
+            for d in [0, *powers(4, 1, n // 4)]:
+                with gc_paused():
+                    for window in windows.values():
                         window.widen(d)
-                    _measure(config, result, window, "d", monoid_name, name)
-                del window
+                _measure(config, result, windows, "d", monoid_name)
+            del windows
     _flatness(config, result)
     _findings(config, result)
     return result
@@ -75,23 +83,23 @@ def run(config: BenchConfig) -> ExperimentResult:
 def _measure(
     config: BenchConfig,
     result: ExperimentResult,
-    window: AdversarialWindow,
+    windows: dict[str, AdversarialWindow],
     sweep: str,
     monoid_name: str,
-    name: str,
 ) -> None:
-    tp = config.throughput(window.rounds, max_count=2_000_000)
-    result.add(
-        sweep=sweep,
-        monoid=monoid_name,
-        algorithm=name,
-        n=window.n,
-        d=window.d,
-        rounds_per_s=tp.ops_per_second,
-        ns_per_round=tp.ns_per_op,
-        spread=tp.spread,
-        cpu_share=tp.cpu_share,
-    )
+    for name, tp in round_throughputs(config, windows).items():
+        window = windows[name]
+        result.add(
+            sweep=sweep,
+            monoid=monoid_name,
+            algorithm=name,
+            n=window.n,
+            d=window.d,
+            rounds_per_s=tp.ops_per_second,
+            ns_per_round=tp.ns_per_op,
+            spread=tp.spread,
+            cpu_share=tp.cpu_share,
+        )
 
 
 def _flat_setup(config: BenchConfig) -> tuple[str, int, list[int]]:
@@ -102,14 +110,16 @@ def _flat_setup(config: BenchConfig) -> tuple[str, int, list[int]]:
 
 def _flatness(config: BenchConfig, result: ExperimentResult) -> None:
     monoid_name, fixed_d, sizes = _flat_setup(config)
-    for name in ("fiba4", "classic_btree4"):
-        config.log(f"ooo: {monoid_name} {name} d={fixed_d}, n sweep")
-        window = build_window(algorithm(name), monoid_name, sizes[0], fixed_d)
-        for n in sizes:
-            with gc_paused():
+    config.log(f"ooo: {monoid_name} d={fixed_d}, n sweep")
+    windows = {
+        name: build_window(algorithm(name), monoid_name, sizes[0], fixed_d)
+        for name in ("fiba4", "classic_btree4")
+    }
+    for n in sizes:
+        with gc_paused():
+            for window in windows.values():
                 window.grow(n)
-            _measure(config, result, window, "n", monoid_name, name)
-        del window
+        _measure(config, result, windows, "n", monoid_name)
 
 
 def _findings(config: BenchConfig, result: ExperimentResult) -> None:

@@ -19,7 +19,7 @@ from time import perf_counter_ns, thread_time_ns
 from bench.algorithms import Algorithm, algorithm, exclusion_reason, load_monoid
 from bench.config import BenchConfig
 from bench.counting import CombineCounter
-from bench.experiments.common import build_window, log2_label, ratio, times
+from bench.experiments.common import build_window, log2_label, ratio, round_throughputs, times
 from bench.report import ExperimentResult, Finding, subplots
 from bench.timing import gc_paused
 from bench.workloads import AdversarialWindow
@@ -82,22 +82,22 @@ def run(config: BenchConfig) -> ExperimentResult:
         cpu_share=floor.cpu_share,
         combines=0,
     )
-    for name in ALGORITHMS:
-        algo = algorithm(name)
-        if not algo.out_of_order:
-            result.notes.append(exclusion_reason(algo) + "; measured at d = 0 only")
-        counts = _combines_per_round(algo, sizes[0], distances)
-        for n in sizes:
-            config.log(f"rounds: {name} n={log2_label(n)}")
-            window = build_window(algo, "sum", n)
-            for d in distances:
-                if d and not algo.out_of_order:
-                    break
-                with gc_paused():
+    algos = {name: algorithm(name) for name in ALGORITHMS}
+    counts = {name: _combines_per_round(algo, sizes[0], distances) for name, algo in algos.items()}
+    result.notes += [
+        exclusion_reason(algo) + "; measured at d = 0 only"
+        for algo in algos.values()
+        if not algo.out_of_order
+    ]
+    for n in sizes:
+        config.log(f"rounds: n={log2_label(n)}")
+        windows = {name: build_window(algo, "sum", n) for name, algo in algos.items()}
+        for d in distances:
+            active = {name: w for name, w in windows.items() if algos[name].out_of_order or not d}
+            with gc_paused():
+                for window in active.values():
                     window.widen(d)
-                tp = config.throughput(
-                    window.rounds, max_count=2_000_000, min_count=algo.rounds_per_repetition(n)
-                )
+            for name, tp in round_throughputs(config, active).items():
                 result.add(
                     operation="round",
                     algorithm=name,
@@ -107,11 +107,12 @@ def run(config: BenchConfig) -> ExperimentResult:
                     ns_each=tp.ns_per_op,
                     spread=tp.spread,
                     cpu_share=tp.cpu_share,
-                    combines=counts.get(d, "") if n == sizes[0] else "",
+                    combines=counts[name].get(d, "") if n == sizes[0] else "",
                 )
-                if d == 0 and name != "two_stacks_lite":
-                    _bulk_rows(config, result, window, name, batches)
-            del window
+            if d == 0:
+                for name in ("fiba4", "classic_btree4"):
+                    _bulk_rows(config, result, windows[name], name, batches)
+        del windows
     _findings(result, sizes, distances)
     return result
 

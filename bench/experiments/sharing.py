@@ -13,7 +13,7 @@ from bench.algorithms import algorithm, load_monoid
 from bench.config import BenchConfig
 from bench.experiments.common import build_window, log2_label, powers, ratio, times
 from bench.report import ExperimentResult, Finding, subplots
-from bench.timing import gc_paused
+from bench.timing import Workload, gc_paused
 from bench.workloads import HIGH_BASE, AdversarialWindow
 
 ALGORITHM = "fiba4"
@@ -85,8 +85,11 @@ def run(config: BenchConfig) -> ExperimentResult:
             twin = TwinWindows(twin_big, algo.make(load_monoid(monoid_name)), small)
             if monoid_name == "sum":
                 _check_alignment(twin)
-            for variant, workload in (("range", RangeSharing(shared, small)), ("twin", twin)):
-                tp = config.throughput(workload.rounds, max_count=1_000_000)
+            workloads = {
+                "range": Workload(RangeSharing(shared, small).rounds, max_count=1_000_000),
+                "twin": Workload(twin.rounds, max_count=1_000_000),
+            }
+            for variant, tp in config.throughputs(workloads).items():
                 result.add(
                     monoid=monoid_name,
                     variant=variant,
