@@ -97,7 +97,6 @@ class ClassicBTree:
         "_max_entries",
         "_min_arity",
         "_min_entries",
-        "_monoid",
         "_root",
         "_size",
     )
@@ -105,7 +104,6 @@ class ClassicBTree:
     def __init__(self, monoid: Any, min_arity: int = 4) -> None:
         if min_arity < 2:
             raise ValueError(f"min_arity must be >= 2, got {min_arity}")
-        self._monoid = monoid
         self._combine = monoid.combine
         self._lift = monoid.lift
         self._lower = monoid.lower
