@@ -166,3 +166,49 @@ def test_answers_topic_reader(spark, kafka_bootstrap):
         }
         assert row.error == a.error
     assert [r._corrupt_record for r in rows if r.query_id is None] == ["[]"]
+
+
+def run_available_now(spark, bootstrap, topic, out, checkpoint):
+    """One ``availableNow`` run of a file-sink query; returns its micro-batch count."""
+    query = (
+        spark.readStream.format("fiba-kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", 45)
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+
+
+def test_streaming_restart_from_checkpoint_neither_skips_nor_repeats(
+    spark, kafka_bootstrap, tmp_path
+):
+    topic = create_topic(kafka_bootstrap, unique_topic("spark-stream"), PARTITIONS)
+    records = [aggregate(i) for i in range(150)]
+    sent = [(i % PARTITIONS, r.key.encode(), dumps(r.to_json())) for i, r in enumerate(records)]
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    produce(kafka_bootstrap, topic, sent[:90])
+    assert run_available_now(spark, kafka_bootstrap, topic, out, checkpoint) == 2
+    assert spark.read.parquet(str(out)).count() == 90
+
+    produce(kafka_bootstrap, topic, [*sent[90:], (0, None, b"\xff not utf-8")])
+    run_available_now(spark, kafka_bootstrap, topic, out, checkpoint)
+
+    rows = spark.read.parquet(str(out)).collect()
+    positions = [(r.partition, r.offset) for r in rows]
+    assert len(positions) == len(set(positions)) == len(records) + 1
+    by_position = {(r.partition, r.offset): r for r in rows}
+    for p in range(PARTITIONS):
+        produced_here = [r for i, r in enumerate(records) if i % PARTITIONS == p]
+        for offset, record in enumerate(produced_here):
+            assert actual_row(by_position[(p, offset)]) == expected_row(record)
+    assert by_position[(0, 50)]._corrupt_record == "\ufffd not utf-8"
