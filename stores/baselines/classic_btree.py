@@ -191,8 +191,6 @@ class ClassicBTree:
         """Remove the entry at time ``t``; return whether there was one. ``O(log n)``: search
         from the root, swap an internal entry with its predecessor leaf entry, fix underflows
         bottom-up (move from a sibling or merge), repair up-aggregates up to the root."""
-        combine = self._combine
-        identity = self._identity
         node = self._root
         path: list[tuple[_Node, int]] = []
         while True:
@@ -217,6 +215,14 @@ class ClassicBTree:
         else:
             del times[i]
             del node.values[i]
+        self._after_removal(node, path)
+        return True
+
+    def _after_removal(self, node: _Node, path: list[tuple[_Node, int]]) -> None:
+        """Finish removing one entry from leaf ``node`` (reached from the root by ``path``):
+        fix underflows bottom-up, then repair the remaining up-aggregates up to the root."""
+        combine = self._combine
+        identity = self._identity
         self._size -= 1
         min_entries = self._min_entries
         while path and len(node.times) < min_entries:
@@ -230,7 +236,6 @@ class ClassicBTree:
             self._root = node.children[0]
         else:
             node.agg = _up_aggregate(node, combine, identity)
-        return True
 
     def _fix_underflow(self, parent: _Node, ci: int) -> None:
         """Restore the size invariant of ``parent.children[ci]`` (one entry short): move an entry
@@ -275,14 +280,21 @@ class ClassicBTree:
         left.agg = _up_aggregate(left, combine, identity)
 
     def bulk_evict(self, t: Any) -> int:
-        """Remove every entry with time ``<= t``; return how many. A loop of ``evict`` on the
-        oldest entry: ``O(m log n)`` for ``m`` removed entries (no bulk algorithm here)."""
+        """Remove every entry with time ``<= t``; return how many. A loop of single evictions
+        of the oldest entry, each descending from the root to the leftmost leaf and repairing
+        up to the root: ``O(m log n)`` for ``m`` removed entries (no bulk algorithm here)."""
         removed = 0
         while self._size:
-            oldest = self.oldest()
-            if t < oldest:
+            node = self._root
+            path: list[tuple[_Node, int]] = []
+            while node.children is not None:
+                path.append((node, 0))
+                node = node.children[0]
+            if t < node.times[0]:
                 break
-            self.evict(oldest)
+            del node.times[0]
+            del node.values[0]
+            self._after_removal(node, path)
             removed += 1
         return removed
 
