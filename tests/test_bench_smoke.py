@@ -1,0 +1,155 @@
+"""The benchmark suite: its generators do what they claim, and a quick run produces sane output.
+
+The smoke test runs every experiment of ``python -m bench all --quick`` (sum only) in-process
+and checks the printed report and the CSV and PNG files. It asserts nothing about speed:
+timings are only ever judged in ``bench/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bench.bursty import BurstySpec, bursty_stream, window_statistics
+from bench.cli import bench
+from bench.experiments import EXPERIMENTS
+from bench.timing import LatencySummary, percentile
+from bench.workloads import AdversarialWindow
+from stores.monoids import monoid
+from tests.oracle import OracleWindow
+
+
+class RecordingWindow(OracleWindow):
+    """The oracle window, recording the distance from the young end of every insert."""
+
+    def __init__(self) -> None:
+        super().__init__(monoid("sum"))
+        self.distances: list[int] = []
+
+    def insert(self, t, x) -> None:
+        self.distances.append(len(self.entries) - self.entries.bisect_right(t))
+        super().insert(t, x)
+
+
+@pytest.mark.parametrize(("n", "d"), [(8, 0), (8, 3), (20, 7), (20, 19)])
+def test_adversarial_rounds_insert_exactly_d_from_the_young_end(n: int, d: int) -> None:
+    window = AdversarialWindow(RecordingWindow(), n, d)
+    window.agg.distances.clear()
+    window.rounds(50)
+    assert window.agg.distances == [d] * 50
+    assert len(window.agg) == n
+    assert window.agg.oldest() == window.oldest_low
+
+
+def test_widen_and_grow_move_the_window_without_a_rebuild() -> None:
+    window = AdversarialWindow(RecordingWindow(), 16, 0)
+    window.widen(5)
+    assert (len(window.agg), window.d) == (16, 5)
+    window.grow(40)
+    assert len(window.agg) == 40
+    window.agg.distances.clear()
+    window.rounds(10)
+    window.batch_rounds(3, 4, bulk_evict=True, bulk_insert=True)
+    assert window.agg.distances == [5] * 22
+    assert len(window.agg) == 40
+    with pytest.raises(ValueError):
+        window.widen(40)
+
+
+def test_batch_rounds_keep_the_window_and_match_a_fresh_sum() -> None:
+    window = AdversarialWindow(OracleWindow(monoid("sum")), 64, 8)
+    window.batch_rounds(5, 16, bulk_evict=True, bulk_insert=False)
+    evictions, insertions = window.batch_latencies(3, 16, bulk_evict=False, bulk_insert=True)
+    assert len(evictions) == len(insertions) == 3
+    assert min(evictions + insertions) >= 0
+    expected = sum(1 + t % 101 for t, _ in window.agg)
+    assert window.agg.query() == expected
+    assert len(window.agg) == 64
+
+
+def test_window_statistics_match_brute_force() -> None:
+    times, values = bursty_stream(BurstySpec(days=0.02, mean_rate=2.0, seed=7))
+    assert len(times) == len(values) > 100
+    assert all(1 <= v <= 100 for v in values)
+    width = 60_000
+    stats = window_statistics(times, width)
+    window: set[int] = set()
+    now = None
+    sizes, evicted, distances, dropped = [], [], [], 0
+    for t in times:
+        if now is not None and t <= now - width:
+            dropped += 1
+            continue
+        distances.append(sum(1 for u in window if u > t))
+        window.add(t)
+        now = t if now is None else max(now, t)
+        old = {u for u in window if u <= now - width}
+        window -= old
+        evicted.append(len(old))
+        sizes.append(len(window))
+    assert (stats.sizes, stats.evicted, stats.distances, stats.dropped) == (
+        sizes,
+        evicted,
+        distances,
+        dropped,
+    )
+    assert max(distances) > 0  # the stream really is out of order
+
+
+def test_percentiles_use_the_nearest_rank() -> None:
+    samples = list(range(1, 1001))
+    assert percentile(samples, 50) == 500
+    assert percentile(samples, 99) == 990
+    assert percentile(samples, 99.9) == 999
+    assert percentile(samples, 100) == 1000
+    summary = LatencySummary.of([5, 1, 3])
+    assert (summary.min, summary.median, summary.max, summary.mean) == (1, 3, 5, 3)
+
+
+RATE_COLUMNS = {"per_second", "rounds_per_s", "entries_per_s", "events_per_s"}
+
+
+def test_quick_run_of_every_experiment_writes_sane_results(tmp_path) -> None:
+    outcome = CliRunner().invoke(
+        bench, ["all", "--quick", "--monoids", "sum", "--out", str(tmp_path)]
+    )
+    assert outcome.exit_code == 0, outcome.output
+    report = outcome.output
+    assert report.startswith("command: python -m bench all --quick --monoids sum")
+    for fact in ("cpu:", "cores:", "python:", "date:"):
+        assert f"\n{fact} " in report
+    for name in EXPERIMENTS:
+        assert f"== {name}: " in report
+        rows = _csv_rows(tmp_path / f"{name}.csv")
+        assert rows, name
+        for row in rows:
+            for column, cell in row.items():
+                number = _number(cell)
+                if number is not None:
+                    assert number >= 0 and math.isfinite(number), (name, column, cell)
+                if column in RATE_COLUMNS:
+                    assert number is not None and number > 0, (name, column, cell)
+        png = (tmp_path / f"{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 10_000, name
+    targets = report.split("\n== targets\n", 1)[1]
+    for claim in ("TwoStacksLite", "ClassicBTree", "bulk_evict of 1024", "flat within"):
+        assert claim in targets
+    assert "[MET]" in targets or "[NOT MET]" in targets
+    ooo_algorithms = {r["algorithm"] for r in _csv_rows(tmp_path / "ooo.csv")}
+    assert ooo_algorithms == {"fiba2", "fiba4", "fiba8", "classic_btree4"}
+    assert "DABA excluded from out-of-order runs" in report
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.read_text().splitlines()))
+
+
+def _number(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None
