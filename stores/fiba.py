@@ -232,46 +232,41 @@ class FiBA:
             node.agg = agg
             node.cnt = cnt
             return
-        if parent is None:  # root: inner aggregate
+        if parent is None or node.left_spine:  # inner aggregate, then the left-spine extras
             if not k:
                 node.agg = self._identity
                 node.cnt = 0
                 return
-            inner = children[1:-1]
-            seq = [None] * (2 * k - 1)
-            seq[0::2] = values
-            seq[1::2] = map(_agg_of, inner)
-            node.agg = reduce(combine, seq)
-            node.cnt = k + sum(map(_cnt_of, inner))
-            return
-        if node.left_spine:
-            kids = children[1:]
-            seq = [None] * (2 * k)
-            seq[0::2] = values
-            seq[1::2] = map(_agg_of, kids)
-            cnt = k + sum(map(_cnt_of, kids))
-            if parent.parent is not None:
-                seq.append(parent.agg)
-                cnt += parent.cnt
+            agg = values[0]
+            cnt = k
+            for child, value in zip(children[1:k], values[1:], strict=True):
+                agg = combine(combine(agg, child.agg), value)
+                cnt += child.cnt
+            if parent is not None:
+                last = children[k]
+                agg = combine(agg, last.agg)
+                cnt += last.cnt
+                if parent.parent is not None:
+                    agg = combine(agg, parent.agg)
+                    cnt += parent.cnt
         elif node.right_spine:
-            kids = children[:-1]
+            first = children[0]
+            agg = combine(first.agg, values[0])
+            cnt = k + first.cnt
+            for child, value in zip(children[1:k], values[1:], strict=True):
+                agg = combine(combine(agg, child.agg), value)
+                cnt += child.cnt
             if parent.parent is not None:
-                seq = [None] * (2 * k + 1)
-                seq[0] = parent.agg
-                seq[1::2] = map(_agg_of, kids)
-                seq[2::2] = values
-                cnt = k + parent.cnt + sum(map(_cnt_of, kids))
-            else:
-                seq = [None] * (2 * k)
-                seq[0::2] = map(_agg_of, kids)
-                seq[1::2] = values
-                cnt = k + sum(map(_cnt_of, kids))
+                agg = combine(parent.agg, agg)
+                cnt += parent.cnt
         else:
-            seq = [None] * (2 * k + 1)
-            seq[0::2] = map(_agg_of, children)
-            seq[1::2] = values
-            cnt = k + sum(map(_cnt_of, children))
-        node.agg = reduce(combine, seq)
+            first = children[0]
+            agg = first.agg
+            cnt = k + first.cnt
+            for value, child in zip(values, children[1:], strict=True):
+                agg = combine(combine(agg, value), child.agg)
+                cnt += child.cnt
+        node.agg = agg
         node.cnt = cnt
 
     def _repair_spines(self, top: _Node, walk_left: bool, walk_right: bool) -> None:
