@@ -90,32 +90,6 @@ def value_text(value: Any) -> str | None:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def split_values(
-    values: dict[str, Any],
-) -> tuple[list[tuple[str, float | None]], list[tuple[str, str]]]:
-    """Split a map of aggregate values into (numeric entries, JSON-text entries).
-
-    A value whose text (``value_text``) is a JSON number becomes a float, null stays null (in
-    the numeric map), anything else is kept as its text.
-    """
-    numbers: list[tuple[str, float | None]] = []
-    texts: list[tuple[str, str]] = []
-    for name, value in values.items():
-        kind = type(value)
-        if value is None:
-            numbers.append((name, None))
-        elif kind is float or kind is int:
-            numbers.append((name, float(value)))
-        else:
-            text = value_text(value)
-            assert text is not None
-            if JSON_NUMBER.fullmatch(text):
-                numbers.append((name, float(text)))
-            else:
-                texts.append((name, text))
-    return numbers, texts
-
-
 class _ValueMaps:
     """Column builder of a pair (map<string,double>, map<string,string>) of split values."""
 
@@ -129,16 +103,34 @@ class _ValueMaps:
         self.nulls: list[bool] = []
 
     def add(self, values: dict[str, Any] | None) -> None:
-        """Append one row: the entries of ``values``, or null maps when it is None."""
+        """Append one row: the entries of ``values``, or null maps when it is None.
+
+        A value whose text (``value_text``) is a JSON number goes to the numeric map as a float,
+        null to the numeric map as null, anything else to the text map as its text.
+        """
         self.nulls.append(values is None)
         if values:
-            numbers, texts = split_values(values)
-            for name, number in numbers:
-                self.num_keys.append(name)
-                self.num_values.append(number)
-            for name, text in texts:
-                self.text_keys.append(name)
-                self.text_values.append(text)
+            num_keys, num_values = self.num_keys, self.num_values
+            for name, value in values.items():
+                kind = type(value)
+                if kind is float:
+                    num_keys.append(name)
+                    num_values.append(value)
+                elif kind is int:
+                    num_keys.append(name)
+                    num_values.append(float(value))
+                elif value is None:
+                    num_keys.append(name)
+                    num_values.append(None)
+                else:
+                    text = value_text(value)
+                    assert text is not None
+                    if JSON_NUMBER.fullmatch(text):
+                        num_keys.append(name)
+                        num_values.append(float(text))
+                    else:
+                        self.text_keys.append(name)
+                        self.text_values.append(text)
         self.num_offsets.append(len(self.num_keys))
         self.text_offsets.append(len(self.text_keys))
 
