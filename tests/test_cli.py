@@ -445,3 +445,16 @@ def test_generator_spreads_out_of_order_events_over_the_stream():
     assert len(late_at) == 2000
     per_tenth = [sum(1 for p in late_at if p // 1000 == tenth) for tenth in range(10)]
     assert all(150 <= count <= 250 for count in per_tenth), per_tenth
+
+
+def test_spark_commands_take_fiba_config_through_the_delegation(tmp_path):
+    for name in ("spark-join", "spark-read"):
+        result = fiba(name, "--help")
+        assert result.exit_code == 0
+        assert result.stdout.startswith(f"Usage: fiba {name}")
+    config = tmp_path / "fiba.toml"
+    config.write_text('windows = "oops"\n')
+    result = fiba("--config", str(config), "spark-read", "--limit", "1")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert "bad window 'oops'" in result.stderr
