@@ -89,7 +89,7 @@ def reproduce_command(experiment: str, config: BenchConfig) -> str:
     "--seconds",
     type=click.FloatRange(min=0.001),
     default=None,
-    help="Target duration of one timed repetition [default: 0.1, quick: 0.01].",
+    help="Target duration of one timed repetition [default: 0.05, quick: 0.01].",
 )
 @click.option(
     "--clock",
@@ -122,7 +122,7 @@ def bench(
         quick=quick,
         monoids=monoids,
         repetitions=repetitions or (3 if quick else 5),
-        seconds=seconds or (0.01 if quick else 0.1),
+        seconds=seconds or (0.01 if quick else 0.05),
         seed=seed,
         clock=clock,
         log=lambda message: click.echo(message, err=True),

@@ -27,7 +27,7 @@ class BenchConfig:
     quick: bool = False
     monoids: tuple[str, ...] = DEFAULT_MONOIDS
     repetitions: int = 5
-    seconds: float = 0.1
+    seconds: float = 0.05
     seed: int = 2026
     clock: str = "wall"
     log: Callable[[str], None] = field(default=print, compare=False)

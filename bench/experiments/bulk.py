@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from bench.algorithms import algorithm
 from bench.config import BenchConfig
-from bench.experiments.common import build_window, log2_label, powers, ratio, times
+from bench.experiments.common import build_window, log2_label, ratio, times
 from bench.report import ExperimentResult, Finding, subplots
 from bench.timing import Workload, gc_paused, percentile
 from bench.workloads import AdversarialWindow
@@ -46,7 +46,7 @@ PAPER_M = 1024
 def run(config: BenchConfig) -> ExperimentResult:
     """Throughput and per-phase latency of batch rounds against m, at d = 0 and d = m."""
     n = config.pick(2**16, 2**9)
-    bulk_sizes = powers(4, 1, config.pick(4096, 16))
+    bulk_sizes = config.pick([1, 16, 256, 1024, 4096], [1, 4, 16])
     result = ExperimentResult(
         "bulk",
         f"batch rounds (evict m oldest, insert m, query), n={log2_label(n)}",
