@@ -122,16 +122,15 @@ def bad_records(events: Sequence[Event], settings: Settings) -> list[tuple[bytes
 
 
 def expected_windows(
-    record: AggregateRecord, events: Sequence[Event], settings: Settings
+    record: AggregateRecord, key_events: Sequence[Event], settings: Settings
 ) -> dict[str, dict[str, Any]]:
-    """Brute force: count (and sum, max when configured) of each window of ``record``'s key
-    at its stream time, over ``events`` (all of them must already be counted in ``record``)."""
+    """Brute force: count (and sum, max when configured) of each window of ``record`` at its
+    stream time, over ``key_events``, the events of ``record``'s key (all of them must already
+    be counted in ``record``). O(len(key_events)) per window."""
     out = {}
     for name, size in settings.window_sizes.items():
         values = [
-            e.value
-            for e in events
-            if e.key == record.key and record.stream_time - size <= e.ts <= record.stream_time
+            e.value for e in key_events if record.stream_time - size <= e.ts <= record.stream_time
         ]
         got: dict[str, Any] = {WINDOW_COUNT: len(values)}
         if "sum" in settings.aggregations:
@@ -277,7 +276,9 @@ async def collect(
     aggregates = await start_consumer(settings, settings.aggregates_topic)
     dead_letters = await start_consumer(settings, settings.dead_letter_topic)
     deadline = time.monotonic() + timeout
-    keys = sorted({e.key for e in stream})
+    by_key: dict[str, list[Event]] = {}
+    for event in stream:
+        by_key.setdefault(event.key, []).append(event)
     log("waiting for the worker's aggregates and dead letters ...")
     try:
         await aggregates.seek_to_beginning()
@@ -290,8 +291,9 @@ async def collect(
                     summary.aggregates += 1
             for records in (await dead_letters.getmany(timeout_ms=50)).values():
                 for record in records:
-                    summary.dead_letters[dict(record_as_dict(record)["headers"])[DLQ_REASON]] += 1
-            summary.mismatches = final_mismatches(summary, stream, bad, keys, settings)
+                    headers = record_as_dict(record).get("headers") or {}
+                    summary.dead_letters[headers.get(DLQ_REASON, "no reason header")] += 1
+            summary.mismatches = final_mismatches(summary, by_key, bad, settings)
             if not summary.mismatches:
                 break
             if worker.poll() is not None:
@@ -305,7 +307,7 @@ async def collect(
     finally:
         await aggregates.stop()
         await dead_letters.stop()
-    log(f"all {len(keys)} keys exact; asking range queries (query topic and HTTP) ...")
+    log(f"all {len(by_key)} keys exact; asking range queries (query topic and HTTP) ...")
     for query in sample_queries(summary, settings):
         wait = max(1.0, deadline - time.monotonic())
         answers = [("topic", await ask(settings, query, wait))]
@@ -328,25 +330,25 @@ async def collect(
 
 def final_mismatches(
     summary: DemoSummary,
-    stream: Sequence[Event],
+    by_key: dict[str, list[Event]],
     bad: Sequence[tuple[bytes, bytes, str]],
-    keys: Sequence[str],
     settings: Settings,
 ) -> list[str]:
-    """What still differs from the brute-force truth (empty when everything is exact)."""
+    """What still differs from the brute-force truth (empty when everything is exact);
+    ``by_key`` holds the produced events of each key."""
     wrong = []
-    for key in keys:
+    for key, key_events in sorted(by_key.items()):
         final = summary.final.get(key)
         if final is None:
             wrong.append(f"{key}: no aggregate yet")
             continue
         if settings.resolution is not None:
             continue
-        last = max((e for e in stream if e.key == key), key=lambda e: e.ts)
+        last = max(key_events, key=lambda e: e.ts)
         if final.stream_time < last.ts:
             wrong.append(f"{key}: stream time {final.stream_time} < newest event {last.ts}")
             continue
-        expected = expected_windows(final, stream, settings)
+        expected = expected_windows(final, key_events, settings)
         observed = observed_windows(final, expected)
         if observed != expected:
             wrong.append(f"{key}: windows {observed}, brute force {expected}")
