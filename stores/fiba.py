@@ -417,7 +417,7 @@ class FiBA:
                 rf.agg = self._combine(rf.agg, lifted)
                 rf.cnt += 1
                 if len(rtimes) > self._max_entries:
-                    self._overflow(rf)
+                    self._split_right_finger(rf)
                 return
             lf = self._lf
             if t < lf.times[0]:  # older than everything: prepend at the left finger
@@ -445,6 +445,41 @@ class FiBA:
             self._overflow(node)
         else:
             self._repair_aggs(node, False, False)
+
+    def _split_right_finger(self, rf: _Node) -> None:
+        """Split the overflowing right finger after an in-order append. When its parent has
+        room, the parent's (right-spine or root) aggregate just gains ``up(old finger)`` and the
+        separator at its end: two combines instead of recomputing the parent."""
+        parent = rf.parent
+        if parent is None or len(parent.times) >= self._max_entries:
+            self._overflow(rf)
+            return
+        mu = self._min_arity
+        combine = self._combine
+        times = rf.times
+        values = rf.values
+        right = _Node(parent, times[mu + 1 :], values[mu + 1 :], None)
+        separator = values[mu]
+        parent.times.append(times[mu])
+        parent.values.append(separator)
+        parent.children.append(right)
+        del times[mu:]
+        del values[mu:]
+        rf.right_spine = False  # now an up node: neither spine holds a parent's last child
+        right.right_spine = True
+        self._rf = right
+        up = reduce(combine, values)
+        rf.agg = up
+        rf.cnt = mu
+        parent.agg = combine(combine(parent.agg, up), separator)
+        parent.cnt += mu + 1
+        agg = reduce(combine, right.values)
+        cnt = len(right.values)
+        if parent.parent is not None:
+            agg = combine(parent.agg, agg)
+            cnt += parent.cnt
+        right.agg = agg
+        right.cnt = cnt
 
     def _overflow(self, node: _Node) -> None:
         """Split ``node`` and its overflowing ancestors, then repair aggregates (Fig. 7)."""
