@@ -210,6 +210,11 @@ TIME = TimeParam()
 DURATION = DurationParam()
 
 
+def interrupt(signum: int, frame: Any) -> None:
+    """A signal handler that raises ``KeyboardInterrupt`` (so ``finally`` blocks run)."""
+    raise KeyboardInterrupt
+
+
 # --- the group ---------------------------------------------------------------------------------
 
 
@@ -501,6 +506,7 @@ def demo(settings: Settings, events: int, keys: int, seed: int, timeout: int) ->
     aggregates, dead letters and range queries; stops all it started."""
     from app.demo import DemoError, run_demo
 
+    signal.signal(signal.SIGTERM, interrupt)  # SIGTERM stops what the demo started, like Ctrl-C
     try:
         summary = run_demo(
             settings, events=events, keys=keys, seed=seed, timeout=timeout / 1000, log=click.echo
