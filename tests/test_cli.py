@@ -458,3 +458,28 @@ def test_spark_commands_take_fiba_config_through_the_delegation(tmp_path):
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1
     assert "bad window 'oops'" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_demo_stops_its_broker_and_worker_when_terminated():
+    fiba_script = os.path.join(os.path.dirname(sys.executable), "fiba")
+    process = subprocess.Popen(
+        [fiba_script, "demo", "--events", "3000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = []
+        while not lines or "worker started" not in lines[-1]:
+            lines.append(process.stdout.readline())
+            assert lines[-1], "".join(lines)
+        port = int(next(line for line in lines if "broker on" in line).split(":")[1].split(";")[0])
+        worker_pid = int(lines[-1].split("pid ")[1].split(",")[0])
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert not wait_for_port("127.0.0.1", port, timeout=0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker_pid, 0)
