@@ -563,8 +563,7 @@ class FiBA:
                     lf.agg = self._combine(reduce(self._combine, values), parent.agg)
                     lf.cnt = len(values) + parent.cnt
             else:
-                top, hit_left, hit_right, _ = self._underflow(lf, True, False)
-                self._repair_aggs(top, hit_left, hit_right)
+                self._refill_left_finger(lf, parent)
             return True
         node, i, found = self._find(t)
         if not found:
@@ -577,6 +576,48 @@ class FiBA:
         else:
             self._evict_inner(node, i)
         return True
+
+    def _refill_left_finger(self, lf: _Node, parent: _Node) -> None:
+        """Repair the left finger after an in-order evict left it one entry short: move an
+        entry over from its sibling, or merge with it (the general rebalancing when the merge
+        makes the parent underflow too)."""
+        combine = self._combine
+        sibling = parent.children[1]
+        ptimes = parent.times
+        pvalues = parent.values
+        lf.times.append(ptimes[0])
+        lf.values.append(pvalues[0])
+        if len(sibling.times) > self._min_entries:  # move
+            ptimes[0] = sibling.times.pop(0)
+            pvalues[0] = sibling.values.pop(0)
+            # an up leaf, or the right finger below the root: either way a plain fold
+            sibling.agg = reduce(combine, sibling.values)
+            sibling.cnt = len(sibling.values)
+        else:  # merge
+            lf.times.extend(sibling.times)
+            lf.values.extend(sibling.values)
+            del ptimes[0]
+            del pvalues[0]
+            del parent.children[1]
+            if sibling.right_spine:  # parent is the root and had two children: height decrease
+                lf.parent = None
+                lf.left_spine = False
+                self._root = self._rf = lf
+                lf.agg = reduce(combine, lf.values)
+                lf.cnt = len(lf.values)
+                return
+            if parent.parent is not None and len(ptimes) < self._min_entries:
+                top, hit_left, hit_right, _ = self._underflow(parent, True, False)
+                self._repair_aggs(top, hit_left, hit_right)
+                return
+        self._recalc(parent)
+        values = lf.values
+        if parent.parent is None:
+            lf.agg = reduce(combine, values)
+            lf.cnt = len(values)
+        else:
+            lf.agg = combine(reduce(combine, values), parent.agg)
+            lf.cnt = len(values) + parent.cnt
 
     def _evict_inner(self, node: _Node, i: int) -> None:
         """Evict entry ``i`` of an inner node: a neighbouring leaf entry (the oldest of the right
