@@ -17,7 +17,8 @@ of the restored ``windows`` lists and of the FiBA index built from them. Target:
 restore of 10^6 entries in at most 10 s. Writes ``bench/results/worker_restore.json`` and
 prints a Markdown table (for ``bench/RESULTS.md``). ``--codec worker`` is the worker's
 ``PartialJsonCodec``; ``--codec batch`` adds ``decode_many`` (one JSON parse for all partials),
-which ``WindowStore.restore`` uses when a codec has it.
+which ``WindowStore.restore`` uses when a codec has it; ``--codec marshal`` is the store's
+``MarshalStateCodec``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
 from stores.changelog import encode_upsert, entry_id
 from stores.key_windows import KeyWindows, PartialJsonCodec, WindowConfig
-from stores.window_store import WindowStore
+from stores.window_store import MarshalStateCodec, WindowStore
 
 RESULTS = Path(__file__).parent / "results" / "worker_restore.json"
 T0 = 1_700_000_000_000
@@ -109,7 +110,7 @@ class BatchJsonCodec(PartialJsonCodec):
         return [from_state(state) for state in json.loads(b"[" + b",".join(data) + b"]")]
 
 
-CODECS = {"worker": PartialJsonCodec, "batch": BatchJsonCodec}
+CODECS = {"worker": PartialJsonCodec, "batch": BatchJsonCodec, "marshal": MarshalStateCodec}
 
 
 async def timed_restore(settings: Settings, codec: PartialJsonCodec) -> tuple[float, float, Any]:

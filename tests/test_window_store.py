@@ -25,7 +25,8 @@ from app.clients import client_options
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
 from stores.changelog import AiokafkaChangelogProducer, entry_id, split_entry_id
-from stores.window_store import RestoredPartition, WindowStore
+from stores.monoids import monoid, monoid_names
+from stores.window_store import MarshalStateCodec, RestoredPartition, WindowStore
 
 pytestmark = pytest.mark.kafka
 
@@ -80,6 +81,24 @@ def test_entry_ids_sort_by_key_then_time() -> None:
     by_id = sorted(ids)
     # keys are grouped (length-prefixed), times ascend inside a key, negative first
     assert [split_entry_id(i) for i in by_id] == sorted(pairs, key=lambda p: (len(p[0]), p))
+
+
+@hsettings(max_examples=40)
+@given(
+    name=st.sampled_from(monoid_names()),
+    xs=st.lists(st.floats(1e-3, 1e6, allow_nan=False), max_size=6),
+)
+def test_marshal_state_codec_round_trips_every_monoid(name: str, xs: list[float]) -> None:
+    m = monoid(name)
+    codec = MarshalStateCodec(m)
+    partial = m.identity
+    for x in xs:
+        partial = m.combine(partial, m.lift({"value": x, "arg": str(x)} if "arg" in name else x))
+    encoded = codec.encode(partial)
+    assert m.to_state(codec.decode(encoded)) == m.to_state(partial)
+    assert [m.to_state(p) for p in codec.decode_many([encoded, encoded])] == [
+        m.to_state(partial)
+    ] * 2
 
 
 # --- property test: random operations, restarts with and without the local copy ---------------
