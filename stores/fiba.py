@@ -61,10 +61,23 @@ class _Node:
 
     ``agg``/``cnt`` are the position-aware partial aggregate and the number of entries it covers;
     ``left_spine``/``right_spine`` say whether a non-root node lies on a spine (the root has
-    both flags False).
+    both flags False). A non-root inner spine node also caches ``local``/``local_cnt``, its
+    aggregate without the parent's term, so that a change of the parent's aggregate alone costs
+    it one combine.
     """
 
-    __slots__ = ("agg", "children", "cnt", "left_spine", "parent", "right_spine", "times", "values")
+    __slots__ = (
+        "agg",
+        "children",
+        "cnt",
+        "left_spine",
+        "local",
+        "local_cnt",
+        "parent",
+        "right_spine",
+        "times",
+        "values",
+    )
 
     def __init__(
         self,
@@ -79,6 +92,8 @@ class _Node:
         self.children = children
         self.agg: Any = None
         self.cnt = 0
+        self.local: Any = None
+        self.local_cnt = 0
         self.left_spine = False
         self.right_spine = False
 
@@ -246,6 +261,8 @@ class FiBA:
                 last = children[k]
                 agg = combine(agg, last.agg)
                 cnt += last.cnt
+                node.local = agg
+                node.local_cnt = cnt
                 if parent.parent is not None:
                     agg = combine(agg, parent.agg)
                     cnt += parent.cnt
@@ -256,6 +273,8 @@ class FiBA:
             for child, value in zip(children[1:k], values[1:], strict=True):
                 agg = combine(combine(agg, child.agg), value)
                 cnt += child.cnt
+            node.local = agg
+            node.local_cnt = cnt
             if parent.parent is not None:
                 agg = combine(parent.agg, agg)
                 cnt += parent.cnt
@@ -293,6 +312,37 @@ class FiBA:
             self._repair_spines_below(top, True, False)
         else:
             self._repair_spines_below(top, False, True)
+
+    def _repair_path(self, node: _Node) -> None:
+        """Aggregate repair after a change confined to ``node``'s own entries (no rebalancing):
+        ``node`` and its up-aggregate ancestors are recomputed up to the first spine node or the
+        root. The spine nodes below that spine node changed only through their parent's
+        aggregate, so each costs one combine with its cached ``local`` part."""
+        recalc = self._recalc
+        recalc(node)
+        while node.parent is not None and not (node.left_spine or node.right_spine):
+            node = node.parent
+            recalc(node)
+        children = node.children
+        if node.parent is None or children is None:
+            return  # nothing below depends on the root's aggregate
+        combine = self._combine
+        parent = node
+        if node.left_spine:
+            child = children[0]
+            while child.children is not None:
+                child.agg = combine(child.local, parent.agg)
+                child.cnt = child.local_cnt + parent.cnt
+                parent = child
+                child = child.children[0]
+        else:
+            child = children[-1]
+            while child.children is not None:
+                child.agg = combine(parent.agg, child.local)
+                child.cnt = child.local_cnt + parent.cnt
+                parent = child
+                child = child.children[-1]
+        recalc(child)
 
     def _repair_spines_below(self, top: _Node, walk_left: bool, walk_right: bool) -> None:
         recalc = self._recalc
@@ -437,14 +487,14 @@ class FiBA:
         node, i, found = self._find(t)
         if found:
             node.values[i] = self._combine(node.values[i], lifted)
-            self._repair_aggs(node, False, False)
+            self._repair_path(node)
             return
         node.times.insert(i, t)
         node.values.insert(i, lifted)
         if len(node.times) > self._max_entries:
             self._overflow(node)
         else:
-            self._repair_aggs(node, False, False)
+            self._repair_path(node)
 
     def _split_right_finger(self, rf: _Node) -> None:
         """Split the overflowing right finger after an in-order append. When its parent has
@@ -471,7 +521,14 @@ class FiBA:
         up = reduce(combine, values)
         rf.agg = up
         rf.cnt = mu
-        parent.agg = combine(combine(parent.agg, up), separator)
+        grandparent = parent.parent
+        if grandparent is None:
+            parent.agg = combine(combine(parent.agg, up), separator)
+        else:
+            local = combine(combine(parent.local, up), separator)
+            parent.local = local
+            parent.local_cnt += mu + 1
+            parent.agg = local if grandparent.parent is None else combine(grandparent.agg, local)
         parent.cnt += mu + 1
         agg = reduce(combine, right.values)
         cnt = len(right.values)
@@ -482,17 +539,23 @@ class FiBA:
         right.cnt = cnt
 
     def _overflow(self, node: _Node) -> None:
-        """Split ``node`` and its overflowing ancestors, then repair aggregates (Fig. 7)."""
+        """Split ``node`` and its overflowing ancestors, then repair aggregates (Fig. 7). When
+        no spine node was split, the spines below the top are unchanged: the cheap repair."""
         hit_left = node.left_spine
         hit_right = node.right_spine
+        split_spine = False
         max_entries = self._max_entries
         while len(node.times) > max_entries:
             if node.parent is None:
                 hit_left = hit_right = True
+            split_spine = split_spine or hit_left or hit_right
             node = self._split(node)
             hit_left = hit_left or node.left_spine
             hit_right = hit_right or node.right_spine
-        self._repair_aggs(node, hit_left, hit_right)
+        if split_spine:
+            self._repair_aggs(node, hit_left, hit_right)
+        else:
+            self._repair_path(node)
 
     def _split(self, node: _Node) -> _Node:
         """Split an overflowing node (2 MIN_ARITY entries) around its middle entry, which moves
@@ -571,8 +634,13 @@ class FiBA:
         if node.children is None:
             del node.times[i]
             del node.values[i]
-            top, hit_left, hit_right, _ = self._underflow(node, node.left_spine, node.right_spine)
-            self._repair_aggs(top, hit_left, hit_right)
+            if node.parent is None or len(node.times) >= self._min_entries:
+                self._repair_path(node)
+            else:
+                top, hit_left, hit_right, _ = self._underflow(
+                    node, node.left_spine, node.right_spine
+                )
+                self._repair_aggs(top, hit_left, hit_right)
         else:
             self._evict_inner(node, i)
         return True
@@ -1341,6 +1409,11 @@ class FiBA:
                     edge_up, edge_count = up[id(children[-1] if node.left_spine else children[0])]
                     parts = [*inner, edge_up] if node.left_spine else [edge_up, *inner]
                     count += edge_count
+                if children is not None:
+                    _require(
+                        node.local == _fold(combine, identity, parts) and node.local_cnt == count,
+                        "aggregates: stale cached own part of a spine node",
+                    )
                 if parent.parent is not None:
                     parts = [*parts, parent.agg] if node.left_spine else [parent.agg, *parts]
                     count += parent.cnt
