@@ -18,21 +18,27 @@ HTTP (Faust web views on the worker's ``web_port``):
 
 - ``GET /windows/{key}?from=&to=`` or ``?window=5m``, optional ``&aggregations=sum,max``:
   the ``Answer`` JSON (status 200, or 400 with ``error`` set). A worker that does not own the
-  key's partition redirects (307) to the one that does, found in the group assignment.
+  key's partition forwards the query through the query topic to the owner and relays its
+  answer (``AnswerForwarder``; 504 if none comes within ``FORWARD_TIMEOUT_S``). This works on
+  every broker; Faust's own ``topic_route`` needs the assignor's routing metadata, which stays
+  empty on the embedded broker.
 - ``GET /stats``: the pipeline's counters (``WindowsPipeline.stats``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.types import TP, Message
 from faust.web import Request, Response, View
-from yarl import URL
 
 from agents.events import BadEvent, parse_event_time
 from agents.records import (
@@ -45,12 +51,16 @@ from agents.records import (
     WINDOW,
     Answer,
     RangeQuery,
+    dumps,
 )
 from agents.windows import WindowsPipeline, encode_json
+from app.clients import client_options
 from app.faust_app import FibaApp
 from stores.key_windows import KeyWindows
 
 logger = logging.getLogger(__name__)
+
+FORWARD_TIMEOUT_S = 5.0
 
 
 class BadQuery(Exception):
@@ -138,6 +148,7 @@ class QueryService:
     def __init__(self, fiba: FibaApp, pipeline: WindowsPipeline) -> None:
         self.fiba = fiba
         self.pipeline = pipeline
+        self.forwarder = AnswerForwarder(fiba)
 
     def owns(self, partition: int) -> bool:
         """True when the input partition is assigned to this worker right now."""
@@ -185,18 +196,94 @@ class QueryService:
             result = answer(state.windows, query)
         if result.error:
             self.pipeline.counts["query_errors"] += 1
-        await self.fiba.answers_topic.send(
-            key=query.key.encode(), value=encode_json(result.to_json())
+        await self.fiba.app.producer.send(
+            self.fiba.settings.answers_topic,
+            query.key.encode(),
+            encode_json(result.to_json()),
+            None,
+            None,
+            None,
         )
 
-    def owner_url(self, partition: int) -> URL | None:
-        """Web URL of the worker owning input ``partition`` per the group assignment."""
-        topic = self.fiba.settings.input_topic
-        distribution = self.fiba.app.assignor.external_topics_metadata()
-        for url, topics in distribution.items():
-            if partition in topics.get(topic, ()):
-                return URL(url)
-        return None
+    async def forward(self, query: RangeQuery, timeout: float) -> Answer | None:
+        """Ask the owner of ``query.key`` through the query topic and wait for its answer
+        (``None`` after ``timeout`` seconds)."""
+        return await self.forwarder.ask(query, timeout)
+
+
+class AnswerForwarder:
+    """Answers for HTTP queries about keys another worker owns, obtained through Kafka.
+
+    The query is produced to the query topic (keyed, so it reaches the owner of the key's
+    partition); a group-less consumer of the answers topic, started on first use, resolves the
+    waiting request by ``query_id`` (a fresh UUID, so old answers never match).
+    """
+
+    def __init__(self, fiba: FibaApp) -> None:
+        self.fiba = fiba
+        self._pending: dict[str, asyncio.Future[Answer]] = {}
+        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._starting = asyncio.Lock()
+
+    async def ask(self, query: RangeQuery, timeout: float) -> Answer | None:
+        await self._start()
+        query_id = f"http-{uuid.uuid4().hex}"
+        forwarded = replace(query, query_id=query_id)
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._pending[query_id] = future
+        try:
+            await self.fiba.app.producer.send(
+                self.fiba.settings.queries_topic,
+                query.key.encode(),
+                dumps(forwarded.to_json()),
+                None,
+                None,
+                None,
+            )
+            result = await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            return None
+        finally:
+            self._pending.pop(query_id, None)
+        return replace(result, query_id=query.query_id)
+
+    async def _start(self) -> None:
+        async with self._starting:
+            if self._consumer is not None:
+                return
+            settings = self.fiba.settings
+            consumer = AIOKafkaConsumer(
+                **client_options(settings), enable_auto_commit=False, auto_offset_reset="latest"
+            )
+            await consumer.start()
+            consumer.assign(
+                [TopicPartition(settings.answers_topic, p) for p in range(settings.partitions)]
+            )
+            self._consumer = consumer
+            self._reader = asyncio.create_task(self._read(consumer))
+
+    async def _read(self, consumer: AIOKafkaConsumer) -> None:
+        while True:
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                for record in records:
+                    if not self._pending:
+                        break
+                    try:
+                        result = Answer.from_json(json.loads(record.value))
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    future = self._pending.get(result.query_id)
+                    if future is not None and not future.done():
+                        future.set_result(result)
+
+    async def stop(self) -> None:
+        """Stop the answers consumer (if it was started)."""
+        if self._reader is not None:
+            self._reader.cancel()
+        if self._consumer is not None:
+            await self._consumer.stop()
 
 
 def install(fiba: FibaApp, service: QueryService) -> None:
@@ -212,15 +299,6 @@ def install(fiba: FibaApp, service: QueryService) -> None:
     @app.page("/windows/{key}")
     class WindowsView(View):
         async def get(self, request: Request, key: str) -> Response:
-            partition = fiba.key_partition(key.encode())
-            if not service.owns(partition):
-                owner = service.owner_url(partition)
-                if owner is None or owner == URL(str(app.conf.canonical_url)):
-                    return self.json(
-                        {"error": "the key's partition has no owner right now"}, status=503
-                    )
-                target = str(request.url.with_host(owner.host or "").with_port(owner.port))
-                return self.json({"redirect": target}, status=307, headers={"Location": target})
             params = request.query
             try:
                 query = query_from_json(
@@ -236,11 +314,25 @@ def install(fiba: FibaApp, service: QueryService) -> None:
             except BadQuery as exc:
                 return self.json({"error": str(exc)}, status=400)
             service.pipeline.counts["http_queries"] += 1
-            result = await service.ask(query)
+            if service.owns(fiba.key_partition(key.encode())):
+                result = await service.ask(query)
+            else:
+                service.pipeline.counts["http_forwarded"] += 1
+                forwarded = await service.forward(query, FORWARD_TIMEOUT_S)
+                if forwarded is None:
+                    return self.json(
+                        {"error": "the worker owning the key did not answer in time"},
+                        status=504,
+                    )
+                result = forwarded
             status = 400 if result.error else 200
             return self.bytes(
                 encode_json(result.to_json()), content_type="application/json", status=status
             )
+
+    @app.on_before_shutdown.connect
+    async def stop_forwarder(sender: Any, **kwargs: Any) -> None:
+        await service.forwarder.stop()
 
     @app.page("/stats")
     class StatsView(View):

@@ -303,8 +303,12 @@ class WindowsPipeline:
         return evicted
 
     def stats(self) -> dict[str, Any]:
-        """Counters and per-partition state, as served by ``GET /stats``."""
+        """Counters, the input partitions assigned to this worker and the state of the loaded
+        ones, as served by ``GET /stats``."""
+        topic = self.settings.input_topic
+        assignment = self.fiba.app.consumer.assignment()
         return {
+            "assigned": sorted(tp.partition for tp in assignment if tp.topic == topic),
             "counts": dict(self.counts),
             "dead_letters": dict(self.dead_letters.counts),
             "partitions": {
