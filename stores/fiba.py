@@ -1102,7 +1102,25 @@ class FiBA:
         if len(items) == 1:
             self.insert(*items[0])
             return
-        self._bulk_pass_up(self._insertion_sites(items))
+        rf = self._rf
+        if not rf.times or items[0][0] > rf.times[-1]:  # all younger: one site, the right finger
+            self._bulk_pass_up([[rf, 0, self._twigs(items)]])
+        else:
+            self._bulk_pass_up(self._insertion_sites(items))
+
+    def _twigs(self, items: list[tuple[Any, Any]]) -> list[list[Any]]:
+        """``[t, partial, None]`` for sorted pairs, equal times combined."""
+        lift = self._lift
+        combine = self._combine
+        twigs: list[list[Any]] = []
+        last: list[Any] = [None, None, None]
+        for t, x in items:
+            if twigs and t == last[0]:
+                last[1] = combine(last[1], lift(x))
+            else:
+                last = [t, lift(x), None]
+                twigs.append(last)
+        return twigs
 
     def _insertion_sites(self, items: list[tuple[Any, Any]]) -> list[list[Any]]:
         """Step 1 of bulk insert: combine pairs at existing times in place and group the new
@@ -1250,26 +1268,31 @@ class FiBA:
         times = node.times
         values = node.values
         children = node.children
-        all_times: list[Any] = []
-        all_values: list[Any] = []
-        all_children: list[_Node] = [] if children is None else [children[0]]
-        i = 0
-        n = len(times)
-        for t, value, child in twigs:
-            while i < n and times[i] < t:
-                all_times.append(times[i])
-                all_values.append(values[i])
+        if not times or times[-1] < twigs[0][0]:  # all twigs after the node's entries
+            all_times = times + [twig[0] for twig in twigs]
+            all_values = values + [twig[1] for twig in twigs]
+            all_children = [] if children is None else children + [twig[2] for twig in twigs]
+        else:
+            all_times = []
+            all_values = []
+            all_children = [] if children is None else [children[0]]
+            i = 0
+            n = len(times)
+            for t, value, child in twigs:
+                while i < n and times[i] < t:
+                    all_times.append(times[i])
+                    all_values.append(values[i])
+                    if children is not None:
+                        all_children.append(children[i + 1])
+                    i += 1
+                all_times.append(t)
+                all_values.append(value)
                 if children is not None:
-                    all_children.append(children[i + 1])
-                i += 1
-            all_times.append(t)
-            all_values.append(value)
+                    all_children.append(child)
+            all_times.extend(times[i:])
+            all_values.extend(values[i:])
             if children is not None:
-                all_children.append(child)
-        all_times.extend(times[i:])
-        all_values.extend(values[i:])
-        if children is not None:
-            all_children.extend(children[i + 1 :])
+                all_children.extend(children[i + 1 :])
         parent = node.parent
         was_right = parent is None or node.right_spine
         if parent is None:  # height increase
