@@ -119,6 +119,8 @@ def spark_join(
 ) -> None:
     """As-of join: each batch row with its key's latest aggregate of WINDOW at or before its
     time (see spark_bridge.join), written as Parquet to --out."""
+    from pyspark.errors import AnalysisException
+
     from spark_bridge.join import asof_join, read_batch
     from spark_bridge.progress import spark_progress
     from spark_bridge.read import read_aggregates, read_answers
@@ -151,9 +153,11 @@ def spark_join(
                 answers=answers,
                 query_id_column=query_id_column,
             )
+            joined.write.mode("overwrite" if overwrite else "errorifexists").parquet(out)
         except ValueError as exc:
             raise CliFailure(str(exc), 2) from None
-        joined.write.mode("overwrite" if overwrite else "errorifexists").parquet(out)
+        except AnalysisException as exc:  # e.g. unreadable input, --out exists
+            raise CliFailure(exc.getMessage() or str(exc)) from None
     click.echo(f"wrote {out} in {time.monotonic() - began:.1f}s", err=True)
 
 

@@ -35,7 +35,7 @@ from agents.records import (
     WINDOW_START,
     WINDOWS,
 )
-from spark_bridge.schema import AGGREGATES, ANSWERS, JSON_NUMBER, RESULT_JSON, SCHEMAS
+from spark_bridge.schema import AGGREGATES, ANSWERS, JSON_NUMBER, RAW, RESULT_JSON, SCHEMAS
 
 ARROW_SCHEMAS = {kind: to_arrow_schema(schema, timezone="UTC") for kind, schema in SCHEMAS.items()}
 """Record kind -> the Arrow schema Spark expects from the data source's ``read``."""
@@ -49,6 +49,7 @@ class KafkaRecord(NamedTuple):
     offset: int
     timestamp: int | None
     value: bytes | None
+    key: bytes | None = None
 
 
 class _Corrupt(Exception):
@@ -311,10 +312,22 @@ def _decode_answers(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def _raw(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
+    columns = [
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        *_kafka_columns(records, [None] * len(records))[:4],
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMAS[RAW])
+
+
 def decode_batch(kind: str, records: Sequence[KafkaRecord]) -> pa.RecordBatch:
-    """The rows of ``records`` (all of one kind: ``"aggregates"`` or ``"answers"``), in order."""
+    """The rows of ``records`` (all of one kind: ``"aggregates"``, ``"answers"`` or ``"raw"``:
+    undecoded), in order."""
+    if kind == RAW:
+        return _raw(records)
     if kind == AGGREGATES:
         return _decode_aggregates(records)
     if kind == ANSWERS:
         return _decode_answers(records)
-    raise ValueError(f"unknown record kind {kind!r} (expected {AGGREGATES!r} or {ANSWERS!r})")
+    raise ValueError(f"unknown record kind {kind!r} (expected one of {sorted(SCHEMAS)})")

@@ -183,7 +183,7 @@ class KafkaReader:
                     f"cannot read {self.topic}[{partition}] from offset {position}: {exc!r}"
                 ) from exc
             pending.extend(
-                KafkaRecord(r.topic, r.partition, r.offset, r.timestamp, r.value)
+                KafkaRecord(r.topic, r.partition, r.offset, r.timestamp, r.value, r.key)
                 for r in records
                 if r.offset < end
             )

@@ -4,7 +4,10 @@
 ``spark_bridge.schema`` (batch, or streaming with ``streaming=True``). ``engine``:
 
 - ``"python"``: the ``fiba-kafka`` Python data source (works everywhere, reads to the Fetch high
-  watermark, so also on the embedded broker);
+  watermark, so also on the embedded broker). With ``decoder="jvm"`` (default) it moves the raw
+  bytes and ``from_json`` decodes them in the JVM (``spark_bridge.jvm.parse_values``), several
+  times faster than decoding JSON in Python workers; ``decoder="python"`` decodes in the tasks
+  (``spark_bridge.decode``). Both give the same rows (tested);
 - ``"jvm"``: Spark's Kafka connector + ``spark_bridge.jvm.parse_values`` (needs the
   ``spark-sql-kafka-0-10`` jar; faster, for real clusters);
 - ``"auto"`` (default): ``"jvm"`` when the connector is on the classpath, else ``"python"``.
@@ -21,11 +24,12 @@ from pyspark.sql import functions as F
 
 from agents.records import WINDOW_AGGREGATES, WINDOW_COUNT, WINDOW_END, WINDOW_START, WINDOWS
 from spark_bridge.jvm import jvm_kafka_available, jvm_kafka_options, parse_values
-from spark_bridge.schema import AGGREGATES, ANSWERS, JSON_SUFFIX, WINDOW_AGGREGATES_JSON
+from spark_bridge.schema import AGGREGATES, ANSWERS, JSON_SUFFIX, RAW, WINDOW_AGGREGATES_JSON
 from spark_bridge.session import register
 from spark_bridge.source import SHORT_NAME
 
 ENGINES = ("auto", "python", "jvm")
+DECODERS = ("jvm", "python")
 
 
 def choose_engine(spark: SparkSession, engine: str) -> str:
@@ -48,6 +52,7 @@ def read_records(
     starting_offsets: str | None = None,
     ending_offsets: str | None = None,
     options: Mapping[str, str] | None = None,
+    decoder: str = "jvm",
 ) -> DataFrame:
     """The records of ``kind`` (``"aggregates"`` or ``"answers"``) in ``topic``.
 
@@ -56,6 +61,8 @@ def read_records(
     ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition`` for the Python engine).
     """
     chosen = choose_engine(spark, engine)
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {DECODERS}, not {decoder!r}")
     opts: dict[str, str] = {"kafka.bootstrap.servers": bootstrap}
     if starting_offsets is not None:
         opts["startingOffsets"] = starting_offsets
@@ -65,7 +72,9 @@ def read_records(
     if chosen == "python":
         register(spark)
         opts.update(options or {})
-        return reader.format(SHORT_NAME).options(topic=topic, records=kind, **opts).load()
+        records = RAW if decoder == "jvm" else kind
+        df = reader.format(SHORT_NAME).options(topic=topic, records=records, **opts).load()
+        return parse_values(df, kind) if decoder == "jvm" else df
     opts.update(jvm_kafka_options(options or {}))
     if options and options.get("maxOffsetsPerTrigger"):
         opts["maxOffsetsPerTrigger"] = options["maxOffsetsPerTrigger"]

@@ -14,6 +14,9 @@ Answers topic (``ANSWERS_SCHEMA``)::
     result map<string, double>, result_json map<string, string>, count bigint,
     stream_time timestamp, error string, topic, partition, offset, timestamp, _corrupt_record
 
+Raw records (``RAW_SCHEMA``, the data source's ``records=raw``): Kafka ``key`` and ``value``
+bytes plus the Kafka columns, for decoding in the JVM with ``spark_bridge.jvm.parse_values``.
+
 Record times (epoch ms) become Spark timestamps (UTC instants, exact: Spark keeps µs).
 ``topic``, ``partition``, ``offset`` and ``timestamp`` (the Kafka record timestamp) are named as
 in Spark's own Kafka source.
@@ -39,6 +42,7 @@ from __future__ import annotations
 import re
 
 from pyspark.sql.types import (
+    BinaryType,
     DoubleType,
     IntegerType,
     LongType,
@@ -125,9 +129,19 @@ ANSWER_FIELDS = [
 ]
 ANSWERS_SCHEMA = StructType(ANSWER_FIELDS + KAFKA_FIELDS)
 
+RAW_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        *KAFKA_FIELDS[:4],
+    ]
+)
+"""The undecoded records, as Spark's Kafka source yields them (without ``timestampType``)."""
+
 AGGREGATES = "aggregates"
 ANSWERS = "answers"
-SCHEMAS = {AGGREGATES: AGGREGATES_SCHEMA, ANSWERS: ANSWERS_SCHEMA}
+RAW = "raw"
+SCHEMAS = {AGGREGATES: AGGREGATES_SCHEMA, ANSWERS: ANSWERS_SCHEMA, RAW: RAW_SCHEMA}
 """Record kind (the data source's ``records`` option) -> its Spark schema."""
 
 # The value JSON as Spark's JSON reader (``from_json``) must read it on the JVM path: times as

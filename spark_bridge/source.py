@@ -13,7 +13,8 @@ Options:
 
 - ``kafka.bootstrap.servers`` (or ``bootstrap``), ``topic`` — required;
 - ``records``: ``aggregates`` (default) or ``answers`` — which schema of
-  ``spark_bridge.schema`` the topic holds;
+  ``spark_bridge.schema`` the topic holds — or ``raw``: undecoded key/value bytes with the Kafka
+  columns (``RAW_SCHEMA``), to decode in the JVM (``spark_bridge.jvm.parse_values``);
 - ``startingOffsets``: ``earliest`` (batch default), ``latest`` (streaming default) or JSON per
   partition ``{"topic": {"0": 23}}`` (-2 earliest, -1 latest); ``endingOffsets`` (batch only):
   ``latest`` (default), ``earliest`` or JSON;
@@ -116,7 +117,7 @@ class _Config:
 
 
 class FibaKafkaDataSource(DataSource):
-    """Kafka topics of fiba-stream records (aggregates or answers), batch and streaming."""
+    """Kafka topics of fiba-stream records (aggregates, answers or raw), batch and streaming."""
 
     @classmethod
     def name(cls) -> str:

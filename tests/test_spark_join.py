@@ -145,7 +145,7 @@ def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, tmp_path):
         }
     )
     batch_path = tmp_path / "batch.parquet"
-    batch.to_parquet(batch_path)
+    batch.to_parquet(batch_path, coerce_timestamps="us")
     out = tmp_path / "out"
     result = CliRunner().invoke(
         spark_join,

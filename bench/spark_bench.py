@@ -1,0 +1,250 @@
+"""Spark bridge benchmark: aggregates topic -> Spark, and the as-of join, on local[2].
+
+``python -m bench.spark_bench [--records N] [--quick]`` (default N = 10^6, quick 10^5):
+
+1. starts an embedded broker (or uses ``KAFKA_BOOTSTRAP``), creates a 4-partition topic and
+   produces N aggregate records (1000 keys, three windows, five numeric aggregations each;
+   ~650-byte values) in batches — timed, for reference;
+2. **read**: ``read_aggregates`` (the ``fiba-kafka`` Python data source) reads the whole topic
+   into the typed schema, the JSON decoded in the JVM (default) and, second, in the Python tasks
+   (``write.format("noop")`` forces every row, nothing is collected);
+3. writes N batch rows (keys from the same key set, times spread over the aggregates' span,
+   generated in Spark) and the decoded aggregates as Parquet — not timed;
+4. **join**: ``spark_bridge.join.asof_join`` of the N batch rows against the N aggregates from
+   Parquet, written as Parquet (the job's own cost); and **join from Kafka**: the same with the
+   aggregates read from the topic in the same job (what ``fiba spark-join`` does).
+
+Each figure is wall-clock seconds of one run and rows/s; the load average before and after is
+recorded because the machine is shared. Writes ``bench/results/spark_bench[_quick].json`` and
+prints a Markdown table for ``bench/RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from agents.records import (
+    EVENT_TS,
+    KEY,
+    STREAM_TIME,
+    WINDOW_AGGREGATES,
+    WINDOW_COUNT,
+    WINDOW_END,
+    WINDOW_START,
+    dumps,
+)
+from agents.records import WINDOWS as WINDOWS_FIELD
+from bench.machine import describe_machine
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PARTITIONS = 4
+KEYS = 1000
+WINDOWS = {"1m": 60_000, "5m": 300_000, "1h": 3_600_000}
+START_MS = 1_700_000_000_000
+SPACING_MS = 10
+JOIN_TARGET_S = 60.0
+
+
+def aggregate_value(i: int, rng: random.Random) -> tuple[int, bytes, bytes]:
+    """(partition, key, value) of the i-th benchmark aggregate record.
+
+    The JSON object is built directly with the field names of ``agents.records`` (what
+    ``AggregateRecord.to_json`` yields, without its slow ``asdict`` deep copy).
+    """
+    key = f"sensor-{i % KEYS}"
+    st = START_MS + i * SPACING_MS
+    r = rng.random
+    windows = {
+        name: {
+            WINDOW_START: st - size,
+            WINDOW_END: st,
+            WINDOW_COUNT: 1 + int(r() * 1000),
+            WINDOW_AGGREGATES: {
+                "count": 1 + int(r() * 1000),
+                "sum": r() * 1e4,
+                "max": r() * 100,
+                "mean": r() * 100,
+                "pop_stddev": r() * 10,
+            },
+        }
+        for name, size in WINDOWS.items()
+    }
+    value = {KEY: key, EVENT_TS: st - int(r() * 5000), STREAM_TIME: st, WINDOWS_FIELD: windows}
+    return zlib.crc32(key.encode()) % PARTITIONS, key.encode(), dumps(value)
+
+
+async def produce(bootstrap: str, topic: str, n: int) -> float:
+    """Create ``topic`` and produce ``n`` records in batches; returns the seconds taken."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        configs = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+        await admin.create_topics([NewTopic(topic, PARTITIONS, 1, topic_configs=configs)])
+    finally:
+        await admin.close()
+    rng = random.Random(7)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20, acks=1
+    )
+    await producer.start()
+    began = time.perf_counter()
+    try:
+        pending = []
+        for i in range(n):
+            partition, key, value = aggregate_value(i, rng)
+            pending.append(await producer.send(topic, value, key=key, partition=partition))
+            if len(pending) >= 20_000:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return time.perf_counter() - began
+
+
+def timed(label: str, run) -> float:
+    print(f"[spark_bench] {label} ...", file=sys.stderr, flush=True)
+    began = time.perf_counter()
+    run()
+    seconds = time.perf_counter() - began
+    print(f"[spark_bench] {label}: {seconds:.1f}s", file=sys.stderr, flush=True)
+    return seconds
+
+
+def run(bootstrap: str, n: int, workdir: Path) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    from spark_bridge.join import asof_join
+    from spark_bridge.read import read_aggregates
+    from spark_bridge.session import spark_session
+
+    topic = f"bench-aggregates-{os.getpid()}"
+    produce_s = asyncio.run(produce(bootstrap, topic, n))
+    spark = spark_session(
+        "local[2]",
+        app_name="fiba-spark-bench",
+        conf={"spark.sql.shuffle.partitions": "8", "spark.driver.memory": "3g"},
+    )
+    try:
+        source = read_aggregates(spark, bootstrap, topic, engine="python")
+        read_s = timed("read", lambda: source.write.format("noop").mode("overwrite").save())
+        aggregates_path, batch_path = str(workdir / "aggregates"), str(workdir / "batch")
+        source.write.parquet(aggregates_path)
+        span_ms = n * SPACING_MS
+        (
+            spark.range(n)
+            .select(
+                F.col("id"),
+                F.concat(F.lit("sensor-"), (F.rand(11) * KEYS).cast("int")).alias("key"),
+                (F.lit(START_MS) + (F.rand(13) * span_ms).cast("long")).alias("ts"),
+            )
+            .write.parquet(batch_path)
+        )
+        batch = spark.read.parquet(batch_path)
+
+        def join_from(aggregates, out: str) -> None:
+            joined = asof_join(
+                batch, aggregates, "5m", aggregations=["count", "sum", "max", "mean"]
+            )
+            joined.write.mode("overwrite").parquet(out)
+
+        join_s = timed(
+            "join", lambda: join_from(spark.read.parquet(aggregates_path), str(workdir / "j1"))
+        )
+        join_kafka_s = timed("join from Kafka", lambda: join_from(source, str(workdir / "j2")))
+        matched = spark.read.parquet(str(workdir / "j1")).where("agg_window_end IS NOT NULL")
+        matched_rows = matched.count()
+        in_python = read_aggregates(spark, bootstrap, topic, engine="python", decoder="python")
+        read_python_s = timed(
+            "read, Python decoder",
+            lambda: in_python.write.format("noop").mode("overwrite").save(),
+        )
+    finally:
+        spark.stop()
+    return {
+        "records": n,
+        "batch_rows": n,
+        "partitions": PARTITIONS,
+        "master": "local[2]",
+        "produce_s": produce_s,
+        "read_s": read_s,
+        "read_python_decoder_s": read_python_s,
+        "join_s": join_s,
+        "join_from_kafka_s": join_kafka_s,
+        "matched_rows": matched_rows,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    n = result["records"]
+    rows = [
+        ("produce N aggregates to the embedded broker (aiokafka, batched)", result["produce_s"]),
+        (
+            "read N aggregates into Spark (fiba-kafka source, JSON decoded in the JVM)",
+            result["read_s"],
+        ),
+        (
+            "read N aggregates into Spark (fiba-kafka source, JSON decoded in Python)",
+            result["read_python_decoder_s"],
+        ),
+        ("as-of join N batch rows x N aggregates (Parquet in, Parquet out)", result["join_s"]),
+        ("as-of join, aggregates read from Kafka in the same job", result["join_from_kafka_s"]),
+    ]
+    lines = [
+        f"N = {n:,}; local[2]; load average before {result['load_before']}, "
+        f"after {result['load_after']}",
+        "",
+        "| step | seconds | rows/s |",
+        "| --- | ---: | ---: |",
+    ]
+    lines += [f"| {label} | {s:.1f} | {n / s:,.0f} |" for label, s in rows]
+    verdict = "met" if result["join_s"] <= JOIN_TARGET_S else "NOT met"
+    lines += [
+        "",
+        f"Join target (<= {JOIN_TARGET_S:.0f} s): {verdict}. "
+        f"{result['matched_rows']:,} of {n:,} batch rows found an aggregate.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=None, help="N (default 10^6)")
+    parser.add_argument("--quick", action="store_true", help="N = 10^5")
+    args = parser.parse_args()
+    n = args.records or (100_000 if args.quick else 1_000_000)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
+        external = os.environ.get("KAFKA_BOOTSTRAP")
+        if external:
+            result = run(external, n, Path(tmp))
+        else:
+            from app.broker import EmbeddedBroker
+
+            with EmbeddedBroker() as broker:
+                result = run(broker.bootstrap, n, Path(tmp))
+    result["load_before"] = load_before
+    result["load_after"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    result["machine"] = describe_machine()
+    RESULTS.mkdir(exist_ok=True)
+    name = "spark_bench_quick.json" if n < 1_000_000 else "spark_bench.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
