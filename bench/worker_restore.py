@@ -3,22 +3,24 @@
 ``python -m bench.worker_restore [--entries N] [--keys K] [--churn F] [--codec C] [--quick]``
 starts an embedded broker (or uses ``KAFKA_BOOTSTRAP``), writes one changelog partition holding
 ``entries`` retained entries (``keys`` keys, real partials of the default aggregations
-count,sum,max,mean,pop_stddev in the worker's JSON codec, records in the store's format, sent
-with normal producer batching) plus ``churn * entries`` entries upserted earlier and evicted
-since (their upserts and tombstones are history a restore must read and drop), then times:
+count,sum,max,mean,pop_stddev, records in the store's format, sent with normal producer
+batching) plus ``churn * entries`` entries upserted earlier and evicted since (their upserts
+and tombstones are history a restore must read and drop), then times:
 
 - ``restore from the changelog alone`` (no local state: the SIGKILL-without-data-dir case);
 - ``restore from local RocksDB`` (clean checkpoint, empty changelog tail: a clean restart);
 - ``bulk build of the in-memory index`` (``KeyWindows.restore``: one FiBA per key, O(n));
 
-wall and CPU seconds of this process (the machine may be shared: the 1-minute load average is
-recorded), and measures (tracemalloc, in a separate untimed pass) the memory per retained entry
-of the restored ``windows`` lists and of the FiBA index built from them. Target: the changelog-only
-restore of 10^6 entries in at most 10 s. Writes ``bench/results/worker_restore.json`` and
-prints a Markdown table (for ``bench/RESULTS.md``). ``--codec worker`` is the worker's
-``PartialJsonCodec``; ``--codec batch`` adds ``decode_many`` (one JSON parse for all partials),
-which ``WindowStore.restore`` uses when a codec has it; ``--codec marshal`` is the store's
-``MarshalStateCodec``.
+in wall and CPU seconds of this process (the machine may be shared: the 1-minute load average
+is recorded), and measures (tracemalloc, in a separate untimed pass) the memory per retained
+entry of the restored ``windows`` lists and of the FiBA index built from them. Target: the
+changelog-only restore of 10^6 entries in at most 10 s.
+
+Codecs of the partials: ``worker`` is the worker's ``PartialJsonCodec``; ``batch`` adds
+``decode_many`` (one JSON parse for all partials, which ``WindowStore.restore`` uses when a codec
+has it); ``marshal`` is the store's ``MarshalStateCodec``. Writes
+``bench/results/worker_restore_<codec>.json`` (``bench/results/quick/`` with ``--quick``) and
+prints a Markdown table (for ``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from stores.changelog import encode_upsert, entry_id
 from stores.key_windows import KeyWindows, PartialJsonCodec, WindowConfig
 from stores.window_store import MarshalStateCodec, WindowStore
 
-RESULTS = Path(__file__).parent / "results" / "worker_restore.json"
+RESULTS = Path(__file__).parent / "results"
 T0 = 1_700_000_000_000
 TARGET_S = 10.0
 
@@ -243,8 +245,8 @@ def main() -> None:
     entries = 100_000 if args.quick else args.entries
     result = asyncio.run(run(entries, args.keys, args.churn, args.seed, args.codec))
     print(json.dumps(result), flush=True)
-    RESULTS.parent.mkdir(exist_ok=True)
-    path = RESULTS.with_name("worker_restore_quick.json") if args.quick else RESULTS
+    path = (RESULTS / "quick" if args.quick else RESULTS) / f"worker_restore_{args.codec}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([result], indent=2) + "\n")
     print(markdown([result]))
 
