@@ -74,7 +74,13 @@ Replays write RocksDB without its WAL (a bulk load) and flush the memtable befor
 checkpoint, so a crash during a replay leaves either no checkpoint or the previous one.
 
 Complexity: ``record`` O(1 + evicted) RocksDB writes and changelog records; ``restore`` O(local
-entries + changelog records replayed), plus decoding every restored partial once.
+entries + changelog records replayed), plus decoding every restored partial once, which
+dominates: ``bench/worker_restore.py`` (10^6 entries, 1000 keys, default aggregations, on a
+shared 2-core machine, load average 5-10) measured a changelog-only restore in 24 s wall /
+12.6 s CPU with ``MarshalStateCodec`` and 78 s / 18.7 s with a batch-decoding JSON codec; a
+restore from the local copy in 10 s / 6.2 s. Memory per retained entry: about 350 B for the
+restored ``windows`` lists (marshal-decoded partials of five aggregations), 130 B for the FiBA
+index built from them (bench/RESULTS.md).
 """
 
 from __future__ import annotations
