@@ -40,6 +40,15 @@ Costs (``m`` = entries evicted or inserted in bulk, ``d`` = distance from the ne
 Times can be any totally ordered values (ints, floats, tuples ...). The monoid is duck-typed
 (see :mod:`stores.monoids`): ``identity``, ``lift(x)``, ``combine(a, b)`` (associative, neither
 commutative nor invertible needed) and ``lower(a)``.
+
+Implementation notes (CPython): nodes use ``__slots__`` and parallel lists (times, values,
+children) searched with :mod:`bisect`; no recursion on update paths. Fast paths: appending at
+the right finger and popping at the left finger are O(1) plus amortized rebalancing; a split of
+the right finger after an append extends its parent's aggregate instead of recomputing it; and
+a non-root inner spine node caches ``local``, its aggregate without the parent's term, so a
+repair that changed no spine node walks down a spine in one combine per level. Subtrees cut off
+by ``bulk_evict`` are released at once by reference counting (the papers' deferred free list
+exists to avoid O(m) deallocation calls; here that work is C-level and not a combine).
 """
 
 from __future__ import annotations
@@ -47,13 +56,9 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from functools import reduce
-from operator import attrgetter
 from typing import Any
 
 __all__ = ["FiBA"]
-
-_agg_of = attrgetter("agg")
-_cnt_of = attrgetter("cnt")
 
 
 class _Node:
