@@ -104,18 +104,16 @@ def query_from_json(obj: Mapping[str, Any]) -> RangeQuery:
     )
 
 
-def answer(windows: KeyWindows | None, query: RangeQuery) -> Answer:
-    """The answer to ``query`` from one partition's windows (``None``: nothing loaded)."""
-    stream_time = windows.stream_time if windows is not None else None
+def answer(windows: KeyWindows, query: RangeQuery) -> Answer:
+    """The answer to ``query`` from the windows of the key's partition."""
+    stream_time = windows.stream_time
 
     def error(text: str) -> Answer:
         return Answer(
             query.query_id, query.key, query.from_ts, query.to_ts, {}, 0, stream_time, text
         )
 
-    config = windows.config if windows is not None else None
-    if config is None:
-        return error("this worker holds no state for the key's partition")
+    config = windows.config
     wanted = query.aggregations or config.aggregations
     unknown = [a for a in wanted if a not in config.aggregations]
     if unknown:

@@ -231,6 +231,9 @@ class WindowsPipeline:
             parsed.append(None)
             events.append((event.key, event.ts, event.value))
         result = state.windows.accept_batch(events)
+        # outputs before the state that makes a redelivery skip them (at-least-once output)
+        for record in result.records:
+            await self._emit(record, record.key)
         outcomes = iter(result.outcomes)
         pending: list[tuple[Message, Accepted]] = []
         for message, bad in zip(fresh, parsed, strict=True):
@@ -244,8 +247,6 @@ class WindowsPipeline:
         for key, times in result.evicted.items():
             if times:
                 await self.store.evict(state.partition, key, times)
-        for record in result.records:
-            await self._emit(record, record.key)
 
     async def _flush_accepted(
         self, state: PartitionState, pending: list[tuple[Message, Accepted]]

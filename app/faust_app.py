@@ -33,6 +33,7 @@ EMBEDDED_SESSION_TIMEOUT_S = 5.0
 EMBEDDED_HEARTBEAT_INTERVAL_S = 0.5
 PRODUCER_LINGER_S = 0.005
 PRODUCER_MAX_BATCH_BYTES = 1 << 18
+EVENT_MODE_POLL_RECORDS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,7 @@ class FibaApp:
 
 def faust_options(settings: Settings) -> dict[str, Any]:
     """The ``faust.App`` keyword arguments of ``settings`` (profile applied)."""
+    queue = settings.batch_max_records if settings.emit == "batch" else EVENT_MODE_POLL_RECORDS
     options: dict[str, Any] = {
         "broker": settings.faust_broker,
         "web_host": settings.web_host,
@@ -72,6 +74,11 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         # producer before every offset commit, so lingering never loses at-least-once).
         "producer_linger": PRODUCER_LINGER_S,
         "producer_max_batch_size": PRODUCER_MAX_BATCH_BYTES,
+        # One consumer feeds every agent in fetch order, so a query record waits behind the
+        # input records fetched and buffered before it: keep those queues short (a batch must
+        # still fit).
+        "broker_max_poll_records": queue,
+        "stream_buffer_maxsize": 2 * queue,
     }
     credentials = _credentials(settings)
     if credentials is not None:
