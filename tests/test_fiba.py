@@ -4,7 +4,8 @@ The state machines of ``tests.window_machine`` drive FiBA and ``OracleWindow`` s
 every MIN_ARITY in 2..8 with the non-commutative ``collect`` (which also exposes any reordering
 of entries), and for a spread of arities with ``first``, ``last`` (non-commutative), ``max`` and
 ``argmax`` (non-invertible; argmax breaks ties towards the oldest entry, so it is not
-commutative either). ``check_invariants()`` runs after every step.
+commutative either), and once with the in-order (FIFO) workload. ``check_invariants()`` runs
+after every step.
 """
 
 from __future__ import annotations
@@ -28,8 +29,15 @@ _MACHINE_SETTINGS = settings(
 )
 
 
-def _machine_test(min_arity: int, name: str, values: st.SearchStrategy | None = None):
-    machine = window_machine(lambda m: FiBA(m, min_arity), monoid(name), values=values)
+def _machine_test(
+    min_arity: int,
+    name: str,
+    values: st.SearchStrategy | None = None,
+    out_of_order: bool = True,
+):
+    machine = window_machine(
+        lambda m: FiBA(m, min_arity), monoid(name), values=values, out_of_order=out_of_order
+    )
     case = machine.TestCase
     case.settings = _MACHINE_SETTINGS
     return case
@@ -46,6 +54,7 @@ TestMax2 = _machine_test(2, "max")
 TestFirst3 = _machine_test(3, "first")
 TestLast2 = _machine_test(2, "last")
 TestArgmax4 = _machine_test(4, "argmax", values=st.tuples(st.integers(0, 3), st.integers(0, 1000)))
+TestInOrderCollect2 = _machine_test(2, "collect", out_of_order=False)  # the FIFO workload
 
 
 # --- unit tests ------------------------------------------------------------------------------
