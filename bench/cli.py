@@ -4,7 +4,8 @@ Also mounted in the project CLI as ``fiba bench``. Every run prints the exact co
 reproduces it, the machine, then per experiment a table, notes, and findings (targets met or
 not, ratios against the baselines measured in the same run), and writes ``<name>.csv`` and
 ``<name>.png`` under ``--out`` (default ``bench/results``, or ``bench/results/quick`` with
-``--quick``). Progress goes to stderr, the report to stdout.
+``--quick``), and the whole printed report as ``report-<experiment>.txt``. Progress goes to
+stderr, the report to stdout.
 """
 
 from __future__ import annotations
@@ -127,9 +128,15 @@ def bench(
         clock=clock,
         log=lambda message: click.echo(message, err=True),
     )
-    click.echo(f"command: {reproduce_command(experiment, config)}")
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        click.echo(text)
+        lines.append(text)
+
+    say(f"command: {reproduce_command(experiment, config)}")
     for key, value in describe_machine().items():
-        click.echo(f"{key}: {value}")
+        say(f"{key}: {value}")
     names = list(EXPERIMENTS) if experiment == "all" else [experiment]
     findings: list[tuple[str, Finding]] = []
     shares: list[float] = []
@@ -138,24 +145,28 @@ def bench(
         began, began_cpu = time.perf_counter(), time.process_time()
         result = EXPERIMENTS[name](config)
         written = write_result(result, config.out)
-        click.echo("")
-        click.echo(format_result(result))
-        click.echo(f"wrote {', '.join(_display_path(p) for p in written)}")
-        click.echo(
+        say("")
+        say(format_result(result))
+        say(f"wrote {', '.join(_display_path(p) for p in written)}")
+        say(
             f"{name} took {time.perf_counter() - began:.1f} s "
             f"(CPU {time.process_time() - began_cpu:.1f} s)"
         )
         findings += [(name, f) for f in result.findings if f.met is not None]
         shares += [float(r["cpu_share"]) for r in result.rows if "cpu_share" in r]
     if findings:
-        click.echo("\n== targets")
+        say("\n== targets")
         for name, finding in findings:
-            click.echo(f"[{finding.verdict()}] {name}: {finding.claim}: {finding.measured}")
+            say(f"[{finding.verdict()}] {name}: {finding.claim}: {finding.measured}")
     if config.clock == "wall" and shares and statistics.median(shares) < CONTENDED_SHARE:
-        click.echo(
+        say(
             f"\nwarning: the machine was busy (median CPU share {statistics.median(shares):.2f} "
             "of wall time): wall-clock figures and ratios are unreliable; rerun on an idle "
             "machine or with --clock cpu"
         )
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    click.echo(f"\ntotal {wall:.1f} s (CPU {cpu:.1f} s)")
+    say(f"\ntotal {wall:.1f} s (CPU {cpu:.1f} s)")
+    config.out.mkdir(parents=True, exist_ok=True)
+    report = config.out / f"report-{experiment}.txt"
+    report.write_text("\n".join(lines) + "\n")
+    click.echo(f"wrote {_display_path(report)}")

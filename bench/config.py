@@ -12,6 +12,7 @@ from bench.timing import CLOCKS, Throughput, Workload, interleaved_throughputs, 
 DEFAULT_MONOIDS = ("sum", "geomean", "bloom")
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class BenchConfig:
             clock=self.clock,
         )
 
-    def throughputs(self, workloads: Mapping[str, Workload]) -> dict[str, Throughput]:
+    def throughputs(self, workloads: Mapping[K, Workload]) -> dict[K, Throughput]:
         """Median throughputs of several workloads measured interleaved, for fair ratios."""
         return interleaved_throughputs(
             workloads,

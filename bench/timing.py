@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from time import perf_counter_ns, thread_time_ns
+from typing import TypeVar
 
 
 @contextmanager
@@ -112,6 +113,9 @@ def calibrated_count(
     return max(min_count, min(max_count, int(target_seconds * 1e9 / per_op)))
 
 
+K = TypeVar("K")
+
+
 @dataclass(frozen=True)
 class Workload:
     """``run(count)`` performs ``count`` operations; bounds on the count per repetition."""
@@ -122,12 +126,12 @@ class Workload:
 
 
 def interleaved_throughputs(
-    workloads: Mapping[str, Workload],
+    workloads: Mapping[K, Workload],
     *,
     repetitions: int,
     target_seconds: float,
     clock: str = "wall",
-) -> dict[str, Throughput]:
+) -> dict[K, Throughput]:
     """Median throughput of each workload, their repetitions interleaved.
 
     Each workload is calibrated (the probes double as warm-up), then repetition ``r`` times
@@ -140,7 +144,7 @@ def interleaved_throughputs(
     """
     take = undisturbed_timed_ns if clock == "wall" else timed_ns
     names = list(workloads)
-    samples: dict[str, list[tuple[int, int]]] = {name: [] for name in names}
+    samples: dict[K, list[tuple[int, int]]] = {name: [] for name in names}
     with gc_paused():
         counts = {
             name: calibrated_count(

@@ -135,6 +135,8 @@ def test_quick_run_of_every_experiment_writes_sane_results(tmp_path) -> None:
                     assert number is not None and number > 0, (name, column, cell)
         png = (tmp_path / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 10_000, name
+    saved = (tmp_path / "report-all.txt").read_text()
+    assert saved.startswith("command: python -m bench all --quick") and "\n== targets\n" in saved
     targets = report.split("\n== targets\n", 1)[1]
     for claim in ("TwoStacksLite", "ClassicBTree", "bulk_evict of 1024", "flat within"):
         assert claim in targets

@@ -4,10 +4,10 @@ fixed d.
 The adversarial generator (:class:`~bench.workloads.AdversarialWindow`) places every insert
 exactly ``d`` entries from the young end; a round is evict-oldest + insert + query. One window
 per algorithm and n is built at d = 0 and widened in place to each larger d; at each point the
-algorithms' repetitions are interleaved. The second part holds d fixed and grows the window
-from n = 2^12 to 2^20: FiBA's amortized O(log d) should stay flat while the classic B-tree's
-O(log n) falls. Only algorithms that accept out-of-order
-inserts take part; the others are listed with the reason.
+algorithms' repetitions are interleaved. The second part holds d fixed and varies the window
+size from n = 2^12 to 2^20 (all sizes built at once and measured interleaved): FiBA's
+amortized O(log d) should stay flat while the classic B-tree's O(log n) falls. Only algorithms
+that accept out-of-order inserts take part; the others are listed with the reason.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from bench.experiments.common import (
     times,
 )
 from bench.report import ExperimentResult, Finding, subplots
-from bench.timing import gc_paused
+from bench.timing import Workload, gc_paused
 from bench.workloads import AdversarialWindow
 
 ALGORITHMS = ("fiba2", "fiba4", "fiba8", "classic_btree4")
@@ -73,7 +73,7 @@ def run(config: BenchConfig) -> ExperimentResult:
                 with gc_paused():
                     for window in windows.values():
                         window.widen(d)
-                _measure(config, result, windows, "d", monoid_name)
+                _measure(config, result, windows, monoid_name)
             del windows
     _flatness(config, result)
     _findings(config, result)
@@ -84,13 +84,12 @@ def _measure(
     config: BenchConfig,
     result: ExperimentResult,
     windows: dict[str, AdversarialWindow],
-    sweep: str,
     monoid_name: str,
 ) -> None:
     for name, tp in round_throughputs(config, windows).items():
         window = windows[name]
         result.add(
-            sweep=sweep,
+            sweep="d",
             monoid=monoid_name,
             algorithm=name,
             n=window.n,
@@ -109,17 +108,30 @@ def _flat_setup(config: BenchConfig) -> tuple[str, int, list[int]]:
 
 
 def _flatness(config: BenchConfig, result: ExperimentResult) -> None:
+    """Every (algorithm, n) window built at once and measured interleaved: the comparison
+    across n is then as fair as the one across algorithms."""
     monoid_name, fixed_d, sizes = _flat_setup(config)
     config.log(f"ooo: {monoid_name} d={fixed_d}, n sweep")
     windows = {
-        name: build_window(algorithm(name), monoid_name, sizes[0], fixed_d)
+        (name, n): build_window(algorithm(name), monoid_name, n, fixed_d)
         for name in ("fiba4", "classic_btree4")
+        for n in sizes
     }
-    for n in sizes:
-        with gc_paused():
-            for window in windows.values():
-                window.grow(n)
-        _measure(config, result, windows, "n", monoid_name)
+    rates = config.throughputs(
+        {key: Workload(w.rounds, max_count=2_000_000) for key, w in windows.items()}
+    )
+    for (name, n), tp in rates.items():
+        result.add(
+            sweep="n",
+            monoid=monoid_name,
+            algorithm=name,
+            n=n,
+            d=fixed_d,
+            rounds_per_s=tp.ops_per_second,
+            ns_per_round=tp.ns_per_op,
+            spread=tp.spread,
+            cpu_share=tp.cpu_share,
+        )
 
 
 def _findings(config: BenchConfig, result: ExperimentResult) -> None:
