@@ -918,6 +918,9 @@ class FiBA:
             self._reset()
             return count
         k = bisect_right(ltimes, t)
+        if k == 1 and len(ltimes) > 1:  # just the oldest entry, a sliding window's usual case
+            self.evict(ltimes[0])
+            return 1
         if len(ltimes) - k >= self._min_entries:  # the boundary is inside the left finger
             del ltimes[:k]
             del lf.values[:k]
