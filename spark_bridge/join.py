@@ -17,7 +17,7 @@ shuffle join on ``query_id``.
 
 Run it with ``fiba spark-join`` or on a cluster::
 
-    spark-submit --master yarn --py-files fiba_stream.zip -m spark_bridge.join --batch ...
+    spark-submit --master yarn --py-files fiba_stream.zip spark_bridge/join.py --batch ...
     python -m spark_bridge.join --batch rows.parquet --aggregates-topic fiba-aggregates \\
         --window 5m --out enriched.parquet --master 'local[*]'
 """

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.records import AggregateRecord, Answer, WindowResult, dumps
-from spark_bridge.cli import spark_join
+from spark_bridge.cli import spark_join, spark_read
 from spark_bridge.decode import KafkaRecord, decode_batch
 from spark_bridge.join import asof_join
 from spark_bridge.schema import AGGREGATES, AGGREGATES_SCHEMA
@@ -163,3 +163,12 @@ def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, tmp_path):
     assert got["agg_max"].isna().all()
     assert got["answer_count"].astype("Int64").tolist() == [3, pd.NA, 0, 0, pd.NA, pd.NA, 3]
     assert got["answer_error"].tolist()[2] == "bad window"
+
+
+    shown = CliRunner().invoke(
+        spark_read,
+        ["--topic", agg_topic, "--window", WINDOW, "--limit", "3", "--broker", kafka_bootstrap,
+         "--no-progress"],
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "window_count" in shown.output and "only showing top 3 rows" in shown.output
