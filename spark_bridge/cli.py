@@ -82,17 +82,31 @@ PROGRESS = click.option("--progress/--no-progress", default=True, help="progress
 
 @click.command("spark-join")
 @click.option("--batch", required=True, help="batch dataset: Parquet (file or folder) or CSV")
-@click.option("--batch-format", type=click.Choice(["parquet", "csv"]), default=None,
-              help="default: csv for *.csv, else parquet")
+@click.option(
+    "--batch-format",
+    type=click.Choice(["parquet", "csv"]),
+    default=None,
+    help="default: csv for *.csv, else parquet",
+)
 @click.option("--window", required=True, help="window name, as configured (e.g. 5m)")
 @click.option("--out", required=True, help="output Parquet folder")
 @click.option("--key-column", default="key", show_default=True)
-@click.option("--time-column", default="ts", show_default=True,
-              help="event time: epoch ms, ISO-8601 text or timestamp")
-@click.option("--aggregations", default=None,
-              help="comma-separated names: flatten into agg_<name> columns (default: maps)")
-@click.option("--with-answers", is_flag=True,
-              help="attach the answers topic's latest answer by --query-id-column")
+@click.option(
+    "--time-column",
+    default="ts",
+    show_default=True,
+    help="event time: epoch ms, ISO-8601 text or timestamp",
+)
+@click.option(
+    "--aggregations",
+    default=None,
+    help="comma-separated names: flatten into agg_<name> columns (default: maps)",
+)
+@click.option(
+    "--with-answers",
+    is_flag=True,
+    help="attach the answers topic's latest answer by --query-id-column",
+)
 @click.option("--query-id-column", default="query_id", show_default=True)
 @click.option("--overwrite", is_flag=True, help="replace --out if it exists")
 @MASTER
@@ -163,8 +177,12 @@ def spark_join(
 
 @click.command("spark-read")
 @click.option("--topic", default=None, help="topic to read (default: the aggregates topic)")
-@click.option("--records", type=click.Choice([AGGREGATES, ANSWERS]), default=None,
-              help="record kind (default: answers for the answers topic, else aggregates)")
+@click.option(
+    "--records",
+    type=click.Choice([AGGREGATES, ANSWERS]),
+    default=None,
+    help="record kind (default: answers for the answers topic, else aggregates)",
+)
 @click.option("--window", default=None, help="flatten this window into columns")
 @click.option("--limit", type=int, default=20, show_default=True, help="rows shown")
 @click.option("--starting-offsets", default="earliest", show_default=True)

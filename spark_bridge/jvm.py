@@ -121,11 +121,13 @@ def _aggregate_columns(p: Column) -> tuple[Column, list[Column]]:
     windows = p[WINDOWS]
     bad_window = F.exists(
         F.map_values(windows),
-        lambda w: w.isNull()
-        | w[WINDOW_START].isNull()
-        | w[WINDOW_END].isNull()
-        | w[WINDOW_COUNT].isNull()
-        | w[WINDOW_AGGREGATES].isNull(),
+        lambda w: (
+            w.isNull()
+            | w[WINDOW_START].isNull()
+            | w[WINDOW_END].isNull()
+            | w[WINDOW_COUNT].isNull()
+            | w[WINDOW_AGGREGATES].isNull()
+        ),
     )
     corrupt = (
         p.isNull()

@@ -79,9 +79,7 @@ class KafkaReader:
     aiokafka consumer on a private event loop and stops both on exit. Nothing is committed.
     """
 
-    def __init__(
-        self, options: Mapping[str, str], topic: str, *, timeout: float = 30.0
-    ) -> None:
+    def __init__(self, options: Mapping[str, str], topic: str, *, timeout: float = 30.0) -> None:
         self.topic = topic
         self.timeout = timeout
         self._kwargs = client_options(options)

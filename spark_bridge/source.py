@@ -106,8 +106,10 @@ class _Config:
         """(partitions, earliest offsets, high watermarks) of the topic now."""
         with self.kafka() as reader:
             partitions = reader.partitions()
-            return partitions, reader.earliest_offsets(partitions), reader.high_watermarks(
-                partitions
+            return (
+                partitions,
+                reader.earliest_offsets(partitions),
+                reader.high_watermarks(partitions),
             )
 
     def read(self, part: OffsetRange) -> Iterator[pa.RecordBatch]:

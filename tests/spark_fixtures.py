@@ -62,9 +62,7 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> str:
     return name
 
 
-def produce(
-    bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | None, bytes]]
-) -> None:
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | None, bytes]]) -> None:
     """Send ``(partition, key, value)`` records, batched (many records per produce request)."""
     from aiokafka import AIOKafkaProducer
 

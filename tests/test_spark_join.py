@@ -80,7 +80,12 @@ def oracle(aggs: list[KafkaRecord], batch: pd.DataFrame) -> pd.DataFrame:
     right = right.sort_values(["end", "partition", "offset"], kind="stable")
     left = batch.astype({"key": "str", "ts": "int64"}).sort_values("ts", kind="stable")
     merged = pd.merge_asof(
-        left, right, left_on="ts", right_on="end", by="key", direction="backward",
+        left,
+        right,
+        left_on="ts",
+        right_on="end",
+        by="key",
+        direction="backward",
         allow_exact_matches=True,
     )
     return merged.set_index("id")["match"].astype("Int64").sort_index()
@@ -112,7 +117,9 @@ def test_asof_join_equals_merge_asof(spark, agg_draws, batch_rows, corrupt):
         [(i, key, 1_000 * t) for i, (key, t) in enumerate(batch_rows)], columns=["id", "key", "ts"]
     )
     joined = asof_join(
-        spark.createDataFrame(batch), spark_aggregates(spark, records), WINDOW,
+        spark.createDataFrame(batch),
+        spark_aggregates(spark, records),
+        WINDOW,
         aggregations=["sum"],
     )
     got = joined.select("id", "agg_window_count", "agg_sum", "agg_window_end").toPandas()
@@ -128,13 +135,23 @@ def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, tmp_path):
     """Kafka topics -> ``fiba spark-join`` -> Parquet, with answers attached by query id."""
     agg_topic = create_topic(kafka_bootstrap, unique_topic("join-agg"), PARTITIONS)
     ans_topic = create_topic(kafka_bootstrap, unique_topic("join-ans"), PARTITIONS)
-    draws = [("a", 5, True), ("b", 3, True), ("a", 2, True), ("a", 5, True), ("a", 8, False),
-             ("c", 9, True), ("b", 3, True), ("a", 7, True)]
+    draws = [
+        ("a", 5, True),
+        ("b", 3, True),
+        ("a", 2, True),
+        ("a", 5, True),
+        ("a", 8, False),
+        ("c", 9, True),
+        ("b", 3, True),
+        ("a", 7, True),
+    ]
     values = [*aggregate_values(draws), (1, b"not json")]
     produce(kafka_bootstrap, agg_topic, [(p, None, v) for p, v in values])
-    answers = [Answer("q1", "a", 0, 5000, {"sum": 1.0}, 2, 5000),
-               Answer("q1", "a", 0, 5000, {"sum": 2.0}, 3, 6000),
-               Answer("q2", "b", None, None, {}, 0, None, error="bad window")]
+    answers = [
+        Answer("q1", "a", 0, 5000, {"sum": 1.0}, 2, 5000),
+        Answer("q1", "a", 0, 5000, {"sum": 2.0}, 3, 6000),
+        Answer("q2", "b", None, None, {}, 0, None, error="bad window"),
+    ]
     produce(kafka_bootstrap, ans_topic, [(0, b"a", dumps(a.to_json())) for a in answers])
     batch = pd.DataFrame(
         {
@@ -149,9 +166,24 @@ def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, tmp_path):
     out = tmp_path / "out"
     result = CliRunner().invoke(
         spark_join,
-        ["--batch", str(batch_path), "--window", WINDOW, "--out", str(out),
-         "--aggregates-topic", agg_topic, "--answers-topic", ans_topic, "--with-answers",
-         "--aggregations", "sum,max", "--broker", kafka_bootstrap, "--no-progress"],
+        [
+            "--batch",
+            str(batch_path),
+            "--window",
+            WINDOW,
+            "--out",
+            str(out),
+            "--aggregates-topic",
+            agg_topic,
+            "--answers-topic",
+            ans_topic,
+            "--with-answers",
+            "--aggregations",
+            "sum,max",
+            "--broker",
+            kafka_bootstrap,
+            "--no-progress",
+        ],
     )
     assert result.exit_code == 0, result.output
     got = pd.read_parquet(out).sort_values("id").reset_index(drop=True)
@@ -164,11 +196,19 @@ def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, tmp_path):
     assert got["answer_count"].astype("Int64").tolist() == [3, pd.NA, 0, 0, pd.NA, pd.NA, 3]
     assert got["answer_error"].tolist()[2] == "bad window"
 
-
     shown = CliRunner().invoke(
         spark_read,
-        ["--topic", agg_topic, "--window", WINDOW, "--limit", "3", "--broker", kafka_bootstrap,
-         "--no-progress"],
+        [
+            "--topic",
+            agg_topic,
+            "--window",
+            WINDOW,
+            "--limit",
+            "3",
+            "--broker",
+            kafka_bootstrap,
+            "--no-progress",
+        ],
     )
     assert shown.exit_code == 0, shown.output
     assert "window_count" in shown.output and "only showing top 3 rows" in shown.output

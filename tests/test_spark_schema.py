@@ -128,9 +128,23 @@ def test_flatten_window(spark):
     df = jvm_engine_df(spark, AGGREGATES, kafka_records(aggregate_values()))
     flat = flatten_window(df.where("_corrupt_record IS NULL"), "5m").orderBy("offset")
     assert flat.columns == [
-        "key", "event_ts", "stream_time", "topic", "partition", "offset", "timestamp",
-        "_corrupt_record", "window_start", "window_end", "window_count", "mean", "spelled",
-        "argmax_json", "collect_json", "flag_json", "label_json",
+        "key",
+        "event_ts",
+        "stream_time",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "_corrupt_record",
+        "window_start",
+        "window_end",
+        "window_count",
+        "mean",
+        "spelled",
+        "argmax_json",
+        "collect_json",
+        "flag_json",
+        "label_json",
     ]
     first = flat.first()
     assert (first.window_count, first.spelled, first.label_json) == (3, 12.5, "abc")

@@ -47,13 +47,23 @@ def expected_row(record: AggregateRecord) -> dict:
     """What the source must yield for ``record``: times in ms, numbers/JSON split."""
     windows = {}
     for name, w in record.windows.items():
-        numbers = {k: (None if v is None else float(v)) for k, v in w.aggregates.items()
-                   if v is None or isinstance(v, int | float)}
-        texts = {k: json.dumps(v, separators=(",", ":")) for k, v in w.aggregates.items()
-                 if k not in numbers}
+        numbers = {
+            k: (None if v is None else float(v))
+            for k, v in w.aggregates.items()
+            if v is None or isinstance(v, int | float)
+        }
+        texts = {
+            k: json.dumps(v, separators=(",", ":"))
+            for k, v in w.aggregates.items()
+            if k not in numbers
+        }
         windows[name] = (w.start, w.end, w.count, numbers, texts)
-    return {"key": record.key, "event_ts": record.event_ts, "stream_time": record.stream_time,
-            "windows": windows}
+    return {
+        "key": record.key,
+        "event_ts": record.event_ts,
+        "stream_time": record.stream_time,
+        "windows": windows,
+    }
 
 
 def ms(ts) -> int | None:
@@ -65,8 +75,12 @@ def actual_row(row) -> dict:
         name: (ms(w.start), ms(w.end), w["count"], dict(w.aggregates), dict(w.aggregates_json))
         for name, w in row.windows.items()
     }
-    return {"key": row.key, "event_ts": ms(row.event_ts), "stream_time": ms(row.stream_time),
-            "windows": windows}
+    return {
+        "key": row.key,
+        "event_ts": ms(row.event_ts),
+        "stream_time": ms(row.stream_time),
+        "windows": windows,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +120,9 @@ def test_batch_read_equals_what_was_produced(spark, kafka_bootstrap, aggregates_
         assert row.topic == topic
         assert actual_row(row) == expected_row(record)
     assert sorted(len({r.offset for r in rows if r.partition == p}) for p in range(3)) == [
-        200, 201, 201
+        200,
+        201,
+        201,
     ]
 
 
@@ -158,7 +174,11 @@ def test_answers_topic_reader(spark, kafka_bootstrap):
     for a in answers:
         row = by_id[a.query_id]
         assert (row.key, ms(row["from"]), ms(row.to), row["count"], ms(row.stream_time)) == (
-            a.key, a.from_ts, a.to_ts, a.count, a.stream_time
+            a.key,
+            a.from_ts,
+            a.to_ts,
+            a.count,
+            a.stream_time,
         )
         assert dict(row.result) == {k: v for k, v in a.result.items() if k == "sum"}
         assert dict(row.result_json) == {
