@@ -1,10 +1,11 @@
-"""Description of the machine a benchmark ran on: CPU model, cores, Python, date."""
+"""Description of the machine a benchmark ran on: CPU model, cores, load, Python, date, code."""
 
 from __future__ import annotations
 
 import datetime
 import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +20,31 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def code_version() -> str:
+    """The git commit of the measured code, noting uncommitted changes under ``stores/``."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "stores"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return f"{commit} (uncommitted changes in stores/)" if dirty else commit
+
+
 def describe_machine() -> dict[str, str]:
     """Ordered facts about this machine and interpreter, for the report header."""
     return {
@@ -29,4 +55,5 @@ def describe_machine() -> dict[str, str]:
         "load average (1, 5, 15 min)": " ".join(f"{v:.2f}" for v in os.getloadavg()),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "interpreter": sys.executable,
+        "code": code_version(),
     }
