@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -226,6 +227,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="N = 10^5")
     args = parser.parse_args()
     n = args.records or (100_000 if args.quick else 1_000_000)
+    # SIGTERM unwinds like Ctrl-C, so the embedded broker and Spark are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:

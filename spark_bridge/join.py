@@ -94,21 +94,26 @@ def asof_join(
         if column not in batch.columns:
             raise ValueError(f"batch has no column {column!r} (columns: {batch.columns})")
     w = F.col(WINDOWS)[window]
+    payload = {
+        AGGREGATE_PREFIX + STREAM_TIME: F.col(STREAM_TIME),
+        AGGREGATE_PREFIX + EVENT_TS: F.col(EVENT_TS),
+        AGGREGATE_PREFIX + "window_start": w[WINDOW_START],
+        AGGREGATE_PREFIX + "window_end": w[WINDOW_END],
+        AGGREGATE_PREFIX + "window_count": w[WINDOW_COUNT],
+    }
+    if aggregations is None:
+        payload[AGGREGATE_PREFIX + WINDOW_AGGREGATES] = w[WINDOW_AGGREGATES]
+        payload[AGGREGATE_PREFIX + WINDOW_AGGREGATES_JSON] = w[WINDOW_AGGREGATES_JSON]
+    else:  # only the requested values travel through the shuffle and the sort
+        for name in aggregations:
+            payload[AGGREGATE_PREFIX + name] = w[WINDOW_AGGREGATES][name]
     agg_side = aggregates.where(F.col(CORRUPT_RECORD).isNull() & w.isNotNull()).select(
         F.col(KEY).alias(_K),
         w[WINDOW_END].alias(_T),
         F.lit(0).alias(_KIND),
         F.col(PARTITION).alias(_P),
         F.col(OFFSET).alias(_O),
-        F.struct(
-            F.col(STREAM_TIME).alias(STREAM_TIME),
-            F.col(EVENT_TS).alias(EVENT_TS),
-            w[WINDOW_START].alias("window_start"),
-            w[WINDOW_END].alias("window_end"),
-            w[WINDOW_COUNT].alias("window_count"),
-            w[WINDOW_AGGREGATES].alias(WINDOW_AGGREGATES),
-            w[WINDOW_AGGREGATES_JSON].alias(WINDOW_AGGREGATES_JSON),
-        ).alias(_AGG),
+        F.struct(*[c.alias(name) for name, c in payload.items()]).alias(_AGG),
     )
     time_type = batch.schema[time_column].dataType
     batch_side = batch.select(
@@ -127,22 +132,9 @@ def asof_join(
         .withColumn(_AGG, F.last(_AGG, ignorenulls=True).over(by_key_in_time))
         .where(F.col(_KIND) == 1)
     )
-    agg = F.col(_AGG)
-    values = (
-        [agg[WINDOW_AGGREGATES][n].alias(AGGREGATE_PREFIX + n) for n in aggregations]
-        if aggregations is not None
-        else [
-            agg[WINDOW_AGGREGATES].alias(AGGREGATE_PREFIX + WINDOW_AGGREGATES),
-            agg[WINDOW_AGGREGATES_JSON].alias(AGGREGATE_PREFIX + WINDOW_AGGREGATES_JSON),
-        ]
-    )
     out = joined.select(
         *[F.col(c) for c in batch.columns],
-        *[
-            agg[name].alias(AGGREGATE_PREFIX + name)
-            for name in (STREAM_TIME, EVENT_TS, "window_start", "window_end", "window_count")
-        ],
-        *values,
+        *[F.col(_AGG)[name].alias(name) for name in payload],
     )
     if answers is not None:
         out = attach_answers(out, answers, query_id_column)

@@ -107,8 +107,8 @@ batch_draws = st.lists(
 
 
 @settings(max_examples=4)
-@given(aggregate_draws, batch_draws, st.booleans())
-def test_asof_join_equals_merge_asof(spark, agg_draws, batch_rows, corrupt):
+@given(aggregate_draws, batch_draws, st.booleans(), st.booleans())
+def test_asof_join_equals_merge_asof(spark, agg_draws, batch_rows, corrupt, flatten):
     values = aggregate_values(agg_draws)
     if corrupt:
         values.insert(len(values) // 2, (0, b"{corrupt"))
@@ -120,8 +120,10 @@ def test_asof_join_equals_merge_asof(spark, agg_draws, batch_rows, corrupt):
         spark.createDataFrame(batch),
         spark_aggregates(spark, records),
         WINDOW,
-        aggregations=["sum"],
+        aggregations=["sum"] if flatten else None,
     )
+    if not flatten:
+        joined = joined.withColumn("agg_sum", joined["agg_aggregates"]["sum"])
     got = joined.select("id", "agg_window_count", "agg_sum", "agg_window_end").toPandas()
     got = got.set_index("id").sort_index()
     expected = oracle(records, batch)
