@@ -135,9 +135,13 @@ def _flatness(config: BenchConfig, result: ExperimentResult) -> None:
 
 
 def _findings(config: BenchConfig, result: ExperimentResult) -> None:
+    """Targets are judged at the largest n of the run (2^20 in a full run, with sum); a
+    monoid measured only at a smaller n gets the same comparisons as information."""
+    target_n = max(int(r["n"]) for r in result.select(sweep="d"))
     for monoid_name in config.monoids:
         rows = result.select(sweep="d", monoid=monoid_name)
         n = max(int(r["n"]) for r in rows)
+        judged = n == target_n
         far = max(int(r["d"]) for r in rows if int(r["d"]) <= TARGET_D and r["n"] == n)
 
         def rate(name: str, d: int, n: int = n, monoid_name: str = monoid_name) -> float:
@@ -153,7 +157,7 @@ def _findings(config: BenchConfig, result: ExperimentResult) -> None:
                 f"n={log2_label(n)} (authors' C++: about 4x)",
                 f"{rate('fiba4', 0):,.0f} vs {rate('classic_btree4', 0):,.0f} rounds/s "
                 f"= {times(at_zero)}",
-                at_zero >= CLASSIC_D0_TARGET,
+                at_zero >= CLASSIC_D0_TARGET if judged else None,
             )
         )
         result.findings.append(
@@ -161,7 +165,7 @@ def _findings(config: BenchConfig, result: ExperimentResult) -> None:
                 f"FiBA still ahead of ClassicBTree at d={far}, {monoid_name}, n={log2_label(n)}",
                 f"{rate('fiba4', far):,.0f} vs {rate('classic_btree4', far):,.0f} rounds/s "
                 f"= {times(at_far)}",
-                at_far > 1.0,
+                at_far > 1.0 if judged else None,
             )
         )
         deepest = max(int(r["d"]) for r in rows if r["n"] == n)
