@@ -117,12 +117,18 @@ def limit_offsets(
 ) -> dict[int, int]:
     """``end`` lowered so that at most ``max_rows`` offsets lie between ``start`` and it in
     total, shared among partitions in proportion to their backlog (as Spark's
-    ``maxOffsetsPerTrigger``); every partition with a backlog advances by at least one."""
+    ``maxOffsetsPerTrigger``); what rounding leaves over goes one offset each to partitions
+    whose share rounded to zero, so some partition always advances while any has a backlog."""
     backlog = {p: end[p] - start.get(p, 0) for p in end}
     total = sum(backlog.values())
     if total <= max_rows:
         return dict(end)
-    return {
-        p: start.get(p, 0) + (max(1, size * max_rows // total) if size else 0)
-        for p, size in backlog.items()
-    }
+    shares = {p: size * max_rows // total for p, size in backlog.items()}
+    spare = max_rows - sum(shares.values())
+    for p in sorted(backlog):
+        if spare == 0:
+            break
+        if backlog[p] and shares[p] == 0:
+            shares[p] = 1
+            spare -= 1
+    return {p: start.get(p, 0) + shares[p] for p in end}
