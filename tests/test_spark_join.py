@@ -214,3 +214,21 @@ def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, tmp_path):
     )
     assert shown.exit_code == 0, shown.output
     assert "window_count" in shown.output and "only showing top 3 rows" in shown.output
+
+
+def test_csv_batch_with_iso_times(spark, tmp_path):
+    """A CSV batch whose times are ISO-8601 text joins like epoch-ms times do."""
+    from spark_bridge.join import read_batch
+
+    records = with_offsets(aggregate_values([("a", 2, True), ("a", 4, True), ("b", 1, True)]))
+    path = tmp_path / "rows.csv"
+    path.write_text(
+        "id,key,ts\n"
+        "0,a,1970-01-01T00:00:03Z\n"
+        "1,a,1970-01-01T00:00:04Z\n"
+        "2,b,1970-01-01T00:00:00.999Z\n"
+        "3,z,1970-01-01T00:00:09Z\n"
+    )
+    joined = asof_join(read_batch(spark, str(path)), spark_aggregates(spark, records), WINDOW)
+    got = {r.id: r.agg_window_count for r in joined.collect()}
+    assert got == {0: 0, 1: 1, 2: None, 3: None}
