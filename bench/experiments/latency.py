@@ -18,7 +18,7 @@ from bench.algorithms import algorithm, exclusion_reason
 from bench.config import BenchConfig
 from bench.experiments.common import build_window, log2_label, ratio, times
 from bench.report import ExperimentResult, Finding, subplots
-from bench.timing import LatencySummary, gc_paused
+from bench.timing import LatencySummary, gc_paused, percentile
 
 IN_ORDER = (
     "fiba2",
@@ -111,13 +111,20 @@ def _findings(result: ExperimentResult, config: BenchConfig, distances: tuple[in
 def _draw(samples: dict[tuple[str, int, str], list[int]], result: ExperimentResult):
     panels = list(dict.fromkeys((monoid_name, d) for monoid_name, d, _ in samples))
     figure, axes = subplots(
-        len(panels), title="per-round latency (Fig. 12); bar = median", width=6.0
+        len(panels),
+        title="per-round latency (Fig. 12): min, median, max bars; p99 -, p99.9 x",
+        width=6.0,
     )
     for axis, (monoid_name, d) in zip(axes, panels, strict=True):
         names = [name for m, dd, name in samples if (m, dd) == (monoid_name, d)]
         data = [[math.log10(max(s, 1)) for s in samples[monoid_name, d, name]] for name in names]
         axis.violinplot(data, showmedians=True, showextrema=True)
+        positions = range(1, len(names) + 1)
+        for q, marker, label in ((99, "_", "p99"), (99.9, "x", "p99.9")):
+            tails = [percentile(sorted(values), q) for values in data]
+            axis.scatter(positions, tails, marker=marker, color="black", s=30, label=label)
         axis.set_xticks(range(1, len(names) + 1), names, rotation=45, fontsize="x-small")
         axis.set_ylabel("log10(latency in ns)")
         axis.set_title(f"{monoid_name}, d={d}")
+    axes[0].legend(fontsize="x-small")
     return figure
