@@ -5,13 +5,14 @@ worker subprocess (``child`` mode of this module: the real ``app.worker`` pipeli
 store included), over a pre-produced input topic: 100 keys, 20% of the events out of order (up
 to half the smallest window late), three windows of sizes R/100, R/10 and R. The per-key event
 spacing is 100 ms, so the largest window holds ``occupancy`` events per key; to start each run
-with full windows, a partition's windows are pre-filled (an O(n) bulk build, not timed, not
-persisted) when its first record arrives.
+with full windows, every partition's windows are pre-filled (an O(n) bulk build, not timed,
+not persisted) when the first record arrives.
 
-Scenarios: ``bare`` — a Faust agent that only consumes the same topic (the framework's floor);
+Scenarios: ``bare`` — a Faust agent that only consumes the same topic (the framework's floor),
+``bare-batch`` — the same with ``stream.take_events`` batches as ``emit=batch`` uses;
 ``event``/``batch`` — the worker with that ``emit`` mode at each occupancy. Throughput is the
-accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). In one run
-(occupancy 10^3, ``event`` mode) range queries are timed while the worker is loaded: sequential
+accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). In the
+occupancy 10^3 runs, range queries are timed while the worker is loaded: sequential
 ``GET /windows/{key}?window=`` requests, and query records sent to the query topic, each timed
 until its answer is read back.
 
@@ -147,6 +148,8 @@ def measure_rate(
                 marks[fraction] = (now, cpu, accepted)
         if 0.9 in marks:
             (t1, c1, a1), (t2, c2, a2) = marks[0.3], marks[0.9]
+            if t2 == t1:
+                raise RuntimeError("the stream was consumed between two polls: make it longer")
             return (a2 - a1) / (t2 - t1), 1e6 * (c2 - c1) / (a2 - a1)
         time.sleep(0.1)
     raise RuntimeError(f"timeout: the worker did not get through {total} events")
@@ -167,20 +170,21 @@ def http_latencies(port: int, window: str, stop: threading.Event, out: list[floa
         time.sleep(0.01)
 
 
-async def topic_latencies(settings: Settings, count: int) -> list[float]:
-    """Send ``count`` queries one at a time; seconds from send until its answer is read."""
+async def topic_latencies(settings: Settings, stop: threading.Event, out: list[float]) -> None:
+    """Send queries one at a time until ``stop``; seconds from send until its answer is read."""
     producer = AIOKafkaProducer(**client_options(settings), linger_ms=0)
     consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
     await producer.start()
     await consumer.start()
-    latencies = []
     try:
         tps = [TopicPartition(settings.answers_topic, p) for p in range(settings.partitions)]
         consumer.assign(tps)
         for tp in tps:
             consumer.seek(tp, 0)
         rng = random.Random(3)
-        for i in range(count):
+        i = 0
+        while not stop.is_set():
+            i += 1
             key = f"key-{rng.randrange(KEYS)}"
             query = {"query_id": f"q{i}", "key": key, "window": settings.windows[1].name}
             started = time.perf_counter()
@@ -188,16 +192,16 @@ async def topic_latencies(settings: Settings, count: int) -> list[float]:
                 settings.queries_topic, json.dumps(query).encode(), key=key.encode()
             )
             answered = False
-            while not answered:
-                batch = await consumer.getmany(timeout_ms=1000)
+            while not answered and not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=200)
                 for records in batch.values():
                     answered |= any(json.loads(r.value)["query_id"] == f"q{i}" for r in records)
-            latencies.append(time.perf_counter() - started)
+            if answered:
+                out.append(time.perf_counter() - started)
             await asyncio.sleep(0.02)
     finally:
         await producer.stop()
         await consumer.stop()
-    return latencies
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -208,7 +212,7 @@ def percentile(values: list[float], q: float) -> float:
 def run_scenario(
     bootstrap: str, name: str, occupancy: int, events: int, with_queries: bool, workdir: Path
 ) -> dict[str, Any]:
-    emit = "event" if name == "bare" else name
+    emit = {"bare": "event", "bare-batch": "batch"}.get(name, name)
     settings = scenario_settings(bootstrap, occupancy, emit, workdir / uuid.uuid4().hex[:6])
     asyncio.run(create_topics(settings))
     asyncio.run(produce(settings, event_stream(events, settings.windows[0].size_ms)))
@@ -221,33 +225,35 @@ def run_scenario(
     result: dict[str, Any] = {"scenario": name, "occupancy": occupancy, "events": events}
     try:
         http: list[float] = []
+        topic: list[float] = []
         stop = threading.Event()
+        threads = []
         if with_queries:
-            thread = threading.Thread(
-                target=http_latencies,
-                args=(settings.web_port, settings.windows[1].name, stop, http),
-            )
+            threads = [
+                threading.Thread(
+                    target=http_latencies,
+                    args=(settings.web_port, settings.windows[1].name, stop, http),
+                ),
+                threading.Thread(
+                    target=lambda: asyncio.run(topic_latencies(settings, stop, topic))
+                ),
+            ]
+        for thread in threads:
             thread.start()
         try:
-            if with_queries:
-                topic = asyncio.run(topic_latencies(settings, 100))
             rate, cpu = measure_rate(settings.web_port, events, worker, log_path, 900)
             result["events_per_s"], result["cpu_us_per_event"] = rate, cpu
         finally:
             stop.set()
-            if with_queries:
+            for thread in threads:
                 thread.join()
-        if with_queries:
-            result["http_query_ms"] = {
-                "n": len(http),
-                "p50": 1000 * statistics.median(http),
-                "p99": 1000 * percentile(http, 0.99),
-            }
-            result["topic_query_ms"] = {
-                "n": len(topic),
-                "p50": 1000 * statistics.median(topic),
-                "p99": 1000 * percentile(topic, 0.99),
-            }
+        for name, latencies in (("http_query_ms", http), ("topic_query_ms", topic)):
+            if latencies:
+                result[name] = {
+                    "n": len(latencies),
+                    "p50": 1000 * statistics.median(latencies),
+                    "p99": 1000 * percentile(latencies, 0.99),
+                }
     finally:
         worker.terminate()
         try:
@@ -261,8 +267,9 @@ def run_scenario(
 # --- child: the worker (or the bare agent) under test -------------------------------------------
 
 
-def run_bare(settings: Settings) -> None:
-    """A Faust agent that only consumes the input topic (the framework's floor)."""
+def run_bare(settings: Settings, batched: bool) -> None:
+    """A Faust agent that only consumes the input topic (the framework's floor): one event at a
+    time (``stream.events()``), or in batches like ``emit=batch`` (``stream.take_events``)."""
     import faust
 
     from app.faust_app import create_app
@@ -272,8 +279,13 @@ def run_bare(settings: Settings) -> None:
 
     @fiba.app.agent(fiba.input_topic, name="bare")
     async def consume(stream: faust.StreamT) -> None:
-        async for _ in stream.events():
-            counts["accepted"] += 1
+        if batched:
+            within = settings.batch_max_wait / 1000
+            async for events in stream.take_events(settings.batch_max_records, within):
+                counts["accepted"] += len(events)
+        else:
+            async for _ in stream.events():
+                counts["accepted"] += 1
 
     @fiba.app.page("/stats")
     async def stats(web: Any, request: Any) -> Any:
@@ -283,8 +295,8 @@ def run_bare(settings: Settings) -> None:
 
 
 def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
-    """The real worker; each partition's windows pre-filled with ``occupancy`` events per key
-    (times just before the stream starts) when the partition is first used."""
+    """The real worker; every assigned partition's windows pre-filled with ``occupancy`` events
+    per key (times just before the stream starts) when the first record arrives."""
     from agents.windows import PartitionState
     from app.faust_app import FibaApp
     from app.worker import build_worker, serve
@@ -295,11 +307,17 @@ def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
     filled: set[int] = set()
 
     async def state_with_prefill(partition: int) -> PartitionState:
-        state = await restore(partition)
-        if partition not in filled:
-            filled.add(partition)
-            state.windows.restore(prefill(worker.fiba, partition, occupancy))
-        return state
+        # the first record pre-fills every assigned partition, so that no pre-filling happens
+        # inside the measured part of the run
+        topic = settings.input_topic
+        assigned = {
+            tp.partition for tp in worker.fiba.app.consumer.assignment() if tp.topic == topic
+        }
+        for p in sorted((assigned | {partition}) - filled):
+            filled.add(p)
+            state = await restore(p)
+            state.windows.restore(prefill(worker.fiba, p, occupancy))
+        return await restore(partition)
 
     pipeline.state = state_with_prefill  # type: ignore[method-assign]
 
@@ -325,12 +343,12 @@ def main() -> None:
     run = sub.add_parser("run")
     run.add_argument("--quick", action="store_true")
     run.add_argument("--occupancies", default="100,1000,10000")
-    run.add_argument("--scenarios", default="bare,event,batch")
+    run.add_argument("--scenarios", default="bare,bare-batch,event,batch")
     args = parser.parse_args(sys.argv[1:] or ["run"])
     if args.command == "child":
         settings = load_settings()
-        if args.scenario == "bare":
-            run_bare(settings)
+        if args.scenario.startswith("bare"):
+            run_bare(settings, batched=args.scenario == "bare-batch")
         else:
             run_prefilled_worker(settings, args.occupancy)
         return
@@ -340,12 +358,14 @@ def main() -> None:
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         workdir = Path(tmp)
         scenarios = args.scenarios.split(",")
-        plan = [("bare", occupancies[0], events * 3, False)] if "bare" in scenarios else []
+        plan = [
+            (name, occupancies[0], events * 3, False)
+            for name in ("bare", "bare-batch")
+            if name in scenarios
+        ]
         for name in ("event", "batch"):
             if name in scenarios:
-                plan += [
-                    (name, occ, events, name == "event" and occ == 1000) for occ in occupancies
-                ]
+                plan += [(name, occ, events, occ == 1000) for occ in occupancies]
         for name, occ, n, queries in plan:
             result = run_scenario(broker.bootstrap, name, occ, n, queries, workdir)
             print(json.dumps(result), flush=True)
@@ -363,7 +383,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
-        occupancy = "-" if r["scenario"] == "bare" else f"{r['occupancy']:,}"
+        occupancy = "-" if r["scenario"].startswith("bare") else f"{r['occupancy']:,}"
         lines.append(
             f"| {r['scenario']} | {occupancy} | {r['events_per_s']:,.0f} | "
             f"{100 * r['events_per_s'] / bare['events_per_s']:.0f}% | "
