@@ -14,6 +14,7 @@ import random
 import pytest
 
 from agents.records import AggregateRecord, Answer, WindowResult, dumps
+from spark_bridge.read import read_aggregates
 from tests.spark_fixtures import create_topic, produce, unique_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -189,15 +190,18 @@ def test_answers_topic_reader(spark, kafka_bootstrap):
 
 
 def run_available_now(spark, bootstrap, topic, out, checkpoint):
-    """One ``availableNow`` run of a file-sink query; returns its micro-batch count."""
+    """One ``availableNow`` run of a file-sink query over ``read_aggregates`` (raw records
+    decoded in the JVM); returns its micro-batch count."""
+    stream = read_aggregates(
+        spark,
+        bootstrap,
+        topic,
+        streaming=True,
+        starting_offsets="earliest",
+        options={"maxOffsetsPerTrigger": "45"},
+    )
     query = (
-        spark.readStream.format("fiba-kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", 45)
-        .load()
-        .writeStream.format("parquet")
+        stream.writeStream.format("parquet")
         .option("path", str(out))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
