@@ -25,8 +25,6 @@ class Algorithm:
     cls: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     out_of_order: bool = True  # inserts anywhere, not only at the young end
-    evict_anywhere: bool = True  # evicts any timestamp, not only the oldest
-    native_bulk: bool = False  # bulk_evict / bulk_insert are real bulk algorithms, not loops
     amortized_over_window: bool = False  # O(n) steps every n evictions (Two-Stacks flips)
     label: str = ""
     complexity: str = ""  # per-operation cost, as the literature states it
@@ -55,7 +53,6 @@ def _fiba(min_arity: int) -> Algorithm:
         "stores.fiba",
         "FiBA",
         {"min_arity": min_arity},
-        native_bulk=True,
         label=f"FiBA (min_arity {min_arity})",
         complexity="amortized O(log d)",
     )
@@ -80,7 +77,6 @@ ALGORITHMS: dict[str, Algorithm] = {
             "stores.baselines.two_stacks",
             "TwoStacks",
             out_of_order=False,
-            evict_anywhere=False,
             amortized_over_window=True,
             label="TwoStacks",
             complexity="amortized O(1), FIFO only",
@@ -90,7 +86,6 @@ ALGORITHMS: dict[str, Algorithm] = {
             "stores.baselines.two_stacks",
             "TwoStacksLite",
             out_of_order=False,
-            evict_anywhere=False,
             amortized_over_window=True,
             label="TwoStacksLite",
             complexity="amortized O(1), FIFO only",
@@ -100,7 +95,6 @@ ALGORITHMS: dict[str, Algorithm] = {
             "stores.baselines.daba",
             "DABA",
             out_of_order=False,
-            evict_anywhere=False,
             label="DABA",
             complexity="worst-case O(1), FIFO only",
         ),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from bench.algorithms import Algorithm, algorithm, load_monoid
 from bench.config import BenchConfig
@@ -63,9 +63,3 @@ def ratio(numerator: float, denominator: float) -> float:
 def times(value: float) -> str:
     """A ratio as ``1.23x``."""
     return f"{value:.2f}x"
-
-
-def all_true(flags: Iterable[bool]) -> bool:
-    """True if every flag is true and there is at least one."""
-    flags = list(flags)
-    return bool(flags) and all(flags)
