@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import marshal
 import shutil
@@ -342,6 +343,18 @@ class WindowStore:
         )
         return RestoredPartition(partition, applied, self._windows(db), reused, replayed)
 
+    def _windows(self, db: Rdict) -> dict[str, list[tuple[int, Any]]]:
+        """``_build_windows`` with the cyclic garbage collector paused: it would rescan the
+        growing heap of new tuples again and again (10-25% of the time at 10^6 entries). The
+        build is synchronous, so no other code runs meanwhile."""
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._build_windows(db)
+        finally:
+            if was_enabled:
+                gc.enable()
+
     async def release(self, partition: int) -> None:
         """Partition revoked: make its changelog durable, checkpoint, close its RocksDB."""
         if partition not in self._open:
@@ -564,7 +577,7 @@ class WindowStore:
             replayed += len(records)
         return applied, replayed
 
-    def _windows(self, db: Rdict) -> dict[str, list[tuple[int, Any]]]:
+    def _build_windows(self, db: Rdict) -> dict[str, list[tuple[int, Any]]]:
         """Every entry of ``db`` grouped by key, each key's list in time order (RocksDB key
         order). O(entries) plus decoding every partial once, in one ``decode_many`` call when
         the codec has it (a batch decode saves the per-call overhead of a JSON parser)."""
