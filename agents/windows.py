@@ -62,6 +62,9 @@ from stores.window_store import WindowStore
 
 logger = logging.getLogger(__name__)
 
+YIELD_EVERY = 50
+"""In ``emit=batch``, the event loop gets a turn after this many persisted records."""
+
 
 @dataclass(slots=True)
 class PartitionState:
@@ -149,12 +152,15 @@ class WindowsPipeline:
                     self._store_started = True
                 restored = await self.store.restore(partition)
                 windows = KeyWindows(self.config, emit=self.settings.emit)
+                for key, pairs in restored.windows.items():
+                    windows.load(key, pairs)
+                    # a large state takes seconds to index: let heartbeats and queries run
+                    await asyncio.sleep(0)
                 state = PartitionState(partition, windows, restored.applied_offset)
                 async with state.lock:
-                    self._states[partition] = state
-                    cleaned = windows.restore(restored.windows)
-                    for key, times in cleaned:
+                    for key, times in windows.sweep():
                         await self.store.evict(partition, key, times)
+                    self._states[partition] = state
                 logger.info(
                     "partition %d restored: %d keys, stream time %s, applied offset %d",
                     partition,
@@ -251,12 +257,15 @@ class WindowsPipeline:
     async def _flush_accepted(
         self, state: PartitionState, pending: list[tuple[Message, Accepted]]
     ) -> None:
-        for message, accepted in pending:
+        for n, (message, accepted) in enumerate(pending, 1):
             self.counts["accepted"] += 1
             await self.store.record(
                 state.partition, message.offset, accepted.key, accepted.time, accepted.partial
             )
             state.applied_offset = message.offset
+            if n % YIELD_EVERY == 0:
+                # producer sends rarely suspend: let HTTP queries in between
+                await asyncio.sleep(0)
         pending.clear()
 
     async def _reject(

@@ -224,22 +224,33 @@ class KeyWindows:
 
         ``S`` becomes the youngest time of all entries. O(total entries); entries already
         older than ``S - R`` are evicted at once and returned as ``sweep`` returns them.
+        (``clear``, ``load`` per key and ``sweep`` do the same in steps.)
         """
+        self.clear()
+        for key, pairs in windows.items():
+            self.load(key, pairs)
+        return self.sweep()
+
+    def clear(self) -> None:
+        """Forget every key and the stream time."""
         self.stream_time = None
         self._windows.clear()
         self._oldest.clear()
         self._by_oldest.clear()
         self._last_emitted.clear()
-        for key, pairs in windows.items():
-            if not pairs:
-                continue
-            window = self._type.from_sorted(self.config.partial_monoid, pairs)
-            self._windows[key] = window
-            self._set_oldest(key, pairs[0][0])
-            youngest = pairs[-1][0]
-            if self.stream_time is None or youngest > self.stream_time:
-                self.stream_time = youngest
-        return self.sweep()
+
+    def load(self, key: str, pairs: Sequence[tuple[int, Any]]) -> None:
+        """Set ``key``'s entries (sorted by time, partials; no entries: nothing) with an O(n)
+        bulk build; the stream time becomes at least the youngest of them."""
+        if not pairs:
+            return
+        if key in self._windows:
+            self._forget(key)
+        self._windows[key] = self._type.from_sorted(self.config.partial_monoid, pairs)
+        self._set_oldest(key, pairs[0][0])
+        youngest = pairs[-1][0]
+        if self.stream_time is None or youngest > self.stream_time:
+            self.stream_time = youngest
 
     # --- events -------------------------------------------------------------------------------
 
