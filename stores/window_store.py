@@ -147,9 +147,9 @@ class MarshalStateCodec:
     """A fast ``PartialCodec``: ``marshal`` of the monoid's state (``to_state``/``from_state``).
 
     Decoding every partial dominates a restore; a JSON state parses its floats one by one
-    (about 3x slower than ``marshal`` in ``bench/worker_restore.py``). ``marshal`` round-trips
-    ints, floats (exactly), str, bytes, tuples, lists and dicts, and never executes code
-    (unlike pickle). Its data format (version 4) is stable since Python 3.4.
+    (decoding costs about 2x what ``marshal`` costs in ``bench/worker_restore.py``).
+    ``marshal`` round-trips ints, floats (exactly), str, bytes, tuples, lists and dicts, and
+    never executes code (unlike pickle). Its data format (version 4) is stable since Python 3.4.
     """
 
     def __init__(self, monoid: Any) -> None:
