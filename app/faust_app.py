@@ -34,6 +34,7 @@ EMBEDDED_HEARTBEAT_INTERVAL_S = 0.5
 PRODUCER_LINGER_S = 0.005
 PRODUCER_MAX_BATCH_BYTES = 1 << 18
 EVENT_MODE_POLL_RECORDS = 100
+CONSUMER_FETCH_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,9 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         # still fit).
         "broker_max_poll_records": queue,
         "stream_buffer_maxsize": 2 * queue,
+        # aiokafka hands out fetched partitions in order, draining each fetched chunk first:
+        # small chunks let a query record through sooner.
+        "consumer_max_fetch_size": CONSUMER_FETCH_BYTES,
     }
     credentials = _credentials(settings)
     if credentials is not None:
