@@ -4,10 +4,11 @@
 ``spark_bridge.schema`` (batch, or streaming with ``streaming=True``). ``engine``:
 
 - ``"python"``: the ``fiba-kafka`` Python data source (works everywhere, reads to the Fetch high
-  watermark, so also on the embedded broker). With ``decoder="jvm"`` (default) it moves the raw
-  bytes and ``from_json`` decodes them in the JVM (``spark_bridge.jvm.parse_values``), several
-  times faster than decoding JSON in Python workers; ``decoder="python"`` decodes in the tasks
-  (``spark_bridge.decode``). Both give the same rows (tested);
+  watermark, so also on the embedded broker). With ``decoder="python"`` (default) the tasks
+  decode the JSON (``spark_bridge.decode``); ``decoder="jvm"`` moves the raw bytes and decodes
+  them with ``from_json`` (``spark_bridge.jvm.parse_values``). Both give the same rows (tested);
+  the Python decoder measured about 1.6x faster (``bench/RESULTS.md``): the JVM decoding's
+  higher-order map functions run interpreted;
 - ``"jvm"``: Spark's Kafka connector + ``spark_bridge.jvm.parse_values`` (needs the
   ``spark-sql-kafka-0-10`` jar; faster, for real clusters);
 - ``"auto"`` (default): ``"jvm"`` when the connector is on the classpath, else ``"python"``.
@@ -29,7 +30,7 @@ from spark_bridge.session import register
 from spark_bridge.source import SHORT_NAME
 
 ENGINES = ("auto", "python", "jvm")
-DECODERS = ("jvm", "python")
+DECODERS = ("python", "jvm")
 
 
 def choose_engine(spark: SparkSession, engine: str) -> str:
@@ -52,7 +53,7 @@ def read_records(
     starting_offsets: str | None = None,
     ending_offsets: str | None = None,
     options: Mapping[str, str] | None = None,
-    decoder: str = "jvm",
+    decoder: str = "python",
 ) -> DataFrame:
     """The records of ``kind`` (``"aggregates"`` or ``"answers"``) in ``topic``.
 
