@@ -32,8 +32,8 @@ from agents.windows import WindowsPipeline
 from app.faust_app import FibaApp, create_app
 from app.settings import Settings
 from stores.changelog import FaustChangelogProducer
-from stores.key_windows import PartialJsonCodec, WindowConfig
-from stores.window_store import WindowStore
+from stores.key_windows import WindowConfig
+from stores.window_store import MarshalStateCodec, WindowStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ def build_worker(settings: Settings) -> Worker:
     fiba = create_app(settings)
     config = WindowConfig.from_settings(settings)
     store = WindowStore(
-        settings, PartialJsonCodec(config.composed), FaustChangelogProducer(fiba.app.producer)
+        settings, MarshalStateCodec(config.composed), FaustChangelogProducer(fiba.app.producer)
     )
     pipeline = WindowsPipeline(fiba, store, DeadLetters(fiba.dead_letter_topic), config)
     service = QueryService(fiba, pipeline)
