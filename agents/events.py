@@ -9,6 +9,10 @@ record timestamp instead. The value is a finite number (not a boolean) or a JSON
 argmax/argmin and other multi-field aggregations; whether the configured aggregations accept it
 is decided when it is lifted, see ``stores.key_windows``).
 
+With ``key_field``, producers must still key (hence partition) the records by that same
+aggregation key: windows, stream time and queries are per input partition, so one key's events
+must all land in one partition.
+
 ``EventParser.parse`` returns an ``Event`` or raises ``BadEvent(reason, detail)``; ``reason`` is
 one of the dead-letter codes of ``agents.records``. Parsing costs O(size of the record).
 """
