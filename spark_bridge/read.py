@@ -6,9 +6,8 @@
 - ``"python"``: the ``fiba-kafka`` Python data source (works everywhere, reads to the Fetch high
   watermark, so also on the embedded broker). With ``decoder="python"`` (default) the tasks
   decode the JSON (``spark_bridge.decode``); ``decoder="jvm"`` moves the raw bytes and decodes
-  them with ``from_json`` (``spark_bridge.jvm.parse_values``). Both give the same rows (tested);
-  the Python decoder measured about 1.6x faster (``bench/RESULTS.md``): the JVM decoding's
-  higher-order map functions run interpreted;
+  them with ``from_json`` (``spark_bridge.jvm.parse_values``). Both give the same rows (tested)
+  and measured within the noise of each other on the 2-core bench machine (``bench/RESULTS.md``);
 - ``"jvm"``: Spark's Kafka connector + ``spark_bridge.jvm.parse_values`` (needs the
   ``spark-sql-kafka-0-10`` jar; faster, for real clusters);
 - ``"auto"`` (default): ``"jvm"`` when the connector is on the classpath, else ``"python"``.

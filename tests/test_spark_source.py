@@ -199,6 +199,7 @@ def run_available_now(spark, bootstrap, topic, out, checkpoint):
         streaming=True,
         starting_offsets="earliest",
         options={"maxOffsetsPerTrigger": "45"},
+        decoder="jvm",
     )
     query = (
         stream.writeStream.format("parquet")
