@@ -10,6 +10,8 @@ never crashes.
 
 Query topic: co-partitioned with the input, keyed by the aggregation key, so the record reaches
 the worker owning that key's input partition; the answer goes to the answers topic (same key).
+The query partitions are read by ``QueryConsumer``, not by a Faust agent, so that queries are
+not queued behind the input backlog.
 A query record that is not a JSON object with a ``query_id`` and a ``key`` cannot be answered:
 it becomes a dead letter (``bad_query``). A query whose Kafka key is not its ``key`` would be
 answered by the wrong partition, so it gets an error answer.
@@ -35,8 +37,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import faust
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from faust.types import TP, Message
 from faust.web import Request, Response, View
 
@@ -61,6 +62,7 @@ from stores.key_windows import KeyWindows
 logger = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT_S = 5.0
+QUERY_COMMIT_INTERVAL_S = 1.0
 
 
 class BadQuery(Exception):
@@ -159,7 +161,7 @@ class QueryService:
         state = await self.pipeline.state(partition)
         return answer(state.windows, query)
 
-    async def handle(self, message: Message) -> None:
+    async def handle(self, message: Message | ConsumerRecord) -> None:
         """One query record -> one answer record (or a dead letter if it has no id/key)."""
         self.pipeline.counts["queries"] += 1
         try:
@@ -284,15 +286,96 @@ class AnswerForwarder:
             await self._consumer.stop()
 
 
+class QueryConsumer:
+    """Reads the query partitions co-partitioned with the input partitions this worker owns.
+
+    Faust's single consumer hands records to agents in fetch order, so a query record would wait
+    behind every input record fetched before it (seconds under a backlog). This own aiokafka
+    consumer is assigned, by hand, the query partitions matching the current Faust assignment
+    (``follow``) and answers them at once. Its offsets are committed under the group
+    ``<app_id>-queries`` (which no consumer ever joins), after the answers so far are flushed:
+    a query whose answer may not have been produced is read again by the next owner
+    (at-least-once answers).
+    """
+
+    def __init__(self, fiba: FibaApp, service: QueryService) -> None:
+        self.fiba = fiba
+        self.service = service
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._handled: dict[TopicPartition, int] = {}
+        self._owned: set[int] = set()
+
+    async def follow(self, partitions: set[int]) -> None:
+        """Read the query partitions ``partitions`` (the owned input partitions) from their
+        committed offsets; stop reading the others."""
+        settings = self.fiba.settings
+        if self._consumer is None:
+            self._consumer = AIOKafkaConsumer(
+                **client_options(settings),
+                group_id=f"{settings.app_id}-queries",
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+            )
+            await self._consumer.start()
+            self._task = asyncio.create_task(self._run(self._consumer))
+        await self.commit()
+        self._owned = set(partitions)
+        tps = [TopicPartition(settings.queries_topic, p) for p in sorted(partitions)]
+        self._consumer.assign(tps)
+
+    async def commit(self) -> None:
+        """Commit the offsets after the queries answered so far (answers flushed first)."""
+        if self._consumer is None or not self._handled:
+            return
+        handled, self._handled = self._handled, {}
+        await self.fiba.app.producer.flush()
+        assigned = self._consumer.assignment()
+        offsets = {tp: offset for tp, offset in handled.items() if tp in assigned}
+        if offsets:
+            await self._consumer.commit(offsets)
+
+    async def _run(self, consumer: AIOKafkaConsumer) -> None:
+        last_commit = asyncio.get_running_loop().time()
+        while True:
+            if not consumer.assignment():
+                await asyncio.sleep(0.1)
+                continue
+            batches = await consumer.getmany(timeout_ms=100)
+            for tp, records in batches.items():
+                if tp.partition not in self._owned:
+                    continue
+                for record in records:
+                    await self.service.handle(record)
+                    self._handled[tp] = record.offset + 1
+            now = asyncio.get_running_loop().time()
+            if now - last_commit > QUERY_COMMIT_INTERVAL_S:
+                last_commit = now
+                await self.commit()
+
+    async def stop(self) -> None:
+        """Commit what was answered and stop the consumer."""
+        if self._task is not None:
+            self._task.cancel()
+        if self._consumer is not None:
+            await self.commit()
+            await self._consumer.stop()
+
+
 def install(fiba: FibaApp, service: QueryService) -> None:
-    """Register the query agent and the HTTP views on ``fiba.app``."""
+    """Register the query consumer (following the assignment) and the HTTP views."""
     app = fiba.app
 
-    async def queries_agent(stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            await service.handle(event.message)
+    consumer = QueryConsumer(fiba, service)
+    input_topic = fiba.settings.input_topic
 
-    app.agent(fiba.queries_topic, name="fiba-queries")(queries_agent)
+    @app.on_partitions_revoked.connect
+    async def stop_reading_queries(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+        await consumer.follow(set())
+
+    @app.on_partitions_assigned.connect
+    async def read_owned_queries(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        await consumer.follow({tp.partition for tp in assigned if tp.topic == input_topic})
 
     @app.page("/windows/{key}")
     class WindowsView(View):
@@ -329,7 +412,8 @@ def install(fiba: FibaApp, service: QueryService) -> None:
             )
 
     @app.on_before_shutdown.connect
-    async def stop_forwarder(sender: Any, **kwargs: Any) -> None:
+    async def stop_query_clients(sender: Any, **kwargs: Any) -> None:
+        await consumer.stop()
         await service.forwarder.stop()
 
     @app.page("/stats")

@@ -1,10 +1,11 @@
 """The Faust app of a worker, built from ``Settings``, and the topics its agents use.
 
-``create_app(settings)`` returns a ``FibaApp``: the ``faust.App`` plus the five topics, every
-one with raw bytes keys and values (the agents parse and validate input themselves, so no
-record can crash a codec). Topics are never declared by Faust (``topic_allow_declare`` off):
-they are created explicitly beforehand (``app.topics.create_topics``, ``fiba topics create``),
-because a broker may auto-create a missing topic with the wrong partition count.
+``create_app(settings)`` returns a ``FibaApp``: the ``faust.App`` plus the topics its agents
+consume or send to through Faust, with raw bytes keys and values (the agents parse and
+validate input themselves, so no record can crash a codec). Topics are never declared by Faust
+(``topic_allow_declare`` off): they are created explicitly beforehand
+(``app.topics.create_topics``, ``fiba topics create``), because a broker may auto-create a
+missing topic with the wrong partition count.
 
 Broker profiles (``broker_profile``):
 
@@ -39,14 +40,14 @@ CONSUMER_FETCH_BYTES = 64 * 1024
 
 @dataclass(frozen=True, slots=True)
 class FibaApp:
-    """A worker's Faust app with its settings and topics (all raw bytes)."""
+    """A worker's Faust app with its settings and the Faust topics its agents use (raw bytes):
+    the input (the windows agent) and the dead letters. Aggregates, answers and queries are
+    produced with ``app.producer`` directly and the query topic has its own consumer
+    (``agents.queries.QueryConsumer``)."""
 
     settings: Settings
     app: faust.App
     input_topic: faust.TopicT
-    queries_topic: faust.TopicT
-    aggregates_topic: faust.TopicT
-    answers_topic: faust.TopicT
     dead_letter_topic: faust.TopicT
 
     def key_partition(self, key: bytes) -> int:
@@ -75,13 +76,12 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         # producer before every offset commit, so lingering never loses at-least-once).
         "producer_linger": PRODUCER_LINGER_S,
         "producer_max_batch_size": PRODUCER_MAX_BATCH_BYTES,
-        # One consumer feeds every agent in fetch order, so a query record waits behind the
-        # input records fetched and buffered before it: keep those queues short (a batch must
-        # still fit).
+        # Short consumer queues (a batch must still fit): less to re-read after a rebalance and
+        # less memory held by a backlog.
         "broker_max_poll_records": queue,
         "stream_buffer_maxsize": 2 * queue,
         # aiokafka hands out fetched partitions in order, draining each fetched chunk first:
-        # small chunks let a query record through sooner.
+        # small chunks keep the input partitions' turns short.
         "consumer_max_fetch_size": CONSUMER_FETCH_BYTES,
     }
     credentials = _credentials(settings)
@@ -136,8 +136,5 @@ def create_app(settings: Settings) -> FibaApp:
         settings=settings,
         app=app,
         input_topic=raw_topic(settings.input_topic),
-        queries_topic=raw_topic(settings.queries_topic),
-        aggregates_topic=raw_topic(settings.aggregates_topic),
-        answers_topic=raw_topic(settings.answers_topic),
         dead_letter_topic=raw_topic(settings.dead_letter_topic),
     )
