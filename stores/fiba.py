@@ -46,7 +46,11 @@ children) searched with :mod:`bisect`; no recursion on update paths. Fast paths:
 the right finger and popping at the left finger are O(1) plus amortized rebalancing; a split of
 the right finger after an append extends its parent's aggregate instead of recomputing it; and
 a non-root inner spine node caches ``local``, its aggregate without the parent's term, so a
-repair that changed no spine node walks down a spine in one combine per level. Subtrees cut off
+repair that changed no spine node walks down a spine in one combine per level. The left finger
+(below the root) likewise caches the suffix folds of its entries, so popping its oldest entry, a
+``bulk_evict`` inside it and the last step of such a spine walk cost one combine; when an
+in-order evict leaves it short, it merges with its sibling whenever the result fits (else takes
+half of the entries), so refills are rare. Subtrees cut off
 by ``bulk_evict`` are released at once by reference counting (the papers' deferred free list
 exists to avoid O(m) deallocation calls; here that work is C-level and not a combine).
 """
@@ -68,7 +72,9 @@ class _Node:
     ``left_spine``/``right_spine`` say whether a non-root node lies on a spine (the root has
     both flags False). A non-root inner spine node also caches ``local``/``local_cnt``, its
     aggregate without the parent's term, so that a change of the parent's aggregate alone costs
-    it one combine.
+    it one combine. The left finger, when it is not the root, caches ``suffix``: ``suffix[i]``
+    is the fold of ``values[i:]``, so that popping its oldest entry, or a change of its parent's
+    aggregate alone, costs it one combine (None on every other node).
     """
 
     __slots__ = (
@@ -80,6 +86,7 @@ class _Node:
         "local_cnt",
         "parent",
         "right_spine",
+        "suffix",
         "times",
         "values",
     )
@@ -101,6 +108,7 @@ class _Node:
         self.local_cnt = 0
         self.left_spine = False
         self.right_spine = False
+        self.suffix: list[Any] | None = None
 
 
 class FiBA:
@@ -240,15 +248,26 @@ class FiBA:
         parent = node.parent
         k = len(values)
         if children is None:
-            agg = reduce(combine, values) if k else self._identity
-            cnt = k
-            if parent is not None and parent.parent is not None:
-                if node.left_spine:
+            if node.left_spine:  # the left finger below the root: its suffix folds
+                agg = values[-1]
+                suffix = [agg] * k
+                for i in range(k - 2, -1, -1):
+                    agg = combine(values[i], agg)
+                    suffix[i] = agg
+                node.suffix = suffix
+                cnt = k
+                if parent.parent is not None:
                     agg = combine(agg, parent.agg)
                     cnt += parent.cnt
-                elif node.right_spine:
-                    agg = combine(parent.agg, agg)
-                    cnt += parent.cnt
+                node.agg = agg
+                node.cnt = cnt
+                return
+            agg = reduce(combine, values) if k else self._identity
+            cnt = k
+            node.suffix = None
+            if node.right_spine and parent.parent is not None:
+                agg = combine(parent.agg, agg)
+                cnt += parent.cnt
             node.agg = agg
             node.cnt = cnt
             return
@@ -322,7 +341,8 @@ class FiBA:
         """Aggregate repair after a change confined to ``node``'s own entries (no rebalancing):
         ``node`` and its up-aggregate ancestors are recomputed up to the first spine node or the
         root. The spine nodes below that spine node changed only through their parent's
-        aggregate, so each costs one combine with its cached ``local`` part."""
+        aggregate, so each costs one combine with its cached ``local`` part (the left finger:
+        with its first ``suffix`` fold)."""
         recalc = self._recalc
         recalc(node)
         while node.parent is not None and not (node.left_spine or node.right_spine):
@@ -340,6 +360,10 @@ class FiBA:
                 child.cnt = child.local_cnt + parent.cnt
                 parent = child
                 child = child.children[0]
+            # the left finger's own entries are unchanged too: one combine with its suffix fold
+            child.agg = combine(child.suffix[0], parent.agg)
+            child.cnt = len(child.values) + parent.cnt
+            return
         else:
             child = children[-1]
             while child.children is not None:
@@ -478,6 +502,9 @@ class FiBA:
             if t < lf.times[0]:  # older than everything: prepend at the left finger
                 lf.times.insert(0, t)
                 lf.values.insert(0, lifted)
+                suffix = lf.suffix
+                if suffix is not None:
+                    suffix.insert(0, self._combine(lifted, suffix[0]))
                 lf.agg = self._combine(lifted, lf.agg)
                 lf.cnt += 1
                 if len(lf.times) > self._max_entries:
@@ -623,13 +650,14 @@ class FiBA:
                 lf.agg = reduce(self._combine, values) if values else self._identity
                 lf.cnt = len(values)
             elif len(ltimes) >= self._min_entries:
-                values = lf.values
+                suffix = lf.suffix
+                del suffix[0]
                 if parent.parent is None:
-                    lf.agg = reduce(self._combine, values)
-                    lf.cnt = len(values)
+                    lf.agg = suffix[0]
+                    lf.cnt = len(ltimes)
                 else:
-                    lf.agg = self._combine(reduce(self._combine, values), parent.agg)
-                    lf.cnt = len(values) + parent.cnt
+                    lf.agg = self._combine(suffix[0], parent.agg)
+                    lf.cnt = len(ltimes) + parent.cnt
             else:
                 self._refill_left_finger(lf, parent)
             return True
@@ -651,18 +679,27 @@ class FiBA:
         return True
 
     def _refill_left_finger(self, lf: _Node, parent: _Node) -> None:
-        """Repair the left finger after an in-order evict left it one entry short: move an
-        entry over from its sibling, or merge with it (the general rebalancing when the merge
-        makes the parent underflow too)."""
+        """Repair the left finger after an in-order evict left it one entry short: merge with
+        its sibling when the result fits (the general rebalancing when the merge makes the
+        parent underflow too), else move entries over until the two are balanced. Merging
+        first fills the finger up, so that the next several in-order evicts need no refill."""
         combine = self._combine
         sibling = parent.children[1]
         ptimes = parent.times
         pvalues = parent.values
+        stimes = sibling.times
+        total = len(lf.times) + 1 + len(stimes)
         lf.times.append(ptimes[0])
         lf.values.append(pvalues[0])
-        if len(sibling.times) > self._min_entries:  # move
-            ptimes[0] = sibling.times.pop(0)
-            pvalues[0] = sibling.values.pop(0)
+        if total > self._max_entries:  # move: the finger takes half of the entries
+            k = total // 2 - len(lf.times)  # sibling entries to take, the last as separator
+            svalues = sibling.values
+            lf.times.extend(stimes[:k])
+            lf.values.extend(svalues[:k])
+            ptimes[0] = stimes[k]
+            pvalues[0] = svalues[k]
+            del stimes[: k + 1]
+            del svalues[: k + 1]
             # an up leaf, or the right finger below the root: either way a plain fold
             sibling.agg = reduce(combine, sibling.values)
             sibling.cnt = len(sibling.values)
@@ -675,6 +712,7 @@ class FiBA:
             if sibling.right_spine:  # parent is the root and had two children: height decrease
                 lf.parent = None
                 lf.left_spine = False
+                lf.suffix = None
                 self._root = self._rf = lf
                 lf.agg = reduce(combine, lf.values)
                 lf.cnt = len(lf.values)
@@ -684,13 +722,7 @@ class FiBA:
                 self._repair_aggs(top, hit_left, hit_right)
                 return
         self._recalc(parent)
-        values = lf.values
-        if parent.parent is None:
-            lf.agg = reduce(combine, values)
-            lf.cnt = len(values)
-        else:
-            lf.agg = combine(reduce(combine, values), parent.agg)
-            lf.cnt = len(values) + parent.cnt
+        self._recalc(lf)
 
     def _evict_inner(self, node: _Node, i: int) -> None:
         """Evict entry ``i`` of an inner node: a neighbouring leaf entry (the oldest of the right
@@ -924,7 +956,15 @@ class FiBA:
         if len(ltimes) - k >= self._min_entries:  # the boundary is inside the left finger
             del ltimes[:k]
             del lf.values[:k]
-            self._recalc(lf)
+            suffix = lf.suffix
+            del suffix[:k]
+            parent = lf.parent
+            if parent.parent is None:
+                lf.agg = suffix[0]
+                lf.cnt = len(ltimes)
+            else:
+                lf.agg = self._combine(suffix[0], parent.agg)
+                lf.cnt = len(ltimes) + parent.cnt
             return k
         before = len(self)
         self._cut(t)
@@ -1348,7 +1388,8 @@ class FiBA:
         invariant: height (all leaves equally deep), order (times strictly increasing within
         nodes and between separators), arity (MIN_ARITY..MAX_ARITY, root 2..MAX_ARITY unless a
         leaf), structure (parent pointers, spine flags, fingers) or aggregates (every node's
-        position-aware partial and count, recomputed independently; partials must compare
+        position-aware partial and count, the cached ``local`` parts of inner spine nodes and
+        the left finger's ``suffix`` folds, recomputed independently; partials must compare
         with ``==``)."""
         combine = self._combine
         identity = self._identity
@@ -1422,6 +1463,18 @@ class FiBA:
             if children is None:
                 inner = list(values)
                 inner_count = len(values)
+                if node.left_spine:
+                    _require(
+                        node.suffix is not None
+                        and len(node.suffix) == len(values)
+                        and all(
+                            node.suffix[k] == _fold(combine, identity, inner[k:])
+                            for k in range(len(values))
+                        ),
+                        "aggregates: stale suffix folds of the left finger",
+                    )
+                else:
+                    _require(node.suffix is None, "aggregates: suffix folds off the left finger")
             else:
                 inner = []
                 inner_count = len(values)
