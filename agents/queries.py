@@ -63,6 +63,8 @@ logger = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT_S = 5.0
 QUERY_COMMIT_INTERVAL_S = 1.0
+QUERY_FETCH_WAIT_MS = 10
+"""Longest wait of a query/answer fetch on the broker: queries are latency-bound, not bulk."""
 
 
 class BadQuery(Exception):
@@ -254,7 +256,10 @@ class AnswerForwarder:
                 return
             settings = self.fiba.settings
             consumer = AIOKafkaConsumer(
-                **client_options(settings), enable_auto_commit=False, auto_offset_reset="latest"
+                **client_options(settings),
+                enable_auto_commit=False,
+                auto_offset_reset="latest",
+                fetch_max_wait_ms=QUERY_FETCH_WAIT_MS,
             )
             await consumer.start()
             consumer.assign(
@@ -316,6 +321,7 @@ class QueryConsumer:
                 group_id=f"{settings.app_id}-queries",
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
+                fetch_max_wait_ms=QUERY_FETCH_WAIT_MS,
             )
             await self._consumer.start()
             self._task = asyncio.create_task(self._run(self._consumer))

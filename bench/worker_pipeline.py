@@ -155,6 +155,20 @@ def measure_rate(
     raise RuntimeError(f"timeout: the worker did not get through {total} events")
 
 
+def wait_until_assigned(port: int, worker: subprocess.Popen, timeout: float = 120) -> None:
+    """Return once the worker serves ``GET /stats`` and owns input partitions (query latency
+    is timed from then on, not across the worker's start and group join)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and worker.poll() is None:
+        try:
+            if get_json(port, "/stats").get("assigned"):
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("the worker never got its partitions")
+
+
 def http_latencies(port: int, window: str, stop: threading.Event, out: list[float]) -> None:
     """Sequential ``GET /windows/{key}?window=`` until ``stop``; seconds per request."""
     rng = random.Random(2)
@@ -173,7 +187,9 @@ def http_latencies(port: int, window: str, stop: threading.Event, out: list[floa
 async def topic_latencies(settings: Settings, stop: threading.Event, out: list[float]) -> None:
     """Send queries one at a time until ``stop``; seconds from send until its answer is read."""
     producer = AIOKafkaProducer(**client_options(settings), linger_ms=0)
-    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        **client_options(settings), enable_auto_commit=False, fetch_max_wait_ms=10
+    )
     await producer.start()
     await consumer.start()
     try:
@@ -238,6 +254,8 @@ def run_scenario(
                     target=lambda: asyncio.run(topic_latencies(settings, stop, topic))
                 ),
             ]
+        if threads:
+            wait_until_assigned(settings.web_port, worker)
         for thread in threads:
             thread.start()
         try:
