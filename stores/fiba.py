@@ -43,7 +43,9 @@ commutative nor invertible needed) and ``lower(a)``.
 
 Implementation notes (CPython): nodes use ``__slots__`` and parallel lists (times, values,
 children) searched with :mod:`bisect`; no recursion on update paths. Fast paths: appending at
-the right finger and popping at the left finger are O(1) plus amortized rebalancing; a split of
+the right finger and popping at the left finger are O(1) plus amortized rebalancing; a repair
+confined to one node's entries refolds only the up aggregates on its path (adding the known
+change to their counts rather than summing the children's); a split of
 the right finger after an append extends its parent's aggregate instead of recomputing it; and
 a non-root inner spine node caches ``local``, its aggregate without the parent's term, so a
 repair that changed no spine node walks down a spine in one combine per level. The left finger
@@ -337,21 +339,32 @@ class FiBA:
         else:
             self._repair_spines_below(top, False, True)
 
-    def _repair_path(self, node: _Node) -> None:
-        """Aggregate repair after a change confined to ``node``'s own entries (no rebalancing):
-        ``node`` and its up-aggregate ancestors are recomputed up to the first spine node or the
-        root. The spine nodes below that spine node changed only through their parent's
-        aggregate, so each costs one combine with its cached ``local`` part (the left finger:
-        with its first ``suffix`` fold)."""
-        recalc = self._recalc
-        recalc(node)
-        while node.parent is not None and not (node.left_spine or node.right_spine):
-            node = node.parent
-            recalc(node)
-        children = node.children
-        if node.parent is None or children is None:
-            return  # nothing below depends on the root's aggregate
+    def _repair_path(self, node: _Node, delta: int) -> None:
+        """Aggregate repair after a change confined to ``node``'s own entries that changed the
+        entry count of its subtree by ``delta`` (no rebalancing below ``node``, or only of
+        up-aggregate nodes already recomputed): ``node`` and its up-aggregate ancestors get
+        their up aggregates refolded (and ``delta`` added to their counts) up to the first spine
+        node or the root, which is recomputed. The spine nodes below that spine node changed
+        only through their parent's aggregate, so each costs one combine with its cached
+        ``local`` part (the left finger: with its first ``suffix`` fold)."""
         combine = self._combine
+        parent = node.parent
+        while parent is not None and not (node.left_spine or node.right_spine):
+            children = node.children
+            if children is None:
+                node.agg = reduce(combine, node.values)
+            else:
+                agg = children[0].agg
+                for value, child in zip(node.values, children[1:]):  # noqa: B905 (hot loop)
+                    agg = combine(combine(agg, value), child.agg)
+                node.agg = agg
+            node.cnt += delta
+            node = parent
+            parent = node.parent
+        self._recalc(node)
+        children = node.children
+        if parent is None or children is None:
+            return  # nothing below depends on the root's aggregate
         parent = node
         if node.left_spine:
             child = children[0]
@@ -371,7 +384,7 @@ class FiBA:
                 child.cnt = child.local_cnt + parent.cnt
                 parent = child
                 child = child.children[-1]
-        recalc(child)
+        self._recalc(child)
 
     def _repair_spines_below(self, top: _Node, walk_left: bool, walk_right: bool) -> None:
         recalc = self._recalc
@@ -519,14 +532,14 @@ class FiBA:
         node, i, found = self._find(t)
         if found:
             node.values[i] = self._combine(node.values[i], lifted)
-            self._repair_path(node)
+            self._repair_path(node, 0)
             return
         node.times.insert(i, t)
         node.values.insert(i, lifted)
         if len(node.times) > self._max_entries:
             self._overflow(node)
         else:
-            self._repair_path(node)
+            self._repair_path(node, 1)
 
     def _split_right_finger(self, rf: _Node) -> None:
         """Split the overflowing right finger after an in-order append. When its parent has
@@ -586,8 +599,8 @@ class FiBA:
             hit_right = hit_right or node.right_spine
         if split_spine:
             self._repair_aggs(node, hit_left, hit_right)
-        else:
-            self._repair_path(node)
+        else:  # one entry more below ``node``; the split halves below it are recomputed
+            self._repair_path(node, 1)
 
     def _split(self, node: _Node) -> _Node:
         """Split an overflowing node (2 MIN_ARITY entries) around its middle entry, which moves
@@ -668,7 +681,7 @@ class FiBA:
             del node.times[i]
             del node.values[i]
             if node.parent is None or len(node.times) >= self._min_entries:
-                self._repair_path(node)
+                self._repair_path(node, -1)
             else:
                 top, hit_left, hit_right, _ = self._underflow(
                     node, node.left_spine, node.right_spine
