@@ -3,7 +3,14 @@
 One ``WindowsPipeline`` per worker holds, for every input partition it owns, a ``KeyWindows``
 (``stores.key_windows``: one FiBA per key) and the partition's *applied offset*; the durable
 copy lives in the ``WindowStore`` (``stores.window_store``), from which a partition's state is
-restored the first time one of its records (or queries) is handled after an assignment.
+restored as soon as the partition is assigned (a background task per partition, started by the
+``on_partitions_assigned`` hook), or earlier if one of its records or queries needs it first.
+Restoring on assignment, not only on a partition's first record, matters after a crash: a
+partition whose input was consumed and committed to its end before the crash delivers no record
+to the new owner, yet its state must be loaded (for ``/stats``, which reports its applied
+offset, and for queries without a restore delay). A revocation waits for an in-flight restore
+of the partition (a restore holds its RocksDB open and is not cancelled midway), then releases
+it.
 
 Per input record, in offset order per partition:
 
@@ -134,6 +141,8 @@ class WindowsPipeline:
         self.counts: Counter[str] = Counter()
         self._states: dict[int, PartitionState] = {}
         self._restoring: dict[int, asyncio.Lock] = {}
+        """One lock per partition ever restored (created before its state is published)."""
+        self._restore_tasks: dict[int, asyncio.Task[None]] = {}
         self._store_started = False
 
     # --- partitions ---------------------------------------------------------------------------
@@ -175,15 +184,44 @@ class WindowsPipeline:
         """The partitions whose state is loaded."""
         return sorted(self._states)
 
+    def restore_assigned(self, partitions: Iterable[int]) -> None:
+        """Start restoring, each in a background task, the ``partitions`` (assigned to this
+        worker) whose state is neither loaded nor being restored by such a task. A failed
+        restore is logged; the partition's next record or query retries it."""
+        for partition in partitions:
+            if partition in self._states or partition in self._restore_tasks:
+                continue
+            self._restore_tasks[partition] = asyncio.create_task(
+                self._restore_in_background(partition), name=f"fiba-restore-{partition}"
+            )
+
+    async def _restore_in_background(self, partition: int) -> None:
+        try:
+            await self.state(partition)
+        except Exception:
+            logger.exception("restore of partition %d failed", partition)
+        finally:
+            self._restore_tasks.pop(partition, None)
+
     async def keep_only(self, partitions: Iterable[int]) -> None:
-        """Release the state of every loaded partition not in ``partitions`` (reassigned)."""
+        """Release the state of every loaded partition not in ``partitions`` (reassigned),
+        after waiting for any restore of it in flight (which would otherwise publish the state
+        of a partition this worker no longer owns)."""
         keep = set(partitions)
-        for partition in [p for p in self._states if p not in keep]:
-            state = self._states[partition]
-            async with state.lock:
-                del self._states[partition]
-                await self.store.release(partition)
+        for partition in sorted(set(self._restoring) - keep):
+            async with self._restoring[partition]:
+                state = self._states.get(partition)
+                if state is None:
+                    continue
+                async with state.lock:
+                    del self._states[partition]
+                    await self.store.release(partition)
             logger.info("partition %d released", partition)
+
+    async def stop(self) -> None:
+        """Wait for the restores in flight, then stop the store (flush, checkpoint, close)."""
+        await asyncio.gather(*self._restore_tasks.values())
+        await self.store.stop()
 
     # --- records ------------------------------------------------------------------------------
 
@@ -363,7 +401,8 @@ def install(fiba: FibaApp, pipeline: WindowsPipeline) -> None:
         await pipeline.store.flush()
 
     @app.on_partitions_assigned.connect
-    async def release_lost(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
-        await pipeline.keep_only(
-            tp.partition for tp in assigned if tp.topic == fiba.input_topic.get_topic_name()
-        )
+    async def release_lost_restore_new(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        topic = fiba.input_topic.get_topic_name()
+        owned = {tp.partition for tp in assigned if tp.topic == topic}
+        await pipeline.keep_only(owned)
+        pipeline.restore_assigned(owned)

@@ -60,7 +60,7 @@ def build_worker(settings: Settings) -> Worker:
 
     @fiba.app.on_before_shutdown.connect
     async def stop_store(sender: Any, **kwargs: Any) -> None:
-        await store.stop()
+        await pipeline.stop()  # restores in flight first, then the store
 
     return Worker(fiba, store, pipeline, service)
 
