@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from faust.exceptions import ConsumerNotStarted
 from faust.types import TP, Message
 
 from agents.dead_letters import DeadLetters
@@ -352,9 +353,13 @@ class WindowsPipeline:
 
     def stats(self) -> dict[str, Any]:
         """Counters, the input partitions assigned to this worker and the state of the loaded
-        ones, as served by ``GET /stats``."""
+        ones, as served by ``GET /stats``. Before Faust's consumer has started, nothing is
+        assigned yet."""
         topic = self.settings.input_topic
-        assignment = self.fiba.app.consumer.assignment()
+        try:
+            assignment = self.fiba.app.consumer.assignment()
+        except ConsumerNotStarted:
+            assignment = set()
         return {
             "assigned": sorted(tp.partition for tp in assignment if tp.topic == topic),
             "counts": dict(self.counts),

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 
 def assigned_partitions(settings: Settings, worker: Popen[bytes], log: Path) -> set[int]:
-    """The input partitions assigned to the worker (its state is restored on first use)."""
+    """The input partitions assigned to the worker (restored on assignment)."""
     assert worker.poll() is None, "the worker exited:\n" + log_tail(log)
     try:
         return set(http_get(settings, "/stats")["assigned"])
@@ -71,7 +71,7 @@ def test_survivor_takes_over_from_its_standby_replicas(
             )
 
         wait_until(split_and_caught_up, 90, "the workers split the partitions")
-        # w2 keeps standby replicas of w1's partitions (its own are restored on first use)
+        # w2 keeps standby replicas of w1's partitions (its own are restored on assignment)
         replicas = {f"partition-{p}" for p in assigned_partitions(first, workers[0], logs[0])}
         store_dir = second.state_dir / second.app_id / "window-store"
         wait_until(
