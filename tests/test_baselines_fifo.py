@@ -28,6 +28,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from bench.counting import CountingMonoid
 from stores.baselines import DABA, ReCalc, TwoStacks, TwoStacksLite
 from stores.monoids import compose, monoid
 from tests.window_machine import window_machine
@@ -127,27 +128,6 @@ def test_two_stacks_lite_keeps_one_partial_per_entry() -> None:
 
 
 # --- complexity: combines per operation ---------------------------------------------------------
-
-
-class CountingMonoid:
-    """Wraps a monoid and counts ``combine`` calls in ``combines``."""
-
-    __slots__ = ("combines", "identity", "inner")
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.identity = inner.identity
-        self.combines = 0
-
-    def lift(self, x: Any) -> Any:
-        return self.inner.lift(x)
-
-    def combine(self, a: Any, b: Any) -> Any:
-        self.combines += 1
-        return self.inner.combine(a, b)
-
-    def lower(self, a: Any) -> Any:
-        return self.inner.lower(a)
 
 
 def combine_profile(factory: Callable[[Any], Any], n: int, rounds: int) -> tuple[int, float]:

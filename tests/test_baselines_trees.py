@@ -25,10 +25,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
+from bench.counting import CountingMonoid
 from stores.baselines.classic_btree import ClassicBTree
 from stores.baselines.flatfat import FlatFAT
 from stores.monoids import compose, make_monoid, monoid
-from tests.counting import CountingMonoid
 from tests.oracle import OracleWindow
 from tests.window_machine import window_machine
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import pytest
 
+from bench.counting import CountingMonoid
 from stores.fiba import FiBA
 from stores.monoids import monoid
-from tests.counting import CountingMonoid
 
 SUM = monoid("sum")
 SMALL, LARGE = 2**8, 2**16

@@ -18,7 +18,7 @@ from time import perf_counter_ns, thread_time_ns
 
 from bench.algorithms import Algorithm, algorithm, exclusion_reason, load_monoid
 from bench.config import BenchConfig
-from bench.counting import CombineCounter
+from bench.counting import CountingMonoid
 from bench.experiments.common import build_window, log2_label, ratio, round_throughputs, times
 from bench.report import ExperimentResult, Finding, subplots
 from bench.timing import gc_paused
@@ -119,18 +119,18 @@ def run(config: BenchConfig) -> ExperimentResult:
 
 def _combines_per_round(algo: Algorithm, n: int, distances: list[int]) -> dict[int, float]:
     """Mean combine calls per round at each distance (sum, untimed, after 1,000 warm rounds)."""
-    counter = CombineCounter(load_monoid("sum"))
+    counter = CountingMonoid(load_monoid("sum"))
     with gc_paused():
-        window = AdversarialWindow(algo.make(counter.monoid), n)
+        window = AdversarialWindow(algo.make(counter), n)
         counts = {}
         for d in distances:
             if d and not algo.out_of_order:
                 break
             window.widen(d)
             window.rounds(COUNTED_ROUNDS // 2)
-            counter.count = 0
+            counter.combines = 0
             window.rounds(COUNTED_ROUNDS)
-            counts[d] = counter.count / COUNTED_ROUNDS
+            counts[d] = counter.combines / COUNTED_ROUNDS
     return counts
 
 
