@@ -43,7 +43,30 @@ def _index(times: list[Any], lo: int, t: Any) -> int:
     return i if i < len(times) and times[i] == t else -1
 
 
-class TwoStacks(FifoEntries):
+class _StackTimes:
+    """The times of a two-stack window: the front stack's ``_front_t[_head:]`` (oldest first),
+    then the back stack's ``_back_t``. Shared by TwoStacks and TwoStacksLite."""
+
+    __slots__ = ()
+    _front_t: list[Any]
+    _back_t: list[Any]
+    _head: int
+
+    def _size(self) -> int:
+        return len(self._front_t) - self._head + len(self._back_t)
+
+    def _oldest_time(self) -> Any:
+        return self._front_t[self._head] if self._head < len(self._front_t) else self._back_t[0]
+
+    def _times(self) -> Iterator[Any]:
+        yield from self._front_t[self._head :]
+        yield from self._back_t
+
+    def _holds(self, t: Any) -> bool:
+        return _index(self._front_t, self._head, t) >= 0 or _index(self._back_t, 0, t) >= 0
+
+
+class TwoStacks(_StackTimes, FifoEntries):
     """Two-Stacks FIFO aggregator (see the module docstring): amortized O(1), worst case O(n).
 
     Front stack: ``_front_t``/``_front_v``/``_front_a`` from index ``_head`` (the top, oldest)
@@ -95,19 +118,6 @@ class TwoStacks(FifoEntries):
             return self._back_a[-1]
         return self._combine(self._front_a[self._head], self._back_a[-1])
 
-    def _size(self) -> int:
-        return len(self._front_t) - self._head + len(self._back_t)
-
-    def _oldest_time(self) -> Any:
-        return self._front_t[self._head] if self._head < len(self._front_t) else self._back_t[0]
-
-    def _times(self) -> Iterator[Any]:
-        yield from self._front_t[self._head :]
-        yield from self._back_t
-
-    def _holds(self, t: Any) -> bool:
-        return _index(self._front_t, self._head, t) >= 0 or _index(self._back_t, 0, t) >= 0
-
     def _items(self) -> Iterator[tuple[Any, Any]]:
         head = self._head
         yield from zip(self._front_t[head:], self._front_v[head:], strict=True)
@@ -133,7 +143,7 @@ class TwoStacks(FifoEntries):
         _require(self._back_a == expected, "back aggregates != v[0] ⊕ ... ⊕ v[i]")
 
 
-class TwoStacksLite(FifoAggregator):
+class TwoStacksLite(_StackTimes, FifoAggregator):
     """Two-Stacks with one stored partial per entry (see the module docstring).
 
     Back: values ``_back_v`` (oldest first) and their running aggregate ``_back_sum``. Front:
@@ -175,19 +185,6 @@ class TwoStacksLite(FifoAggregator):
         if not front:
             return self._back_sum
         return self._combine(self._front_a[self._head], self._back_sum)
-
-    def _size(self) -> int:
-        return len(self._front_t) - self._head + len(self._back_t)
-
-    def _oldest_time(self) -> Any:
-        return self._front_t[self._head] if self._head < len(self._front_t) else self._back_t[0]
-
-    def _times(self) -> Iterator[Any]:
-        yield from self._front_t[self._head :]
-        yield from self._back_t
-
-    def _holds(self, t: Any) -> bool:
-        return _index(self._front_t, self._head, t) >= 0 or _index(self._back_t, 0, t) >= 0
 
     def _check_structure(self) -> None:
         """Array shapes and ``Σ_B``; the front's aggregates cannot be re-derived (its values
