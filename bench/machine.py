@@ -20,26 +20,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def _git(*args: str) -> str:
+    """Output of ``git ARGS`` run in the repository root (raises if git fails)."""
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=10
+    ).stdout.strip()
+
+
 def code_version() -> str:
     """The git commit of the measured code, noting uncommitted changes under ``stores/``."""
-    root = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "stores"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
+        commit = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--", "stores")
     except (OSError, subprocess.SubprocessError):
         return "unknown (not a git checkout)"
     return f"{commit} (uncommitted changes in stores/)" if dirty else commit
