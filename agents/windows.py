@@ -41,6 +41,7 @@ import asyncio
 import json
 import logging
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -65,13 +66,37 @@ from agents.records import (
     dumps,
 )
 from app.faust_app import FibaApp
-from stores.key_windows import Accepted, KeyWindows, Rejected, WindowConfig
+from stores.key_windows import Accepted, BatchResult, KeyWindows, Rejected, WindowConfig
 from stores.window_store import WindowStore
 
 logger = logging.getLogger(__name__)
 
-YIELD_EVERY = 50
-"""In ``emit=batch``, the event loop gets a turn after this many persisted records."""
+TURN_BUDGET = 0.001
+"""Seconds of work after which the agent gives the event loop a turn (HTTP, query consumer)."""
+
+MAX_SLICE = 1024
+"""Largest number of records ``emit=batch`` applies to the windows in one synchronous step."""
+
+
+class LoopTurns:
+    """Time-based cooperative scheduling for a task that rarely suspends by itself.
+
+    The task checks ``time.perf_counter() >= turns.deadline`` between units of work (cheaper
+    than a call) and then awaits ``take()``, which gives the event loop one turn and sets the
+    next deadline ``budget`` seconds later. Time spent suspended elsewhere is not subtracted,
+    so at worst a turn is given that was not needed.
+    """
+
+    __slots__ = ("budget", "deadline")
+
+    def __init__(self, budget: float = TURN_BUDGET) -> None:
+        self.budget = budget
+        self.deadline = time.perf_counter() + budget
+
+    async def take(self) -> None:
+        """Give the event loop a turn; the next deadline is ``budget`` seconds from now."""
+        await asyncio.sleep(0)
+        self.deadline = time.perf_counter() + self.budget
 
 
 @dataclass(slots=True)
@@ -145,6 +170,9 @@ class WindowsPipeline:
         """One lock per partition ever restored (created before its state is published)."""
         self._restore_tasks: dict[int, asyncio.Task[None]] = {}
         self._store_started = False
+        self.turns = LoopTurns()
+        self._slice = 64
+        """Records per synchronous ``insert_batch`` step in ``emit=batch`` (see ``_fit_slice``)."""
 
     # --- partitions ---------------------------------------------------------------------------
 
@@ -227,7 +255,10 @@ class WindowsPipeline:
     # --- records ------------------------------------------------------------------------------
 
     async def process(self, message: Message) -> None:
-        """Handle one input record (``emit`` = ``event`` or ``changes``)."""
+        """Handle one input record (``emit`` = ``event`` or ``changes``); first gives the event
+        loop a turn if the turn budget is spent."""
+        if time.perf_counter() >= self.turns.deadline:
+            await self.turns.take()
         state = self._states.get(message.partition) or await self.state(message.partition)
         async with state.lock:
             offset = message.offset
@@ -263,22 +294,40 @@ class WindowsPipeline:
                 await self._process_share(state, share)
 
     async def _process_share(self, state: PartitionState, messages: list[Message]) -> None:
+        """One partition's share of a batch: ``insert_batch`` in slices (sized so that one
+        takes about half a turn budget; the state between slices is the one after the records
+        applied so far), then one record per touched key, then the store calls in offset order
+        (outputs before the state that makes a redelivery skip them: at-least-once output).
+        The event loop gets a turn whenever the budget is spent."""
         fresh = [m for m in messages if m.offset > state.applied_offset]
         self.counts["redelivered_skipped"] += len(messages) - len(fresh)
+        windows = state.windows
+        turns = self.turns
+        parse = self.parser.parse
+        result = BatchResult()
         parsed: list[BadEvent | None] = []
-        events = []
-        for message in fresh:
-            try:
-                event = self.parser.parse(message.key, message.value, kafka_time_ms(message))
-            except BadEvent as bad:
-                parsed.append(bad)
-                continue
-            parsed.append(None)
-            events.append((event.key, event.ts, event.value))
-        result = state.windows.accept_batch(events)
-        # outputs before the state that makes a redelivery skip them (at-least-once output)
-        for record in result.records:
-            await self._emit(record, record.key)
+        lo = 0
+        while lo < len(fresh):
+            started = time.perf_counter()
+            hi = lo + self._slice
+            events = []
+            for message in fresh[lo:hi]:
+                try:
+                    event = parse(message.key, message.value, kafka_time_ms(message))
+                except BadEvent as bad:
+                    parsed.append(bad)
+                    continue
+                parsed.append(None)
+                events.append((event.key, event.ts, event.value))
+            windows.insert_batch(events, result)
+            self._fit_slice(time.perf_counter() - started)
+            lo = hi
+            if time.perf_counter() >= turns.deadline:
+                await turns.take()
+        for key, event_ts in result.last_ts.items():
+            await self._emit(windows.record_of(key, event_ts), key)
+            if time.perf_counter() >= turns.deadline:
+                await turns.take()
         outcomes = iter(result.outcomes)
         pending: list[tuple[Message, Accepted]] = []
         for message, bad in zip(fresh, parsed, strict=True):
@@ -293,18 +342,28 @@ class WindowsPipeline:
             if times:
                 await self.store.evict(state.partition, key, times)
 
+    def _fit_slice(self, elapsed: float) -> None:
+        """Adapt the batch slice size to ``elapsed`` seconds the last slice took: halve it
+        above half a turn budget, double it below an eighth."""
+        budget = self.turns.budget
+        if elapsed > budget / 2:
+            self._slice = max(1, self._slice // 2)
+        elif elapsed < budget / 8:
+            self._slice = min(MAX_SLICE, self._slice * 2)
+
     async def _flush_accepted(
         self, state: PartitionState, pending: list[tuple[Message, Accepted]]
     ) -> None:
-        for n, (message, accepted) in enumerate(pending, 1):
+        turns = self.turns
+        record = self.store.record
+        partition = state.partition
+        for message, accepted in pending:
             self.counts["accepted"] += 1
-            await self.store.record(
-                state.partition, message.offset, accepted.key, accepted.time, accepted.partial
-            )
+            await record(partition, message.offset, accepted.key, accepted.time, accepted.partial)
             state.applied_offset = message.offset
-            if n % YIELD_EVERY == 0:
+            if time.perf_counter() >= turns.deadline:
                 # producer sends rarely suspend: let HTTP queries in between
-                await asyncio.sleep(0)
+                await turns.take()
         pending.clear()
 
     async def _reject(

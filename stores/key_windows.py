@@ -166,14 +166,17 @@ class Accepted:
 
 @dataclass(slots=True)
 class BatchResult:
-    """Outcome of ``accept_batch``: per input event an ``Accepted`` (``record`` is ``None``) or a
-    ``Rejected``, in input order; the emitted records (one per touched key, unless suppressed);
-    the times evicted per touched key.
+    """Outcome of ``accept_batch`` (or of ``insert_batch`` calls on one result): per input
+    event an ``Accepted`` (``record`` is ``None``) or a ``Rejected``, in input order; the
+    touched keys in first-touch order with their last event's time (``last_ts``); the emitted
+    records (one per touched key, unless suppressed; ``accept_batch`` only); the times evicted
+    per touched key.
     """
 
     outcomes: list[Accepted | Rejected] = field(default_factory=list)
     records: list[AggregateRecord] = field(default_factory=list)
     evicted: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    last_ts: dict[str, int] = field(default_factory=dict)
 
 
 class KeyWindows:
@@ -281,7 +284,7 @@ class KeyWindows:
         if t < self._oldest[key]:
             self._set_oldest(key, t)
         evicted = self._evict_expired(key)
-        return Accepted(key, t, window.get(t), evicted, self._record(key, ts))
+        return Accepted(key, t, window.get(t), evicted, self.record_of(key, ts))
 
     def accept_batch(self, events: Sequence[tuple[str, int, Any]]) -> BatchResult:
         """Apply ``(key, ts, value)`` events with one bulk insert and evict per touched key.
@@ -290,18 +293,40 @@ class KeyWindows:
         them; each ``Accepted.partial`` is the key's partial at that time right after that event
         (what a store must persist to resume exactly after it). Records: one per touched key,
         all windows at the stream time after the batch (``event_ts`` = the key's last event).
+        Equivalent to ``insert_batch`` on consecutive slices of ``events`` into one result,
+        then ``record_of`` each touched key.
         """
-        result = BatchResult()
+        result = self.insert_batch(events)
+        for key, event_ts in result.last_ts.items():
+            record = self.record_of(key, event_ts)
+            if record is not None:
+                result.records.append(record)
+        return result
+
+    def insert_batch(
+        self, events: Sequence[tuple[str, int, Any]], result: BatchResult | None = None
+    ) -> BatchResult:
+        """The state part of ``accept_batch`` for ``events`` (one bulk insert and evict per
+        touched key), added to ``result`` (a new one if ``None``): outcomes appended, evicted
+        times and ``last_ts`` merged; no records. After each call the state is the one of the
+        events so far applied one by one, so a batch may be applied in slices with other work
+        (queries) in between.
+        """
+        if result is None:
+            result = BatchResult()
+        outcomes = result.outcomes
+        last_ts = result.last_ts
         pending: dict[str, list[tuple[int, Any]]] = {}
         running: dict[tuple[str, int], Any] = {}
-        last_ts: dict[str, int] = {}
         combine = self.config.composed.combine
+        admit = self.admit
+        lift = self.config.lift
         for key, ts, value in events:
             try:
-                t = self.admit(ts)
-                partial = self.config.lift(value)
+                t = admit(ts)
+                partial = lift(value)
             except Rejected as rejected:
-                result.outcomes.append(rejected)
+                outcomes.append(rejected)
                 continue
             if self.stream_time is None or t > self.stream_time:
                 self.stream_time = t
@@ -312,19 +337,23 @@ class KeyWindows:
                 before = window.get(t) if window is not None else None
             after = partial if before is None else combine(before, partial)
             running[slot] = after
-            pending.setdefault(key, []).append((t, partial))
+            pairs = pending.get(key)
+            if pairs is None:
+                pending[key] = [(t, partial)]
+            else:
+                pairs.append((t, partial))
             last_ts[key] = ts
-            result.outcomes.append(Accepted(key, t, after, (), None))
+            outcomes.append(Accepted(key, t, after, (), None))
+        evicted = result.evicted
         for key, pairs in pending.items():
             pairs.sort(key=_time_of)
             window = self._window(key)
             window.bulk_insert(pairs)
             if pairs[0][0] < self._oldest[key]:
                 self._set_oldest(key, pairs[0][0])
-            result.evicted[key] = self._evict_expired(key)
-            record = self._record(key, last_ts[key])
-            if record is not None:
-                result.records.append(record)
+            times = self._evict_expired(key)
+            before_times = evicted.get(key)
+            evicted[key] = times if not before_times else before_times + times
         return result
 
     # --- retention ----------------------------------------------------------------------------
@@ -423,7 +452,10 @@ class KeyWindows:
             aggregates={name: lowered[name] for name in self.config.aggregations},
         )
 
-    def _record(self, key: str, event_ts: int) -> AggregateRecord | None:
+    def record_of(self, key: str, event_ts: int) -> AggregateRecord | None:
+        """The record of ``key`` at the stream time (every window), ``event_ts`` being the
+        event that triggered it; with ``emit = "changes"``, ``None`` when nothing changed since
+        the key's previous record (which this call then becomes). O(W log n)."""
         assert self.stream_time is not None
         windows = self.windows_of(key)
         if self.emit == "changes":

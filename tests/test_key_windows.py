@@ -205,6 +205,35 @@ def test_batch_mode_matches_the_model(stream, cuts):
         check_entries(windows, model)
 
 
+@given(stream=events, sizes=st.lists(st.integers(1, 8), min_size=1, max_size=20))
+def test_batch_applied_in_slices_equals_one_accept_batch(stream, sizes):
+    whole = KeyWindows(WindowConfig.from_settings(SETTINGS), emit="batch")
+    sliced = KeyWindows(WindowConfig.from_settings(SETTINGS), emit="batch")
+    expected = whole.accept_batch(stream)
+    result = None
+    lo = 0
+    for size in itertools.cycle(sizes):
+        if lo >= len(stream):
+            break
+        result = sliced.insert_batch(stream[lo : lo + size], result)
+        lo += size
+    if result is None:
+        assert expected.outcomes == [] and expected.records == []
+        return
+    records = [sliced.record_of(key, ts) for key, ts in result.last_ts.items()]
+    assert [(type(o), getattr(o, "time", None)) for o in result.outcomes] == [
+        (type(o), getattr(o, "time", None)) for o in expected.outcomes
+    ]
+    assert [o.partial for o in result.outcomes if isinstance(o, Accepted)] == [
+        o.partial for o in expected.outcomes if isinstance(o, Accepted)
+    ]
+    assert records == expected.records
+    assert {k: sorted(v) for k, v in result.evicted.items() if v} == {
+        k: sorted(v) for k, v in expected.evicted.items() if v
+    }
+    assert {k: sliced.entries(k) for k in sliced} == {k: whole.entries(k) for k in whole}
+
+
 @given(
     stream=events,
     ranges=st.lists(
