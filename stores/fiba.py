@@ -72,11 +72,13 @@ class _Node:
 
     ``agg``/``cnt`` are the position-aware partial aggregate and the number of entries it covers;
     ``left_spine``/``right_spine`` say whether a non-root node lies on a spine (the root has
-    both flags False). A non-root inner spine node also caches ``local``/``local_cnt``, its
-    aggregate without the parent's term, so that a change of the parent's aggregate alone costs
-    it one combine. The left finger, when it is not the root, caches ``suffix``: ``suffix[i]``
-    is the fold of ``values[i:]``, so that popping its oldest entry, or a change of its parent's
-    aggregate alone, costs it one combine (None on every other node).
+    both flags False). A non-root inner spine node also caches ``local_cnt``, the number of
+    entries of its aggregate without the parent's term, and that aggregate itself: ``local`` on
+    the right spine; on the left spine it is ``suffix[0]``. Every non-root left-spine node caches
+    ``suffix``, the folds of its own sequence from each entry on: ``suffix[i]`` is
+    ``v_i up(c_{i+1}) ... v_{a-2} up(c_{a-1})`` (a leaf: the fold of ``values[i:]``), so that a
+    change of the parent's aggregate alone costs it one combine, and so does dropping its first
+    entry (and child) on an in-order evict or refill (None on every other node).
     """
 
     __slots__ = (
@@ -273,7 +275,8 @@ class FiBA:
             node.agg = agg
             node.cnt = cnt
             return
-        if parent is None or node.left_spine:  # inner aggregate, then the left-spine extras
+        if parent is None:  # the root: inner aggregate
+            node.suffix = None
             if not k:
                 node.agg = self._identity
                 node.cnt = 0
@@ -283,15 +286,21 @@ class FiBA:
             for child, value in zip(children[1:k], values[1:], strict=True):
                 agg = combine(combine(agg, child.agg), value)
                 cnt += child.cnt
-            if parent is not None:
-                last = children[k]
-                agg = combine(agg, last.agg)
-                cnt += last.cnt
-                node.local = agg
-                node.local_cnt = cnt
-                if parent.parent is not None:
-                    agg = combine(agg, parent.agg)
-                    cnt += parent.cnt
+        elif node.left_spine:  # suffix folds from the right, then the parent's term
+            last = children[k]
+            agg = combine(values[k - 1], last.agg)
+            cnt = k + last.cnt
+            suffix = [agg] * k
+            for i in range(k - 2, -1, -1):
+                child = children[i + 1]
+                agg = combine(combine(values[i], child.agg), agg)
+                cnt += child.cnt
+                suffix[i] = agg
+            node.suffix = suffix
+            node.local_cnt = cnt
+            if parent.parent is not None:
+                agg = combine(agg, parent.agg)
+                cnt += parent.cnt
         elif node.right_spine:
             first = children[0]
             agg = combine(first.agg, values[0])
@@ -367,15 +376,7 @@ class FiBA:
             return  # nothing below depends on the root's aggregate
         parent = node
         if node.left_spine:
-            child = children[0]
-            while child.children is not None:
-                child.agg = combine(child.local, parent.agg)
-                child.cnt = child.local_cnt + parent.cnt
-                parent = child
-                child = child.children[0]
-            # the left finger's own entries are unchanged too: one combine with its suffix fold
-            child.agg = combine(child.suffix[0], parent.agg)
-            child.cnt = len(child.values) + parent.cnt
+            self._refresh_left_spine(children[0])
             return
         else:
             child = children[-1]
@@ -662,17 +663,17 @@ class FiBA:
                 values = lf.values
                 lf.agg = reduce(self._combine, values) if values else self._identity
                 lf.cnt = len(values)
-            elif len(ltimes) >= self._min_entries:
+            else:
                 suffix = lf.suffix
                 del suffix[0]
-                if parent.parent is None:
+                if len(ltimes) < self._min_entries:
+                    self._refill_left_finger(lf, parent)
+                elif parent.parent is None:
                     lf.agg = suffix[0]
-                    lf.cnt = len(ltimes)
+                    lf.cnt -= 1
                 else:
                     lf.agg = self._combine(suffix[0], parent.agg)
-                    lf.cnt = len(ltimes) + parent.cnt
-            else:
-                self._refill_left_finger(lf, parent)
+                    lf.cnt -= 1
             return True
         node, i, found = self._find(t)
         if not found:
@@ -692,50 +693,144 @@ class FiBA:
         return True
 
     def _refill_left_finger(self, lf: _Node, parent: _Node) -> None:
-        """Repair the left finger after an in-order evict left it one entry short: merge with
-        its sibling when the result fits (the general rebalancing when the merge makes the
-        parent underflow too), else move entries over until the two are balanced. Merging
+        """Repair the left finger after an in-order evict left it one entry short (its suffix
+        folds already dropped the evicted entry): merge with its sibling when the result fits
+        (:meth:`_merge_up_left_spine`), else move entries over until the two are balanced, or
+        become the root when the sibling is the right finger and both fit in one node. Merging
         first fills the finger up, so that the next several in-order evicts need no refill."""
         combine = self._combine
         sibling = parent.children[1]
-        ptimes = parent.times
-        pvalues = parent.values
         stimes = sibling.times
         total = len(lf.times) + 1 + len(stimes)
+        if total <= self._max_entries:
+            if not sibling.right_spine:
+                self._merge_up_left_spine(lf, parent)
+                return
+            # parent is the root with two children: merge them into a leaf root
+            lf.times.append(parent.times[0])
+            lf.times.extend(stimes)
+            lf.values.append(parent.values[0])
+            lf.values.extend(sibling.values)
+            lf.parent = None
+            lf.left_spine = False
+            lf.suffix = None
+            self._root = self._rf = lf
+            lf.agg = reduce(combine, lf.values)
+            lf.cnt = len(lf.values)
+            return
+        # move: the finger takes half of the entries, the last of them as the new separator
+        ptimes = parent.times
+        pvalues = parent.values
+        svalues = sibling.values
         lf.times.append(ptimes[0])
         lf.values.append(pvalues[0])
-        if total > self._max_entries:  # move: the finger takes half of the entries
-            k = total // 2 - len(lf.times)  # sibling entries to take, the last as separator
-            svalues = sibling.values
-            lf.times.extend(stimes[:k])
-            lf.values.extend(svalues[:k])
-            ptimes[0] = stimes[k]
-            pvalues[0] = svalues[k]
-            del stimes[: k + 1]
-            del svalues[: k + 1]
-            # an up leaf, or the right finger below the root: either way a plain fold
-            sibling.agg = reduce(combine, sibling.values)
-            sibling.cnt = len(sibling.values)
-        else:  # merge
-            lf.times.extend(sibling.times)
-            lf.values.extend(sibling.values)
-            del ptimes[0]
-            del pvalues[0]
-            del parent.children[1]
-            if sibling.right_spine:  # parent is the root and had two children: height decrease
-                lf.parent = None
-                lf.left_spine = False
-                lf.suffix = None
-                self._root = self._rf = lf
-                lf.agg = reduce(combine, lf.values)
-                lf.cnt = len(lf.values)
-                return
-            if parent.parent is not None and len(ptimes) < self._min_entries:
-                top, hit_left, hit_right, _ = self._underflow(parent, True, False)
-                self._repair_aggs(top, hit_left, hit_right)
-                return
+        k = total // 2 - len(lf.times)
+        lf.times.extend(stimes[:k])
+        lf.values.extend(svalues[:k])
+        ptimes[0] = stimes[k]
+        pvalues[0] = svalues[k]
+        del stimes[: k + 1]
+        del svalues[: k + 1]
+        # an up leaf, or the right finger below the root: either way a plain fold
+        sibling.agg = reduce(combine, svalues)
+        sibling.cnt = len(svalues)
         self._recalc(parent)
         self._recalc(lf)
+
+    def _merge_up_left_spine(self, node: _Node, parent: _Node) -> None:
+        """In-order refill by merging: the left-spine ``node``, one entry short with valid
+        suffix folds, absorbs its parent's first separator and its right sibling (an up node
+        that fits). The parent loses its first suffix fold; when it underflows in turn, it is
+        refilled the same way if it can merge, else by the general rebalancing. The aggregates
+        are then refreshed from the highest changed spine node down, one combine per level
+        (the root, if reached, is recomputed). Costs the merged sibling's size in combines plus
+        one per level, instead of recomputing every node on the way."""
+        min_entries = self._min_entries
+        max_entries = self._max_entries
+        while True:
+            sibling = parent.children[1]
+            self._absorb_into_left_spine(node, parent, sibling)
+            grandparent = parent.parent
+            if grandparent is None:  # the root keeps an entry: sibling was not its last child
+                self._recalc(parent)
+                self._refresh_left_spine(node)
+                return
+            del parent.suffix[0]
+            parent.local_cnt -= 1 + sibling.cnt
+            if len(parent.times) >= min_entries:
+                self._refresh_left_spine(parent)
+                return
+            node = parent
+            parent = grandparent
+            sibling = parent.children[1]
+            if sibling.right_spine or len(node.times) + 1 + len(sibling.times) > max_entries:
+                top, hit_left, hit_right, _ = self._underflow(node, True, False)
+                self._repair_aggs(top, hit_left, hit_right)
+                return
+
+    def _absorb_into_left_spine(self, node: _Node, parent: _Node, sibling: _Node) -> None:
+        """Merge ``parent``'s first separator and its second child ``sibling`` (not on a spine)
+        into its first child, the left-spine ``node``, extending ``node``'s suffix folds (and
+        ``local_cnt`` if inner): each old fold gains ``separator + up(sibling)``, and the
+        sibling's entries get theirs from the right (the first one of a leaf is its stored up
+        aggregate). ``parent`` keeps stale aggregates, for the caller."""
+        combine = self._combine
+        separator = parent.values[0]
+        svalues = sibling.values
+        schildren = sibling.children
+        tail = combine(separator, sibling.agg)
+        suffix = node.suffix
+        for i, fold in enumerate(suffix):
+            suffix[i] = combine(fold, tail)
+        m = len(svalues)
+        folds = [tail] * (m + 1)
+        if schildren is None:
+            acc = svalues[-1]
+            folds[m] = acc
+            for i in range(m - 2, 0, -1):
+                acc = combine(svalues[i], acc)
+                folds[i + 1] = acc
+            if m > 1:
+                folds[1] = sibling.agg
+        else:
+            acc = combine(svalues[-1], schildren[-1].agg)
+            folds[m] = acc
+            for i in range(m - 2, -1, -1):
+                acc = combine(combine(svalues[i], schildren[i + 1].agg), acc)
+                folds[i + 1] = acc
+            for child in schildren:
+                child.parent = node
+            node.children.extend(schildren)
+            node.local_cnt += 1 + sibling.cnt
+        suffix.extend(folds)
+        node.times.append(parent.times[0])
+        node.times.extend(sibling.times)
+        node.values.append(separator)
+        node.values.extend(svalues)
+        del parent.times[0]
+        del parent.values[0]
+        del parent.children[1]
+
+    def _refresh_left_spine(self, node: _Node) -> None:
+        """Recompute the aggregates of the non-root left-spine ``node`` and of the left-spine
+        nodes below it from their (valid) suffix folds and counts: one combine per level."""
+        combine = self._combine
+        parent = node.parent
+        if parent.parent is None:  # a child of the root: no parent term
+            node.agg = node.suffix[0]
+            if node.children is None:
+                node.cnt = len(node.values)
+                return
+            node.cnt = node.local_cnt
+            parent = node
+            node = node.children[0]
+        while node.children is not None:
+            node.agg = combine(node.suffix[0], parent.agg)
+            node.cnt = node.local_cnt + parent.cnt
+            parent = node
+            node = node.children[0]
+        node.agg = combine(node.suffix[0], parent.agg)
+        node.cnt = len(node.values) + parent.cnt
 
     def _evict_inner(self, node: _Node, i: int) -> None:
         """Evict entry ``i`` of an inner node: a neighbouring leaf entry (the oldest of the right
@@ -1473,43 +1568,41 @@ class FiBA:
         for node in order:  # parents before children
             parent = node.parent
             values, children = node.values, node.children
-            if children is None:
-                inner = list(values)
-                inner_count = len(values)
+            # parts: the node's own sequence without its edge child; the leaf's values
+            parts = []
+            count = len(values)
+            for k, value in enumerate(values):
+                parts.append(value)
+                if children is not None and k + 1 < len(values):
+                    child_up, child_count = up[id(children[k + 1])]
+                    parts.append(child_up)
+                    count += child_count
+            if parent is None:
+                expected = (_fold(combine, identity, parts), count)
+            elif node.left_spine or node.right_spine:
+                if children is not None:
+                    edge_up, edge_count = up[id(children[-1] if node.left_spine else children[0])]
+                    parts = [*parts, edge_up] if node.left_spine else [edge_up, *parts]
+                    count += edge_count
                 if node.left_spine:
+                    step = 1 if children is None else 2  # one fold per entry
                     _require(
                         node.suffix is not None
                         and len(node.suffix) == len(values)
                         and all(
-                            node.suffix[k] == _fold(combine, identity, inner[k:])
+                            node.suffix[k] == _fold(combine, identity, parts[k * step :])
                             for k in range(len(values))
                         ),
-                        "aggregates: stale suffix folds of the left finger",
+                        "aggregates: stale suffix folds of a left-spine node",
                     )
-                else:
-                    _require(node.suffix is None, "aggregates: suffix folds off the left finger")
-            else:
-                inner = []
-                inner_count = len(values)
-                for k, value in enumerate(values):
-                    inner.append(value)
-                    if k + 1 < len(values):
-                        child_up, child_count = up[id(children[k + 1])]
-                        inner.append(child_up)
-                        inner_count += child_count
-            if parent is None:
-                expected = (_fold(combine, identity, inner), inner_count)
-            elif node.left_spine or node.right_spine:
-                parts = inner
-                count = inner_count
-                if children is not None:
-                    edge_up, edge_count = up[id(children[-1] if node.left_spine else children[0])]
-                    parts = [*inner, edge_up] if node.left_spine else [edge_up, *inner]
-                    count += edge_count
-                if children is not None:
+                    _require(
+                        children is None or node.local_cnt == count,
+                        "aggregates: stale cached own count of a left-spine node",
+                    )
+                elif children is not None:
                     _require(
                         node.local == _fold(combine, identity, parts) and node.local_cnt == count,
-                        "aggregates: stale cached own part of a spine node",
+                        "aggregates: stale cached own part of a right-spine node",
                     )
                 if parent.parent is not None:
                     parts = [*parts, parent.agg] if node.left_spine else [parent.agg, *parts]
@@ -1517,6 +1610,10 @@ class FiBA:
                 expected = (_fold(combine, identity, parts), count)
             else:
                 expected = up[id(node)]
+            _require(
+                node.left_spine or node.suffix is None,
+                "aggregates: suffix folds off the left spine",
+            )
             _require(node.agg == expected[0], "aggregates: stored partial differs from recomputed")
             _require(node.cnt == expected[1], "aggregates: stored count differs from recomputed")
         leftmost = rightmost = root
