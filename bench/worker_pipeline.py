@@ -352,6 +352,85 @@ def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
     serve(worker)
 
 
+# --- micro: the window work of one event, offline ----------------------------------------------
+
+
+def cpu_us_per_call(fn: Any, calls: int) -> float:
+    """CPU microseconds (``time.process_time``) per call of ``fn()`` over ``calls`` calls."""
+    started = time.process_time()
+    for _ in range(calls):
+        fn()
+    return 1e6 * (time.process_time() - started) / calls
+
+
+def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
+    """Offline CPU costs of the worker's window work with the default aggregations: one
+    composed ``combine`` against the sum of its parts' combines, one composed ``lower``, and
+    per event ``KeyWindows.accept`` (``emit=event``) and ``accept_batch`` (``emit=batch``, 1000
+    events per batch) over windows pre-filled to each occupancy (events as in the end-to-end
+    run, parsed already: no Kafka, JSON or store)."""
+    from stores.key_windows import KeyWindows, WindowConfig
+
+    figures: dict[str, float] = {}
+    base = Settings()
+    config = WindowConfig.from_settings(base)
+    composed = config.composed
+    a, b = composed.lift(1.5), composed.lift(-2.25)
+    parts = _parts(base)
+    figures["compose_combine_us"] = min(
+        cpu_us_per_call(lambda: composed.combine(a, b), 200_000) for _ in range(3)
+    )
+    figures["parts_combine_us"] = min(
+        sum(
+            cpu_us_per_call(lambda m=m, x=x, y=y: m.combine(x, y), 200_000)
+            for m, x, y in zip(parts, a, b, strict=True)
+        )
+        for _ in range(3)
+    )
+    figures["compose_lower_us"] = min(
+        cpu_us_per_call(lambda: composed.lower(a), 200_000) for _ in range(3)
+    )
+    for occupancy in occupancies:
+        settings = scenario_settings("127.0.0.1:1", occupancy, "event", Path("unused"))
+        stream = []
+        for key, value in event_stream(events, settings.windows[0].size_ms):
+            obj = json.loads(value)
+            stream.append((key.decode(), obj["ts"], obj["value"]))
+        for emit in ("event", "batch"):
+            windows = KeyWindows(WindowConfig.from_settings(settings), emit=emit)
+            lift = windows.config.lift
+            start = T0 - occupancy * SPACING_MS
+            windows.restore(
+                {
+                    f"key-{k}": [
+                        (start + j * SPACING_MS, lift(float(j % 7))) for j in range(occupancy)
+                    ]
+                    for k in range(KEYS)
+                }
+            )
+            started = time.process_time()
+            if emit == "event":
+                for key, ts, value in stream:
+                    windows.accept(key, ts, value)
+            else:
+                for lo in range(0, len(stream), 1000):
+                    windows.accept_batch(stream[lo : lo + 1000])
+            figures[f"{emit}_{occupancy}_us_per_event"] = (
+                1e6 * (time.process_time() - started) / len(stream)
+            )
+    return figures
+
+
+def _parts(settings: Settings) -> list[Any]:
+    from stores.key_windows import COUNT
+    from stores.monoids import monoid
+
+    names = list(settings.aggregations)
+    if COUNT not in names:
+        names.append(COUNT)
+    return [monoid(name) for name in names]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
@@ -362,7 +441,14 @@ def main() -> None:
     run.add_argument("--quick", action="store_true")
     run.add_argument("--occupancies", default="100,1000,10000")
     run.add_argument("--scenarios", default="bare,bare-batch,event,batch")
+    micro_parser = sub.add_parser("micro", help="offline CPU cost of the window work")
+    micro_parser.add_argument("--occupancies", default="100,1000,10000")
     args = parser.parse_args(sys.argv[1:] or ["run"])
+    if args.command == "micro":
+        figures = micro([int(x) for x in args.occupancies.split(",")])
+        for name, value in figures.items():
+            print(f"{name:32s} {value:8.2f}")
+        return
     if args.command == "child":
         settings = load_settings()
         if args.scenario.startswith("bare"):

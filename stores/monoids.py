@@ -587,41 +587,157 @@ def compose(parts: Mapping[str, Any]) -> FunctionMonoid:
     lower returns ``{name: part.lower(...)}``. Each part's input is the whole input (wrap a part
     with :func:`premap` to feed it one field). State round-trips through each part's
     ``to_state``/``from_state`` when it has them.
+
+    The five functions are generated (``exec``) for the given parts: tuples are unpacked and
+    built directly, the parts' functions are bound as default arguments, and the bodies of the
+    built-ins' own functions (``operator.add``, the min/max/mean/stddev combines, the identity
+    lift/lower...) are written inline, recognised by identity, so a composed combine costs
+    about the sum of its parts' combines. The results are those of the parts' functions,
+    bit for bit, and a partial of the wrong length raises ``ValueError`` as with ``zip``.
     """
     if not parts:
         raise ValueError("compose needs at least one monoid")
     names = tuple(parts)
     monoids = tuple(parts.values())
-    lifts = tuple(m.lift for m in monoids)
-    combines = tuple(m.combine for m in monoids)
-    lowers = tuple(m.lower for m in monoids)
-    to_states = tuple(getattr(m, "to_state", _same) for m in monoids)
-    from_states = tuple(getattr(m, "from_state", _same) for m in monoids)
-
-    def lift(x: Any) -> tuple:
-        return tuple([f(x) for f in lifts])
-
-    def combine(a: tuple, b: tuple) -> tuple:
-        return tuple([f(x, y) for f, x, y in zip(combines, a, b, strict=True)])
-
-    def lower(a: tuple) -> dict:
-        return {n: f(x) for n, f, x in zip(names, lowers, a, strict=True)}
-
-    def to_state(a: tuple) -> list:
-        return [f(x) for f, x in zip(to_states, a, strict=True)]
-
-    def from_state(obj: list) -> tuple:
-        return tuple([f(x) for f, x in zip(from_states, obj, strict=True)])
-
     return FunctionMonoid(
         "compose(" + ",".join(names) + ")",
         tuple(m.identity for m in monoids),
-        lift,
-        combine,
-        lower,
-        to_state,
-        from_state,
+        _generated_lift(monoids),
+        _generated_combine(monoids),
+        _generated_lower(names, monoids),
+        _generated_state_map([getattr(m, "to_state", _same) for m in monoids], "list"),
+        _generated_state_map([getattr(m, "from_state", _same) for m in monoids], "tuple"),
         all(getattr(m, "commutative", False) for m in monoids),
+    )
+
+
+# Inline bodies of built-in functions, by identity. Expressions use {x} (the argument) or {a},
+# {b} (the two partials); statement blocks assign {r} and name their temporaries {t}*. Each is
+# the same arithmetic, in the same order, as the function it stands for.
+_INLINE_LIFTS: dict[Any, str] = {
+    _same: "{x}",
+    _one: "1",
+    _mean_lift: "(1, {x}, 0)",
+    _moments_lift: "(1, float({x}), 0.0)",
+    _singleton: "({x},)",
+    _count_lift: "({x}, 1)",
+}
+_INLINE_COMBINES: dict[Any, str] = {
+    operator.add: "{a} + {b}",
+    operator.or_: "{a} | {b}",
+    _min: "{b} if {a} is None else ({a} if {b} is None or not {b} < {a} else {b})",
+    _max: "{b} if {a} is None else ({a} if {b} is None or not {b} > {a} else {b})",
+    _first_combine: "{a} or {b}",
+    _last_combine: "{b} or {a}",
+}
+_INLINE_COMBINE_BLOCKS: dict[Any, tuple[str, ...]] = {
+    _compensated_combine: (
+        "{t}n1, {t}s1, {t}c1 = {a}",
+        "{t}n2, {t}s2, {t}c2 = {b}",
+        "{t}s = {t}s1 + {t}s2",
+        "{r} = ({t}n1 + {t}n2, {t}s, {t}c1 + {t}c2 + (({t}s1 - {t}s) + {t}s2 "
+        "if abs({t}s1) >= abs({t}s2) else ({t}s2 - {t}s) + {t}s1))",
+    ),
+    _moments_combine: (
+        "{t}na, {t}ma, {t}qa = {a}",
+        "{t}nb, {t}mb, {t}qb = {b}",
+        "if not {t}na:",
+        "    {r} = {b}",
+        "elif not {t}nb:",
+        "    {r} = {a}",
+        "else:",
+        "    {t}n = {t}na + {t}nb",
+        "    {t}d = {t}mb - {t}ma",
+        "    {r} = ({t}n, {t}ma + {t}d * {t}nb / {t}n, "
+        "{t}qa + {t}qb + {t}d * {t}d * {t}na * {t}nb / {t}n)",
+    ),
+}
+_INLINE_LOWERS: dict[Any, str] = {
+    _same: "{x}",
+    _mean_lower: "(({x}[1] + {x}[2]) / {x}[0] if {x}[0] else None)",
+    _pop_stddev_lower: "(sqrt(max({x}[2], 0.0) / {x}[0]) if {x}[0] else None)",
+    _sample_stddev_lower: "(sqrt(max({x}[2], 0.0) / ({x}[0] - 1)) if {x}[0] > 1 else None)",
+    _only_or_none: "({x}[0] if {x} else None)",
+    _second: "{x}[1]",
+}
+_GLOBALS = {"sqrt": math.sqrt}
+
+
+def _generate(name: str, params: str, bound: list[Any], body: list[str]) -> Callable[..., Any]:
+    """The function ``def name(params, _f0=bound[0], ...): body`` (``body`` indented lines)."""
+    defaults = "".join(f", _f{i}=_f{i}" for i in range(len(bound)))
+    source = "\n".join([f"def {name}({params}{defaults}):", *("    " + line for line in body)])
+    namespace = dict(_GLOBALS, **{f"_f{i}": f for i, f in enumerate(bound)})
+    exec(compile(source, f"<compose {name}>", "exec"), namespace)
+    return namespace[name]
+
+
+def _unpack(tuple_name: str, prefix: str, n: int) -> str:
+    """``a0, a1, = a``: unpacking raises ``ValueError`` unless ``a`` has exactly ``n`` items."""
+    return "".join(f"{prefix}{i}, " for i in range(n)) + f"= {tuple_name}"
+
+
+def _generated_lift(monoids: tuple[Any, ...]) -> Callable[[Any], tuple]:
+    bound: list[Any] = []
+    items = []
+    for m in monoids:
+        template = _INLINE_LIFTS.get(m.lift)
+        if template is None:
+            bound.append(m.lift)
+            template = f"_f{len(bound) - 1}({{x}})"
+        items.append(template.format(x="x"))
+    return _generate("lift", "x", bound, [f"return ({', '.join(items)},)"])
+
+
+def _generated_combine(monoids: tuple[Any, ...]) -> Callable[[Any, Any], tuple]:
+    n = len(monoids)
+    bound: list[Any] = []
+    body = [_unpack("a", "a", n), _unpack("b", "b", n)]
+    items = []
+    for i, m in enumerate(monoids):
+        names = {"a": f"a{i}", "b": f"b{i}", "r": f"r{i}", "t": f"t{i}_"}
+        block = _INLINE_COMBINE_BLOCKS.get(m.combine)
+        if block is not None:
+            body += [line.format(**names) for line in block]
+            items.append(names["r"])
+            continue
+        template = _INLINE_COMBINES.get(m.combine)
+        if template is None:
+            bound.append(m.combine)
+            template = f"_f{len(bound) - 1}({{a}}, {{b}})"
+        items.append(f"({template.format(**names)})")
+    return _generate("combine", "a, b", bound, [*body, f"return ({', '.join(items)},)"])
+
+
+def _generated_lower(names: tuple[str, ...], monoids: tuple[Any, ...]) -> Callable[[tuple], dict]:
+    bound: list[Any] = []
+    items = []
+    for i, m in enumerate(monoids):
+        template = _INLINE_LOWERS.get(m.lower)
+        if template is None:
+            bound.append(m.lower)
+            template = f"_f{len(bound) - 1}({{x}})"
+        bound.append(names[i])
+        items.append(f"_f{len(bound) - 1}: {template.format(x=f'a{i}')}")
+    body = [_unpack("a", "a", len(monoids)), f"return {{{', '.join(items)}}}"]
+    return _generate("lower", "a", bound, body)
+
+
+def _generated_state_map(functions: list[Any], container: str) -> Callable[[Any], Any]:
+    """``[f0(a0), f1(a1), ...]`` (``container`` ``list``) or the same as a tuple; identity
+    functions are left out."""
+    bound: list[Any] = []
+    items = []
+    for i, f in enumerate(functions):
+        if f is _same:
+            items.append(f"a{i}")
+            continue
+        bound.append(f)
+        items.append(f"_f{len(bound) - 1}(a{i})")
+    joined = ", ".join(items)
+    value = f"[{joined}]" if container == "list" else f"({joined},)"
+    return _generate(
+        f"to_{container}", "a", bound, [_unpack("a", "a", len(functions)), f"return {value}"]
     )
 
 
