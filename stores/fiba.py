@@ -86,9 +86,9 @@ class _Node:
         "children",
         "cnt",
         "left_spine",
-        "local",
         "local_cnt",
         "parent",
+        "prefix",
         "right_spine",
         "suffix",
         "times",
@@ -108,7 +108,7 @@ class _Node:
         self.children = children
         self.agg: Any = None
         self.cnt = 0
-        self.local: Any = None
+        self.prefix: list[Any] | None = None
         self.local_cnt = 0
         self.left_spine = False
         self.right_spine = False
@@ -276,7 +276,7 @@ class FiBA:
             node.cnt = cnt
             return
         if parent is None:  # the root: inner aggregate
-            node.suffix = None
+            node.suffix = node.prefix = None
             if not k:
                 node.agg = self._identity
                 node.cnt = 0
@@ -301,19 +301,23 @@ class FiBA:
             if parent.parent is not None:
                 agg = combine(agg, parent.agg)
                 cnt += parent.cnt
-        elif node.right_spine:
+        elif node.right_spine:  # prefix folds from the left, then the parent's term
             first = children[0]
             agg = combine(first.agg, values[0])
             cnt = k + first.cnt
-            for child, value in zip(children[1:k], values[1:], strict=True):
-                agg = combine(combine(agg, child.agg), value)
+            prefix = [agg] * k
+            for i in range(1, k):
+                child = children[i]
+                agg = combine(combine(agg, child.agg), values[i])
                 cnt += child.cnt
-            node.local = agg
+                prefix[i] = agg
+            node.prefix = prefix
             node.local_cnt = cnt
             if parent.parent is not None:
                 agg = combine(parent.agg, agg)
                 cnt += parent.cnt
         else:
+            node.prefix = None  # (a split can turn a right-spine node into an up node)
             first = children[0]
             agg = first.agg
             cnt = k + first.cnt
@@ -377,15 +381,8 @@ class FiBA:
         parent = node
         if node.left_spine:
             self._refresh_left_spine(children[0])
-            return
         else:
-            child = children[-1]
-            while child.children is not None:
-                child.agg = combine(parent.agg, child.local)
-                child.cnt = child.local_cnt + parent.cnt
-                parent = child
-                child = child.children[-1]
-        self._recalc(child)
+            self._refresh_right_spine(children[-1])
 
     def _repair_spines_below(self, top: _Node, walk_left: bool, walk_right: bool) -> None:
         recalc = self._recalc
@@ -543,46 +540,117 @@ class FiBA:
             self._repair_path(node, 1)
 
     def _split_right_finger(self, rf: _Node) -> None:
-        """Split the overflowing right finger after an in-order append. When its parent has
-        room, the parent's (right-spine or root) aggregate just gains ``up(old finger)`` and the
-        separator at its end: two combines instead of recomputing the parent."""
+        """Split the overflowing right finger after an in-order append, and its ancestors up
+        the right spine while they overflow in turn. Each split half on the left becomes an up
+        node whose aggregate comes from its prefix folds (a leaf: a fold); the separator and the
+        new right-spine node are appended to the parent, whose cached prefix folds (or, at the
+        root, inner aggregate) just gain ``up(left half)`` and the separator: two combines
+        instead of recomputing the parent. The right spine below the highest changed node is
+        then refreshed in one combine per level, plus the new finger's fold. A split of the
+        root (height increase) takes the general path."""
         parent = rf.parent
-        if parent is None or len(parent.times) >= self._max_entries:
+        if parent is None:
             self._overflow(rf)
             return
         mu = self._min_arity
+        max_entries = self._max_entries
         combine = self._combine
         times = rf.times
         values = rf.values
-        right = _Node(parent, times[mu + 1 :], values[mu + 1 :], None)
+        new = _Node(parent, times[mu + 1 :], values[mu + 1 :], None)
+        new_time = times[mu]
         separator = values[mu]
-        parent.times.append(times[mu])
-        parent.values.append(separator)
-        parent.children.append(right)
         del times[mu:]
         del values[mu:]
-        rf.right_spine = False  # now an up node: neither spine holds a parent's last child
-        right.right_spine = True
-        self._rf = right
-        up = reduce(combine, values)
+        up = values[0]
+        for value in values[1:]:
+            up = combine(up, value)
         rf.agg = up
         rf.cnt = mu
-        grandparent = parent.parent
-        if grandparent is None:
-            parent.agg = combine(combine(parent.agg, up), separator)
-        else:
-            local = combine(combine(parent.local, up), separator)
-            parent.local = local
-            parent.local_cnt += mu + 1
-            parent.agg = local if grandparent.parent is None else combine(grandparent.agg, local)
-        parent.cnt += mu + 1
-        agg = reduce(combine, right.values)
-        cnt = len(right.values)
-        if parent.parent is not None:
-            agg = combine(parent.agg, agg)
-            cnt += parent.cnt
-        right.agg = agg
-        right.cnt = cnt
+        rf.right_spine = False  # now an up node: neither spine holds a parent's last child
+        new.right_spine = True
+        self._rf = new
+        node = rf
+        while True:  # ``node``, the parent's last child, became an up node; ``new`` follows it
+            ptimes = parent.times
+            pvalues = parent.values
+            pchildren = parent.children
+            ptimes.append(new_time)
+            pvalues.append(separator)
+            pchildren.append(new)
+            grandparent = parent.parent
+            if len(ptimes) <= max_entries:
+                if grandparent is None:  # the root's inner aggregate gains up(node), separator
+                    parent.agg = combine(combine(parent.agg, up), separator)
+                    parent.cnt += node.cnt + 1
+                    self._refresh_right_spine(new)
+                    return
+                prefix = parent.prefix
+                prefix.append(combine(combine(prefix[-1], up), separator))
+                parent.local_cnt += node.cnt + 1
+                self._refresh_right_spine(parent)
+                return
+            if grandparent is None:  # height increase
+                self._overflow(parent)
+                return
+            # split the right-spine parent: its first mu entries and mu + 1 children stay (an up
+            # node now), the rest go to a new right-spine node
+            right = _Node(grandparent, ptimes[mu + 1 :], pvalues[mu + 1 :], pchildren[mu + 1 :])
+            new_time = ptimes[mu]
+            separator = pvalues[mu]
+            del ptimes[mu:]
+            del pvalues[mu:]
+            del pchildren[mu + 1 :]
+            last = pchildren[mu]
+            up = combine(parent.prefix[mu - 1], last.agg)
+            cnt = mu
+            for child in pchildren:
+                cnt += child.cnt
+            parent.agg = up
+            parent.cnt = cnt
+            parent.prefix = None
+            parent.right_spine = False
+            right.right_spine = True
+            rchildren = right.children
+            rvalues = right.values
+            first = rchildren[0]
+            first.parent = right
+            acc = combine(first.agg, rvalues[0])
+            cnt = len(rvalues) + first.cnt
+            prefix = [acc] * len(rvalues)
+            for i in range(1, len(rvalues)):
+                child = rchildren[i]
+                child.parent = right
+                acc = combine(combine(acc, child.agg), rvalues[i])
+                cnt += child.cnt
+                prefix[i] = acc
+            rchildren[-1].parent = right
+            right.prefix = prefix
+            right.local_cnt = cnt
+            node = parent
+            new = right
+            parent = grandparent
+
+    def _refresh_right_spine(self, node: _Node) -> None:
+        """Recompute the aggregates of the non-root right-spine ``node`` and of the right-spine
+        nodes below it from their (valid) prefix folds and counts: one combine per level, and
+        the right finger's fold of its entries."""
+        combine = self._combine
+        parent = node.parent
+        if parent.parent is None:  # a child of the root: no parent term
+            if node.children is None:
+                self._recalc(node)
+                return
+            node.agg = node.prefix[-1]
+            node.cnt = node.local_cnt
+            parent = node
+            node = node.children[-1]
+        while node.children is not None:
+            node.agg = combine(parent.agg, node.prefix[-1])
+            node.cnt = node.local_cnt + parent.cnt
+            parent = node
+            node = node.children[-1]
+        self._recalc(node)
 
     def _overflow(self, node: _Node) -> None:
         """Split ``node`` and its overflowing ancestors, then repair aggregates (Fig. 7). When
@@ -1601,8 +1669,17 @@ class FiBA:
                     )
                 elif children is not None:
                     _require(
-                        node.local == _fold(combine, identity, parts) and node.local_cnt == count,
-                        "aggregates: stale cached own part of a right-spine node",
+                        node.prefix is not None
+                        and len(node.prefix) == len(values)
+                        and all(
+                            node.prefix[k] == _fold(combine, identity, parts[: 2 * k + 2])
+                            for k in range(len(values))
+                        ),
+                        "aggregates: stale prefix folds of a right-spine node",
+                    )
+                    _require(
+                        node.local_cnt == count,
+                        "aggregates: stale cached own count of a right-spine node",
                     )
                 if parent.parent is not None:
                     parts = [*parts, parent.agg] if node.left_spine else [parent.agg, *parts]
@@ -1613,6 +1690,10 @@ class FiBA:
             _require(
                 node.left_spine or node.suffix is None,
                 "aggregates: suffix folds off the left spine",
+            )
+            _require(
+                (node.right_spine and children is not None) or node.prefix is None,
+                "aggregates: prefix folds off the inner right spine",
             )
             _require(node.agg == expected[0], "aggregates: stored partial differs from recomputed")
             _require(node.cnt == expected[1], "aggregates: stored count differs from recomputed")
