@@ -11,7 +11,8 @@ never crashes.
 Query topic: co-partitioned with the input, keyed by the aggregation key, so the record reaches
 the worker owning that key's input partition; the answer goes to the answers topic (same key).
 The query partitions are read by ``QueryConsumer``, not by a Faust agent, so that queries are
-not queued behind the input backlog.
+not queued behind the input backlog, and answers (and forwarded queries) are sent by an own
+producer without linger (``LatencyProducer``), not by the app's batching producer.
 A query record that is not a JSON object with a ``query_id`` and a ``key`` cannot be answered:
 it becomes a dead letter (``bad_query``). A query whose Kafka key is not its ``key`` would be
 answered by the wrong partition, so it gets an error answer.
@@ -37,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from faust.types import TP, Message
 from faust.web import Request, Response, View
 
@@ -57,14 +58,26 @@ from agents.records import (
 from agents.windows import WindowsPipeline, encode_json
 from app.clients import client_options
 from app.faust_app import FibaApp
+from app.settings import Settings
 from stores.key_windows import KeyWindows
 
 logger = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT_S = 5.0
 QUERY_COMMIT_INTERVAL_S = 1.0
-QUERY_FETCH_WAIT_MS = 10
-"""Longest wait of a query/answer fetch on the broker: queries are latency-bound, not bulk."""
+KAFKA_QUERY_FETCH_WAIT_MS = 100
+EMBEDDED_QUERY_FETCH_WAIT_MS = 5
+
+
+def query_fetch_wait_ms(settings: Settings) -> int:
+    """Longest wait of a query/answer fetch on the broker.
+
+    Kafka answers a fetch as soon as a record arrives (``fetch_min_bytes`` 1), so a long wait
+    costs no latency there and keeps an idle consumer cheap. The embedded broker answers only
+    when the wait expires, so there a query or answer waits up to this long after it arrived:
+    a short wait (embedded profile), paid for by idle fetch requests.
+    """
+    return EMBEDDED_QUERY_FETCH_WAIT_MS if settings.embedded else KAFKA_QUERY_FETCH_WAIT_MS
 
 
 class BadQuery(Exception):
@@ -144,13 +157,50 @@ def answer(windows: KeyWindows, query: RangeQuery) -> Answer:
     return Answer(query.query_id, query.key, t_from, t_to, result, count, stream_time)
 
 
+class LatencyProducer:
+    """An aiokafka producer that sends every record at once (``linger_ms=0``, ``acks=all``),
+    started on first use: answers and forwarded queries are latency-bound, unlike the app
+    producer's outputs, which linger to fill batches."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._producer: AIOKafkaProducer | None = None
+        self._starting = asyncio.Lock()
+
+    async def send(self, topic: str, key: bytes, value: bytes) -> None:
+        """Hand one record to the producer (delivery is awaited by ``flush``)."""
+        if self._producer is None:
+            async with self._starting:
+                if self._producer is None:
+                    producer = AIOKafkaProducer(
+                        **client_options(self.settings), linger_ms=0, acks="all"
+                    )
+                    await producer.start()
+                    self._producer = producer
+        await self._producer.send(topic, value, key=key)
+
+    async def flush(self) -> None:
+        """Wait until every record sent so far is acknowledged."""
+        if self._producer is not None:
+            await self._producer.flush()
+
+    async def stop(self) -> None:
+        """Deliver what was sent and stop."""
+        if self._producer is not None:
+            await self._producer.stop()
+
+
 class QueryService:
     """Answers query records of the partitions this worker owns."""
 
     def __init__(self, fiba: FibaApp, pipeline: WindowsPipeline) -> None:
         self.fiba = fiba
         self.pipeline = pipeline
-        self.forwarder = AnswerForwarder(fiba)
+        self.producer = LatencyProducer(fiba.settings)
+        self.forwarder = AnswerForwarder(fiba, self.producer)
+        self.dead_letters_sent = False
+        """True when a bad query became a dead letter (sent by the app producer) since the
+        query consumer's last commit."""
 
     def owns(self, partition: int) -> bool:
         """True when the input partition is assigned to this worker right now."""
@@ -172,6 +222,7 @@ class QueryService:
                 raise BadQuery("not a JSON object")
             query = query_from_json(obj)
         except (BadQuery, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            self.dead_letters_sent = True
             await self.pipeline.dead_letters.send(
                 REASON_BAD_QUERY,
                 str(exc),
@@ -198,14 +249,17 @@ class QueryService:
             result = answer(state.windows, query)
         if result.error:
             self.pipeline.counts["query_errors"] += 1
-        await self.fiba.app.producer.send(
-            self.fiba.settings.answers_topic,
-            query.key.encode(),
-            encode_json(result.to_json()),
-            None,
-            None,
-            None,
+        await self.producer.send(
+            self.fiba.settings.answers_topic, query.key.encode(), encode_json(result.to_json())
         )
+
+    async def flush(self) -> None:
+        """Wait until the answers (and the dead letters of bad queries) sent so far are
+        acknowledged."""
+        await self.producer.flush()
+        if self.dead_letters_sent:
+            self.dead_letters_sent = False
+            await self.fiba.app.producer.flush()
 
     async def forward(self, query: RangeQuery, timeout: float) -> Answer | None:
         """Ask the owner of ``query.key`` through the query topic and wait for its answer
@@ -221,8 +275,9 @@ class AnswerForwarder:
     waiting request by ``query_id`` (a fresh UUID, so old answers never match).
     """
 
-    def __init__(self, fiba: FibaApp) -> None:
+    def __init__(self, fiba: FibaApp, producer: LatencyProducer) -> None:
         self.fiba = fiba
+        self.producer = producer
         self._pending: dict[str, asyncio.Future[Answer]] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -235,13 +290,8 @@ class AnswerForwarder:
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._pending[query_id] = future
         try:
-            await self.fiba.app.producer.send(
-                self.fiba.settings.queries_topic,
-                query.key.encode(),
-                dumps(forwarded.to_json()),
-                None,
-                None,
-                None,
+            await self.producer.send(
+                self.fiba.settings.queries_topic, query.key.encode(), dumps(forwarded.to_json())
             )
             result = await asyncio.wait_for(future, timeout)
         except TimeoutError:
@@ -259,7 +309,7 @@ class AnswerForwarder:
                 **client_options(settings),
                 enable_auto_commit=False,
                 auto_offset_reset="latest",
-                fetch_max_wait_ms=QUERY_FETCH_WAIT_MS,
+                fetch_max_wait_ms=query_fetch_wait_ms(settings),
             )
             await consumer.start()
             consumer.assign(
@@ -284,7 +334,7 @@ class AnswerForwarder:
                         future.set_result(result)
 
     async def stop(self) -> None:
-        """Stop the answers consumer (if it was started)."""
+        """Stop the answers consumer (if it was started); the producer is the service's."""
         if self._reader is not None:
             self._reader.cancel()
         if self._consumer is not None:
@@ -321,7 +371,7 @@ class QueryConsumer:
                 group_id=f"{settings.app_id}-queries",
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
-                fetch_max_wait_ms=QUERY_FETCH_WAIT_MS,
+                fetch_max_wait_ms=query_fetch_wait_ms(settings),
             )
             await self._consumer.start()
             self._task = asyncio.create_task(self._run(self._consumer))
@@ -335,7 +385,7 @@ class QueryConsumer:
         if self._consumer is None or not self._handled:
             return
         handled, self._handled = self._handled, {}
-        await self.fiba.app.producer.flush()
+        await self.service.flush()
         assigned = self._consumer.assignment()
         offsets = {tp: offset for tp, offset in handled.items() if tp in assigned}
         if offsets:
@@ -421,6 +471,7 @@ def install(fiba: FibaApp, service: QueryService) -> None:
     async def stop_query_clients(sender: Any, **kwargs: Any) -> None:
         await consumer.stop()
         await service.forwarder.stop()
+        await service.producer.stop()
 
     @app.page("/stats")
     class StatsView(View):

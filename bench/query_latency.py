@@ -1,0 +1,310 @@
+"""Range-query latency while a worker consumes an input backlog (issue 4: HTTP p99 <= 5 ms,
+query topic p99 <= 20 ms).
+
+``python -m bench.query_latency [--seconds S] [--emits event,batch]`` starts an embedded broker
+and, per ``emit`` mode, the load of ``bench.worker_pipeline`` at occupancy 1,000: a pre-produced
+backlog (100 keys, 20% out of order), one worker subprocess with the real pipeline and window
+store, windows pre-filled to 1,000 events per key. While the worker consumes the backlog, two
+client processes (separate processes, so that neither waits for the other's GIL) time range
+queries for ``S`` seconds:
+
+- HTTP: sequential ``GET /windows/{key}?window=<R/10>`` with 10 ms pauses, alternately on one
+  kept-alive connection and on a new connection per request; counted from sending the request
+  (including the connect, for a new connection) until the whole response body is read.
+- query topic: one query record at a time (20 ms pauses) sent with ``linger_ms=0`` and
+  ``send_and_wait`` (acknowledged), and its answer read from the answers topic by a consumer
+  with a 1 ms fetch wait (the embedded broker answers a fetch only when its wait expires, so a
+  longer wait would be counted as latency); counted from the send until the answer record is
+  returned by the consumer.
+
+The measured part starts once the worker has accepted 5% of the backlog (the pre-fill, an
+untimed O(n) bulk build, is over) and must end before the backlog does (checked: the run fails
+otherwise). Prints the command, the machine, the load average before and after, the worker's
+events/s and CPU µs/event over the measured part, and per series the count and
+p50/p95/p99/max; writes ``bench/results/query_latency.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import multiprocessing
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from app.broker import EmbeddedBroker
+from app.clients import client_options
+from app.demo import settings_environ
+from app.settings import Settings
+from app.topics import create_topics
+from bench.machine import describe_machine
+from bench.worker_pipeline import (
+    KEYS,
+    cpu_seconds,
+    event_stream,
+    get_json,
+    percentile,
+    produce,
+    scenario_settings,
+    wait_until_assigned,
+)
+
+OCCUPANCY = 1000
+WARM_FRACTION = 0.05
+RESULTS = Path(__file__).parent / "results" / "query_latency.json"
+EVENTS_PER_SECOND = {"event": 1500, "batch": 6000}
+"""Backlog size per measured second: above the fastest rate seen for each mode (worker_pipeline
+runs), so that the backlog outlasts the measurement."""
+SERIES = ("http_keep_alive", "http_new_connection", "topic")
+
+
+# --- the clients (each in its own process) ---------------------------------------------------
+
+
+def http_client(port: int, window: str, stop: Any, results: Any) -> None:
+    """Sequential HTTP range queries until ``stop`` is set; puts ``(series, seconds)`` lists."""
+    rng = random.Random(2)
+    kept = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    samples: dict[str, list[float]] = {"http_keep_alive": [], "http_new_connection": []}
+    errors = 0
+    i = 0
+    while not stop.is_set():
+        i += 1
+        fresh = i % 2 == 0
+        path = f"/windows/key-{rng.randrange(KEYS)}?window={window}"
+        started = time.perf_counter()
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10) if fresh else kept
+            conn.request("GET", path)
+            response = conn.getresponse()
+            body = response.read()
+            if fresh:
+                conn.close()
+        except (OSError, http.client.HTTPException):
+            errors += 1
+            kept.close()
+            time.sleep(0.05)
+            continue
+        elapsed = time.perf_counter() - started
+        if response.status != 200 or "count" not in json.loads(body):
+            errors += 1
+        else:
+            samples["http_new_connection" if fresh else "http_keep_alive"].append(elapsed)
+        time.sleep(0.01)
+    kept.close()
+    results.put({"errors_http": errors, **samples})
+
+
+async def _topic_queries(settings: Settings, stop: Any) -> tuple[list[float], int]:
+    producer = AIOKafkaProducer(**client_options(settings), linger_ms=0)
+    consumer = AIOKafkaConsumer(
+        **client_options(settings), enable_auto_commit=False, fetch_max_wait_ms=1
+    )
+    await producer.start()
+    await consumer.start()
+    samples: list[float] = []
+    lost = 0
+    try:
+        tps = [TopicPartition(settings.answers_topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        rng = random.Random(3)
+        i = 0
+        while not stop.is_set():
+            i += 1
+            key = f"key-{rng.randrange(KEYS)}"
+            query_id = f"q{i}"
+            query = {"query_id": query_id, "key": key, "window": settings.windows[1].name}
+            started = time.perf_counter()
+            await producer.send_and_wait(
+                settings.queries_topic, json.dumps(query).encode(), key=key.encode()
+            )
+            answered = False
+            deadline = started + 10
+            while not answered and time.perf_counter() < deadline:
+                batch = await consumer.getmany(timeout_ms=100)
+                for records in batch.values():
+                    answered |= any(json.loads(r.value)["query_id"] == query_id for r in records)
+            if answered:
+                samples.append(time.perf_counter() - started)
+            else:
+                lost += 1
+            await asyncio.sleep(0.02)
+    finally:
+        await producer.stop()
+        await consumer.stop()
+    return samples, lost
+
+
+def topic_client(settings: Settings, stop: Any, results: Any) -> None:
+    """Query-topic round trips until ``stop`` is set; puts the ``topic`` seconds list."""
+    samples, lost = asyncio.run(_topic_queries(settings, stop))
+    results.put({"topic": samples, "errors_topic": lost})
+
+
+# --- one scenario ------------------------------------------------------------------------------
+
+
+def wait_accepted(port: int, at_least: int, worker: subprocess.Popen, timeout: float) -> int:
+    """Poll ``GET /stats`` until the worker has accepted ``at_least`` events; returns the count."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise RuntimeError("the worker exited")
+        try:
+            accepted = get_json(port, "/stats")["counts"].get("accepted", 0)
+        except OSError:
+            accepted = 0
+        if accepted >= at_least:
+            return int(accepted)
+        time.sleep(0.1)
+    raise RuntimeError(f"the worker did not accept {at_least} events in {timeout:g} s")
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    """Count and p50/p95/p99/max in milliseconds of ``samples`` (seconds)."""
+    if not samples:
+        return {"n": 0}
+    return {
+        "n": len(samples),
+        **{f"p{round(100 * q)}": 1000 * percentile(samples, q) for q in (0.5, 0.95, 0.99)},
+        "max": 1000 * max(samples),
+    }
+
+
+def run_scenario(bootstrap: str, emit: str, seconds: float, workdir: Path) -> dict[str, Any]:
+    """Load one worker with a backlog and time both kinds of queries for ``seconds``."""
+    settings = scenario_settings(bootstrap, OCCUPANCY, emit, workdir / uuid.uuid4().hex[:6])
+    events = int(EVENTS_PER_SECOND[emit] * (seconds + 10))
+    asyncio.run(create_topics(settings))
+    asyncio.run(produce(settings, event_stream(events, settings.windows[0].size_ms)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
+    env.update(settings_environ(settings))
+    command = [sys.executable, "-m", "bench.worker_pipeline", "child", emit, str(OCCUPANCY)]
+    log_path = workdir / f"worker-{emit}.log"
+    with open(log_path, "wb") as log:
+        worker = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    results = context.Queue()
+    clients = [
+        context.Process(
+            target=http_client,
+            args=(settings.web_port, settings.windows[1].name, stop, results),
+        ),
+        context.Process(target=topic_client, args=(settings, stop, results)),
+    ]
+    try:
+        wait_until_assigned(settings.web_port, worker)
+        wait_accepted(settings.web_port, int(WARM_FRACTION * events), worker, 300)
+        for client in clients:
+            client.start()
+        time.sleep(1.0)  # clients started and connected: not counted in the CPU window
+        accepted_0, cpu_0, wall_0 = (
+            wait_accepted(settings.web_port, 0, worker, 10),
+            cpu_seconds(worker.pid),
+            time.monotonic(),
+        )
+        time.sleep(seconds)
+        accepted_1, cpu_1, wall_1 = (
+            wait_accepted(settings.web_port, 0, worker, 10),
+            cpu_seconds(worker.pid),
+            time.monotonic(),
+        )
+        stop.set()
+        merged: dict[str, Any] = {}
+        for _ in clients:
+            merged.update(results.get(timeout=60))
+        for client in clients:
+            client.join(30)
+    finally:
+        stop.set()
+        for client in clients:
+            if client.is_alive():
+                client.terminate()
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(10)
+    if accepted_1 >= events:
+        raise RuntimeError("the backlog ran out during the measurement: raise EVENTS_PER_SECOND")
+    done = accepted_1 - accepted_0
+    return {
+        "emit": emit,
+        "occupancy": OCCUPANCY,
+        "backlog_events": events,
+        "measured_s": wall_1 - wall_0,
+        "events_per_s": done / (wall_1 - wall_0),
+        "cpu_us_per_event": 1e6 * (cpu_1 - cpu_0) / max(1, done),
+        "worker_cpu_share": (cpu_1 - cpu_0) / (wall_1 - wall_0),
+        "errors": {"http": merged["errors_http"], "topic": merged["errors_topic"]},
+        **{series: summary(merged[series]) for series in SERIES},
+    }
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    """A Markdown table of the latency series of every scenario."""
+    lines = [
+        "| emit | series | n | p50 ms | p95 ms | p99 ms | max ms |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        for series in SERIES:
+            s = r[series]
+            if not s["n"]:
+                lines.append(f"| {r['emit']} | {series} | 0 | - | - | - | - |")
+                continue
+            lines.append(
+                f"| {r['emit']} | {series} | {s['n']} | {s['p50']:.1f} | {s['p95']:.1f} | "
+                f"{s['p99']:.1f} | {s['max']:.1f} |"
+            )
+    lines.append("")
+    for r in results:
+        lines.append(
+            f"- {r['emit']}: {r['events_per_s']:,.0f} events/s while measured "
+            f"({r['measured_s']:.0f} s), worker CPU {r['cpu_us_per_event']:,.0f} µs/event, "
+            f"worker CPU share {r['worker_cpu_share']:.2f} of a core, "
+            f"errors/lost: HTTP {r['errors']['http']}, topic {r['errors']['topic']}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured seconds per mode")
+    parser.add_argument("--emits", default="event,batch", help="emit modes, comma-separated")
+    args = parser.parse_args()
+    print("command:", " ".join(["python -m bench.query_latency", *sys.argv[1:]]))
+    for name, value in describe_machine().items():
+        print(f"{name}: {value}")
+    results = []
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="bench-query-") as tmp:
+        for emit in args.emits.split(","):
+            result = run_scenario(broker.bootstrap, emit, args.seconds, Path(tmp))
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"load average after (1, 5, 15 min): {load}")
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
