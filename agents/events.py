@@ -103,6 +103,10 @@ def check_value(raw: Any) -> Any:
     raise BadEvent(REASON_BAD_VALUE, f"not a number or an object: {raw!r}")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+"""``json.loads(data, parse_constant=...)`` builds this decoder on every call; it is stateless."""
+
+
 class EventParser:
     """Turns raw Kafka records into ``Event`` values according to one ``Settings``."""
 
@@ -136,7 +140,7 @@ class EventParser:
                 REASON_OVERSIZE, f"value of {len(value)} bytes > max_value_bytes {self._max_value}"
             )
         try:
-            obj = json.loads(value, parse_constant=_reject_constant)
+            obj = _DECODER.decode(value.decode(json.detect_encoding(value), "surrogatepass"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise BadEvent(REASON_MALFORMED_JSON, f"not JSON: {exc}") from None
         except RecursionError:

@@ -201,6 +201,9 @@ class KeyWindows:
         self._by_oldest: SortedList = SortedList()
         self._last_emitted: dict[str, tuple] = {}
         self._empty = config.composed.lower(config.composed.identity)
+        self._sizes = tuple((spec.name, spec.size_ms) for spec in config.windows)
+        self._lowered_is_aggregates = tuple(self._empty) == config.aggregations
+        """``count`` is one of the aggregations: a lowered partial is the aggregates dict."""
 
     # --- state --------------------------------------------------------------------------------
 
@@ -411,16 +414,30 @@ class KeyWindows:
     # --- results ------------------------------------------------------------------------------
 
     def windows_of(self, key: str) -> dict[str, WindowResult]:
-        """Every configured window of ``key`` at the stream time (``{}`` before any event)."""
+        """Every configured window of ``key`` at the stream time (``{}`` before any event).
+
+        One range query per window, except that every window reaching back to the key's
+        oldest entry shares one O(1) whole-window query. O(W log n)."""
         s = self.stream_time
         if s is None:
             return {}
         window = self._windows.get(key)
+        result = self._result
+        if window is None:
+            return {name: result(s - size, s, self._empty) for name, size in self._sizes}
+        oldest = window.oldest()
+        covers_youngest = window.youngest() <= s
+        whole = None
         results = {}
-        for spec in self.config.windows:
-            start = s - spec.size_ms
-            lowered = self._lowered(window, start, s)
-            results[spec.name] = self._result(start, s, lowered)
+        for name, size in self._sizes:
+            start = s - size
+            if start <= oldest and covers_youngest:
+                if whole is None:
+                    whole = window.query()
+                lowered = whole
+            else:
+                lowered = window.query_range(start, s)
+            results[name] = result(start, s, lowered)
         return results
 
     def query_range(self, key: str, t_from: int, t_to: int) -> tuple[int, dict[str, Any]]:
@@ -445,12 +462,11 @@ class KeyWindows:
         return window.query_range(t_from, t_to)
 
     def _result(self, start: int, end: int, lowered: dict[str, Any]) -> WindowResult:
-        return WindowResult(
-            start=start,
-            end=end,
-            count=lowered[COUNT],
-            aggregates={name: lowered[name] for name in self.config.aggregations},
-        )
+        if self._lowered_is_aggregates:
+            aggregates = lowered.copy()  # lowered may be shared (whole window, empty)
+        else:
+            aggregates = {name: lowered[name] for name in self.config.aggregations}
+        return WindowResult(start, end, lowered[COUNT], aggregates)
 
     def record_of(self, key: str, event_ts: int) -> AggregateRecord | None:
         """The record of ``key`` at the stream time (every window), ``event_ts`` being the
