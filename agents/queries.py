@@ -350,7 +350,8 @@ class QueryConsumer:
     (``follow``) and answers them at once. Its offsets are committed under the group
     ``<app_id>-queries`` (which no consumer ever joins), after the answers so far are flushed:
     a query whose answer may not have been produced is read again by the next owner
-    (at-least-once answers).
+    (at-least-once answers). The periodic commit runs beside the reading loop (commits one at
+    a time, in order), so queries are not held up by a flush and a commit round trip.
     """
 
     def __init__(self, fiba: FibaApp, service: QueryService) -> None:
@@ -360,6 +361,8 @@ class QueryConsumer:
         self._task: asyncio.Task[None] | None = None
         self._handled: dict[TopicPartition, int] = {}
         self._owned: set[int] = set()
+        self._committing = asyncio.Lock()
+        self._periodic_commit: asyncio.Task[None] | None = None
 
     async def follow(self, partitions: set[int]) -> None:
         """Read the query partitions ``partitions`` (the owned input partitions) from their
@@ -382,14 +385,22 @@ class QueryConsumer:
 
     async def commit(self) -> None:
         """Commit the offsets after the queries answered so far (answers flushed first)."""
-        if self._consumer is None or not self._handled:
-            return
-        handled, self._handled = self._handled, {}
-        await self.service.flush()
-        assigned = self._consumer.assignment()
-        offsets = {tp: offset for tp, offset in handled.items() if tp in assigned}
-        if offsets:
-            await self._consumer.commit(offsets)
+        async with self._committing:
+            if self._consumer is None or not self._handled:
+                return
+            handled, self._handled = self._handled, {}
+            await self.service.flush()
+            assigned = self._consumer.assignment()
+            offsets = {tp: offset for tp, offset in handled.items() if tp in assigned}
+            if offsets:
+                await self._consumer.commit(offsets)
+
+    async def _commit_logged(self) -> None:
+        try:
+            await self.commit()
+        except Exception:
+            # not fatal: the uncommitted queries are answered again by the next reader
+            logger.exception("committing the query offsets failed")
 
     async def _run(self, consumer: AIOKafkaConsumer) -> None:
         last_commit = asyncio.get_running_loop().time()
@@ -405,14 +416,19 @@ class QueryConsumer:
                     await self.service.handle(record)
                     self._handled[tp] = record.offset + 1
             now = asyncio.get_running_loop().time()
-            if now - last_commit > QUERY_COMMIT_INTERVAL_S:
+            previous = self._periodic_commit
+            if now - last_commit > QUERY_COMMIT_INTERVAL_S and (
+                previous is None or previous.done()
+            ):
                 last_commit = now
-                await self.commit()
+                self._periodic_commit = asyncio.create_task(self._commit_logged())
 
     async def stop(self) -> None:
         """Commit what was answered and stop the consumer."""
         if self._task is not None:
             self._task.cancel()
+        if self._periodic_commit is not None:
+            await self._periodic_commit
         if self._consumer is not None:
             await self.commit()
             await self._consumer.stop()

@@ -15,7 +15,10 @@ queries for ``S`` seconds:
   ``send_and_wait`` (acknowledged), and its answer read from the answers topic by a consumer
   with a 1 ms fetch wait (the embedded broker answers a fetch only when its wait expires, so a
   longer wait would be counted as latency); counted from the send until the answer record is
-  returned by the consumer.
+  returned by the consumer. Split at the answer record's timestamp (set by the worker's
+  producer when the answer is sent; same clock, ms resolution): ``topic_until_answered`` (query
+  produced and acknowledged, fetched by the worker, answered) and ``topic_answer_delivery``
+  (answer produced, fetched by the client).
 
 The measured part starts once the worker has accepted 5% of the backlog (the pre-fill, an
 untimed O(n) bulk build, is over) and must end before the backlog does (checked: the run fails
@@ -66,7 +69,13 @@ RESULTS = Path(__file__).parent / "results" / "query_latency.json"
 EVENTS_PER_SECOND = {"event": 1500, "batch": 6000}
 """Backlog size per measured second: above the fastest rate seen for each mode (worker_pipeline
 runs), so that the backlog outlasts the measurement."""
-SERIES = ("http_keep_alive", "http_new_connection", "topic")
+SERIES = (
+    "http_keep_alive",
+    "http_new_connection",
+    "topic",
+    "topic_until_answered",
+    "topic_answer_delivery",
+)
 
 
 # --- the clients (each in its own process) ---------------------------------------------------
@@ -106,14 +115,18 @@ def http_client(port: int, window: str, stop: Any, results: Any) -> None:
     results.put({"errors_http": errors, **samples})
 
 
-async def _topic_queries(settings: Settings, stop: Any) -> tuple[list[float], int]:
+async def _topic_queries(settings: Settings, stop: Any) -> dict[str, Any]:
     producer = AIOKafkaProducer(**client_options(settings), linger_ms=0)
     consumer = AIOKafkaConsumer(
         **client_options(settings), enable_auto_commit=False, fetch_max_wait_ms=1
     )
     await producer.start()
     await consumer.start()
-    samples: list[float] = []
+    samples: dict[str, list[float]] = {
+        "topic": [],
+        "topic_until_answered": [],
+        "topic_answer_delivery": [],
+    }
     lost = 0
     try:
         tps = [TopicPartition(settings.answers_topic, p) for p in range(settings.partitions)]
@@ -126,31 +139,34 @@ async def _topic_queries(settings: Settings, stop: Any) -> tuple[list[float], in
             key = f"key-{rng.randrange(KEYS)}"
             query_id = f"q{i}"
             query = {"query_id": query_id, "key": key, "window": settings.windows[1].name}
-            started = time.perf_counter()
+            started, sent_at = time.perf_counter(), time.time()
             await producer.send_and_wait(
                 settings.queries_topic, json.dumps(query).encode(), key=key.encode()
             )
-            answered = False
+            answered_at: float | None = None
             deadline = started + 10
-            while not answered and time.perf_counter() < deadline:
+            while answered_at is None and time.perf_counter() < deadline:
                 batch = await consumer.getmany(timeout_ms=100)
                 for records in batch.values():
-                    answered |= any(json.loads(r.value)["query_id"] == query_id for r in records)
-            if answered:
-                samples.append(time.perf_counter() - started)
-            else:
+                    for record in records:
+                        if json.loads(record.value)["query_id"] == query_id:
+                            answered_at = record.timestamp / 1000
+            if answered_at is None:
                 lost += 1
+            else:
+                samples["topic"].append(time.perf_counter() - started)
+                samples["topic_until_answered"].append(answered_at - sent_at)
+                samples["topic_answer_delivery"].append(time.time() - answered_at)
             await asyncio.sleep(0.02)
     finally:
         await producer.stop()
         await consumer.stop()
-    return samples, lost
+    return {"errors_topic": lost, **samples}
 
 
 def topic_client(settings: Settings, stop: Any, results: Any) -> None:
-    """Query-topic round trips until ``stop`` is set; puts the ``topic`` seconds list."""
-    samples, lost = asyncio.run(_topic_queries(settings, stop))
-    results.put({"topic": samples, "errors_topic": lost})
+    """Query-topic round trips until ``stop`` is set; puts the ``topic*`` seconds lists."""
+    results.put(asyncio.run(_topic_queries(settings, stop)))
 
 
 # --- one scenario ------------------------------------------------------------------------------
