@@ -650,7 +650,12 @@ class FiBA:
             node.cnt = node.local_cnt + parent.cnt
             parent = node
             node = node.children[-1]
-        self._recalc(node)
+        values = node.values  # the finger below the root holds at least one entry
+        agg = values[0]
+        for value in values[1:]:
+            agg = combine(agg, value)
+        node.agg = combine(parent.agg, agg)
+        node.cnt = len(values) + parent.cnt
 
     def _overflow(self, node: _Node) -> None:
         """Split ``node`` and its overflowing ancestors, then repair aggregates (Fig. 7). When
@@ -1031,15 +1036,35 @@ class FiBA:
 
         Seed 000 Fig. 10: finger-search the lowest node whose range holds both bounds, then
         descend along at most two chains, using stored up aggregates for the subtrees in
-        between. O(log d_from + log d_to + log of the sub-window size).
+        between. O(log d_from + log d_to + log of the sub-window size). A suffix of the window
+        (``t_to >= youngest()``) starts from the right finger instead: it climbs the right
+        spine to the lowest node holding ``t_from`` and descends from there along one chain,
+        where the spine subtrees right of the chain cost one combine per level (their cached
+        prefix folds); so it costs O(log d) combines for the d entries of the suffix,
+        independent of the window size. A prefix (``t_from <= oldest()``) is the mirror image,
+        from the left finger.
         """
         root = self._root
         if t_to < t_from or not root.times:
             return self._identity
         lf = self._lf
         rf = self._rf
-        if not t_from > lf.times[0] and not t_to < rf.times[-1]:
-            return self.aggregate()
+        if not t_to < rf.times[-1]:  # a suffix of the window
+            if not t_from > lf.times[0]:
+                return self.aggregate()
+            node = rf
+            parent = node.parent
+            while parent is not None and not t_from > parent.times[-1]:
+                node = parent
+                parent = node.parent
+            return self._suffix_of(node, t_from)
+        if not t_from > lf.times[0]:  # a prefix of the window
+            node = lf
+            parent = node.parent
+            while parent is not None and not t_to < parent.times[0]:
+                node = parent
+                parent = node.parent
+            return self._prefix_of(node, t_to)
         node = root
         if root.children is not None:
             if t_to < root.times[0]:
@@ -1062,41 +1087,137 @@ class FiBA:
         return self._range(node, t_from, t_to)
 
     def _range(self, node: _Node, lo: Any, hi: Any) -> Any:
-        """Aggregate of the entries of ``node``'s subtree within ``[lo, hi]``; ``None`` for a
-        bound means the subtree is unbounded on that side."""
-        if lo is None and hi is None:
-            return self._full(node)
+        """Aggregate of the entries of ``node``'s subtree within ``[lo, hi]``, where some entry
+        of ``node`` itself lies in ``[lo, hi]`` or ``node`` is a leaf."""
         combine = self._combine
         times = node.times
         values = node.values
-        i0 = 0 if lo is None else bisect_left(times, lo)
-        i1 = len(times) if hi is None else bisect_right(times, hi)
+        i0 = bisect_left(times, lo)
+        i1 = bisect_right(times, hi)
         children = node.children
         if children is None:
-            return reduce(combine, values[i0:i1]) if i0 < i1 else self._identity
+            if i0 >= i1:
+                return self._identity
+            acc = values[i0]
+            for value in values[i0 + 1 : i1]:
+                acc = combine(acc, value)
+            return acc
         if i0 == i1:
             return self._range(children[i0], lo, hi)
-        acc = combine(self._range(children[i0], lo, None), values[i0])
+        acc = values[i0]
+        if times[i0] != lo:  # the child left of entry i0 may hold times >= lo
+            acc = combine(self._suffix_of(children[i0], lo), acc)
         for i in range(i0 + 1, i1):
             acc = combine(combine(acc, children[i].agg), values[i])
-        return combine(acc, self._range(children[i1], None, hi))
+        if times[i1 - 1] != hi:
+            acc = combine(acc, self._prefix_of(children[i1], hi))
+        return acc
+
+    def _suffix_of(self, node: _Node, lo: Any) -> Any:
+        """Aggregate of the entries ``>= lo`` in ``node``'s subtree (identity if none): one
+        chain down from ``node``; at each level the entries and subtrees right of the chain."""
+        combine = self._combine
+        parts: list[Any] = []  # what lies right of the chain, one part per level, top first
+        while True:
+            times = node.times
+            values = node.values
+            children = node.children
+            i = bisect_left(times, lo)
+            if children is None:
+                if i < len(values):
+                    acc = values[i]
+                    for value in values[i + 1 :]:
+                        acc = combine(acc, value)
+                elif parts:
+                    acc = parts.pop()
+                else:
+                    return self._identity
+                break
+            k = len(values)
+            if i < k:
+                acc = values[i]
+                for j in range(i + 1, k):
+                    acc = combine(combine(acc, children[j].agg), values[j])
+                last = children[k]
+                up = self._full(last) if last.right_spine else last.agg
+                acc = combine(acc, up)
+                if times[i] == lo:
+                    break
+                parts.append(acc)
+            node = children[i]
+        for part in reversed(parts):
+            acc = combine(acc, part)
+        return acc
+
+    def _prefix_of(self, node: _Node, hi: Any) -> Any:
+        """Aggregate of the entries ``<= hi`` in ``node``'s subtree (identity if none): the
+        mirror image of :meth:`_suffix_of`."""
+        combine = self._combine
+        parts: list[Any] = []  # what lies left of the chain, one part per level, top first
+        while True:
+            times = node.times
+            values = node.values
+            children = node.children
+            i = bisect_right(times, hi)
+            if children is None:
+                if i:
+                    acc = values[0]
+                    for value in values[1:i]:
+                        acc = combine(acc, value)
+                elif parts:
+                    acc = parts.pop()
+                else:
+                    return self._identity
+                break
+            if i:
+                first = children[0]
+                acc = self._full(first) if first.left_spine else first.agg
+                acc = combine(acc, values[0])
+                for j in range(1, i):
+                    acc = combine(combine(acc, children[j].agg), values[j])
+                if times[i - 1] == hi:
+                    break
+                parts.append(acc)
+            node = children[i]
+        for part in reversed(parts):
+            acc = combine(part, acc)
+        return acc
 
     def _full(self, node: _Node) -> Any:
-        """The up aggregate of ``node``'s subtree: stored for non-spine nodes, recomputed down
-        the spine otherwise."""
-        if node.parent is not None and not (node.left_spine or node.right_spine):
-            return node.agg
-        combine = self._combine
-        values = node.values
-        children = node.children
-        if children is None:
-            return reduce(combine, values) if values else self._identity
-        acc = self._full(children[0])
-        for i, value in enumerate(values, 1):
-            acc = combine(acc, value)
-            child = children[i]
-            acc = combine(acc, self._full(child) if i == len(values) else child.agg)
-        return acc
+        """The up aggregate of ``node``'s subtree: stored for non-spine nodes; the whole window
+        for the root; for a spine node, from the cached folds down its spine, one combine per
+        level (a child of the root: the finger's stored aggregate, no combine at all)."""
+        parent = node.parent
+        if parent is None:
+            return self.aggregate()
+        if node.left_spine:
+            if parent.parent is None:
+                return self._lf.agg
+            combine = self._combine
+            acc = node.suffix[0]
+            while node.children is not None:
+                node = node.children[0]
+                acc = combine(node.suffix[0], acc)
+            return acc
+        if node.right_spine:
+            if parent.parent is None:
+                return self._rf.agg
+            combine = self._combine
+            values = node.values
+            if node.children is None:
+                acc = values[0]
+                for value in values[1:]:
+                    acc = combine(acc, value)
+                return acc
+            acc = node.prefix[-1]
+            node = node.children[-1]
+            while node.children is not None:
+                acc = combine(acc, node.prefix[-1])
+                node = node.children[-1]
+            for value in node.values:
+                acc = combine(acc, value)
+            return acc
+        return node.agg
 
     # --- bulk evict -----------------------------------------------------------------------------
 
