@@ -26,13 +26,20 @@ Per input record, in offset order per partition:
    committed input is never ahead of its outputs and changelog.
 
 With ``emit = "batch"`` the agent takes up to ``batch_max_records`` records or waits
-``batch_max_wait`` (``stream.take_events``) and applies each partition's share with one
-``KeyWindows.accept_batch`` (one bulk insert and bulk evict per key); store calls still happen
-per record in offset order, with the partial right after that record, so a crash mid-batch
-resumes exactly.
+``batch_max_wait`` (``stream.take_events``) and applies each partition's share as
+``KeyWindows.accept_batch`` would (one bulk insert and bulk evict per key and slice): in slices
+sized to take about half a millisecond each (``KeyWindows.insert_batch``; between slices the
+state is the one after the records applied so far), then one record per touched key
+(``record_of``); store calls still happen per record in offset order, with the partial right
+after that record, so a crash mid-batch resumes exactly.
 
 A timer sweeps idle keys every ``sweep_interval`` (``KeyWindows.sweep`` + ``store.evict``) and
 logs the counters. A per-partition lock orders the agent, the sweep and revocation.
+
+Loop fairness: producer sends and RocksDB writes rarely suspend, and Faust's stream does not
+suspend while its buffer holds records, so the agent and the sweep give the event loop a turn
+themselves (``LoopTurns``) once ~1 ms of work has passed since the last one, in every emit mode
+(HTTP requests, the query consumer and heartbeats are served in between).
 """
 
 from __future__ import annotations
@@ -407,6 +414,8 @@ class WindowsPipeline:
                 for key, times in state.windows.sweep():
                     evicted += len(times)
                     await self.store.evict(state.partition, key, times)
+                    if time.perf_counter() >= self.turns.deadline:
+                        await self.turns.take()
         self.counts["swept"] += evicted
         return evicted
 
