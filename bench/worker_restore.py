@@ -7,14 +7,18 @@ count,sum,max,mean,pop_stddev, records in the store's format, sent with normal p
 batching) plus ``churn * entries`` entries upserted earlier and evicted since (their upserts
 and tombstones are history a restore must read and drop), then times:
 
-- ``restore from the changelog alone`` (no local state: the SIGKILL-without-data-dir case);
-- ``restore from local RocksDB`` (clean checkpoint, empty changelog tail: a clean restart);
-- ``bulk build of the in-memory index`` (``KeyWindows.restore``: one FiBA per key, O(n));
+- ``store restore from the changelog alone`` (no local state: the SIGKILL-without-data-dir
+  case): ``WindowStore.restore`` until it returns the windows;
+- ``index`` right after it: the in-memory FiBA index built as the pipeline builds it
+  (``KeyWindows.load`` per key, O(n) bulk builds, the cyclic GC left as it is); ``ready`` is the
+  sum, the time until a worker that lost its data dir can serve;
+- the same two phases from the local RocksDB (clean checkpoint, empty changelog tail: a clean
+  restart);
 
 in wall and CPU seconds of this process (the machine may be shared: the 1-minute load average
 is recorded), and measures (tracemalloc, in a separate untimed pass) the memory per retained
-entry of the restored ``windows`` lists and of the FiBA index built from them. Target: the
-changelog-only restore of 10^6 entries in at most 10 s.
+entry of the restored ``windows`` lists and of the FiBA index built from them. Target: ready
+(store restore + index) from the changelog alone for 10^6 entries in at most 10 s.
 
 Codecs of the partials: ``worker`` is the worker's ``PartialJsonCodec``; ``batch`` adds
 ``decode_many`` (one JSON parse for all partials, which ``WindowStore.restore`` uses when a codec
@@ -142,9 +146,20 @@ def traced_growth(out: list[int]) -> Iterator[None]:
 
 
 def built_index(config: WindowConfig, windows: dict[str, list[tuple[int, Any]]]) -> KeyWindows:
+    """The pipeline's index build: one ``KeyWindows.load`` (FiBA bulk build) per key."""
     index = KeyWindows(config, emit="event")
-    index.restore(windows)
+    for key, pairs in windows.items():
+        index.load(key, pairs)
     return index
+
+
+def timed_index(
+    config: WindowConfig, windows: dict[str, list[tuple[int, Any]]]
+) -> tuple[float, float]:
+    """``(wall s, CPU s)`` of ``built_index``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    built_index(config, windows)
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 async def run(entries: int, keys: int, churn: float, seed: int, codec_name: str) -> dict[str, Any]:
@@ -171,18 +186,17 @@ async def run(entries: int, keys: int, churn: float, seed: int, codec_name: str)
         write_s = time.perf_counter() - start
 
         changelog_s, changelog_cpu, restored = await timed_restore(settings, codec)
+        index_s, index_cpu = timed_index(config, restored.windows)
         assert not restored.local_entries_reused
         assert restored.changelog_records == records
         retained = sum(len(pairs) for pairs in restored.windows.values())
         assert retained == entries, (retained, entries)
+        del restored
 
         local_s, local_cpu, again = await timed_restore(settings, codec)
+        local_index_s, local_index_cpu = timed_index(config, again.windows)
         assert again.local_entries_reused and again.changelog_records == 0
-
-        start, cpu = time.perf_counter(), time.process_time()
-        index = built_index(config, restored.windows)
-        build_s, build_cpu = time.perf_counter() - start, time.process_time() - cpu
-        del index, again
+        del again
 
         # memory, untimed: the restored windows lists, then the FiBA index built from them
         grown: list[int] = []
@@ -204,29 +218,38 @@ async def run(entries: int, keys: int, churn: float, seed: int, codec_name: str)
         "restore_changelog_s": changelog_s,
         "restore_changelog_cpu_s": changelog_cpu,
         "restore_changelog_records_per_s": records / changelog_s,
+        "index_after_changelog_s": index_s,
+        "index_after_changelog_cpu_s": index_cpu,
+        "ready_from_changelog_s": changelog_s + index_s,
+        "ready_from_changelog_cpu_s": changelog_cpu + index_cpu,
         "restore_local_s": local_s,
         "restore_local_cpu_s": local_cpu,
-        "bulk_build_s": build_s,
-        "bulk_build_cpu_s": build_cpu,
+        "index_after_local_s": local_index_s,
+        "index_after_local_cpu_s": local_index_cpu,
+        "ready_from_local_s": local_s + local_index_s,
+        "ready_from_local_cpu_s": local_cpu + local_index_cpu,
         "windows_bytes_per_entry": windows_bytes / entries,
         "index_bytes_per_entry": index_bytes / entries,
-        "target_met": changelog_s <= TARGET_S,
+        "target_met": changelog_s + index_s <= TARGET_S,
     }
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| entries | keys | codec | changelog records | restore from changelog (CPU) "
-        "| restore from local RocksDB (CPU) | FiBA bulk build (CPU) | windows B/entry "
-        "| FiBA B/entry | load avg |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| entries | keys | codec | changelog records | store restore from changelog (CPU) "
+        "| + index = ready (CPU) | store restore from local RocksDB (CPU) "
+        "| + index = ready (CPU) | windows B/entry | FiBA B/entry | load avg |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         lines.append(
             f"| {r['entries']:,} | {r['keys']:,} | {r['codec']} | {r['changelog_records']:,} "
             f"| {r['restore_changelog_s']:.1f} s ({r['restore_changelog_cpu_s']:.1f} s) "
+            f"| {r['index_after_changelog_s']:.1f} s = **{r['ready_from_changelog_s']:.1f} s** "
+            f"({r['ready_from_changelog_cpu_s']:.1f} s) "
             f"| {r['restore_local_s']:.1f} s ({r['restore_local_cpu_s']:.1f} s) "
-            f"| {r['bulk_build_s']:.1f} s ({r['bulk_build_cpu_s']:.1f} s) "
+            f"| {r['index_after_local_s']:.1f} s = {r['ready_from_local_s']:.1f} s "
+            f"({r['ready_from_local_cpu_s']:.1f} s) "
             f"| {r['windows_bytes_per_entry']:.0f} | {r['index_bytes_per_entry']:.0f} "
             f"| {r['load_average_1m'][0]:.1f} |"
         )

@@ -22,18 +22,30 @@ times sort first): the local RocksDB iterates a key's entries in time order.
 Reading "to the end" of a partition uses the **high watermark of Fetch responses**, which every
 broker reports correctly, never ListOffsets (wrong on the embedded broker for multi-record
 batches). So the producer may batch normally on every broker.
+
+A restore reads a whole partition once, as fast as possible: ``ChangelogReader`` sends raw Fetch
+requests through aiokafka's client and hands over the record batches as aiokafka's C record
+parser yields them, with the next fetch already in flight while the caller applies the current
+one. Going through ``AIOKafkaConsumer.getmany`` instead costs about 3 us of Python per record
+(a ``ConsumerRecord`` and a generator step each), more than everything else a restore does per
+record (``bench/worker_restore.py``). The standby follower, which tails several partitions
+forever, uses the consumer (``consumer_for``, ``read_to_high_watermark``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import errors as kafka_errors
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import OffsetOutOfRangeError
-from aiokafka.structs import ConsumerRecord
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.record.memory_records import MemoryRecords
 
 from app.clients import client_options
 from app.settings import Settings
@@ -173,37 +185,163 @@ def consumer_for(settings: Settings, fetch_max_wait_ms: int = 20) -> AIOKafkaCon
     )
 
 
-async def read_to_high_watermark(
-    consumer: AIOKafkaConsumer,
-    tp: TopicPartition,
-    start: int,
-    timeout: float = 30.0,
-) -> AsyncIterator[list[ConsumerRecord]]:
-    """Yield the records of ``tp`` from offset ``start`` to its end, in chunks.
+class ChangelogRecord(Protocol):
+    """A record as the reader hands it over (aiokafka's C ``DefaultRecord``, or a
+    ``ConsumerRecord``): ``offset``, ``key`` and ``value`` (``None`` for a tombstone)."""
 
-    "End" is the high watermark reported by the Fetch responses (refreshed with every fetch),
-    never ListOffsets. ``tp`` must be assigned to ``consumer`` (alone). Raises
-    ``ChangelogTruncated`` when the partition ends before ``start``, ``TimeoutError`` when no
-    fetch response arrives for ``timeout`` seconds. O(records read).
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+
+_READ_UNCOMMITTED = 0
+_RETRY_BACKOFF_S = 0.1
+
+
+class ChangelogReader:
+    """Reads changelog partitions from an offset to their end with raw Fetch requests.
+
+    One aiokafka ``AIOKafkaClient`` (metadata, connections, API version negotiation, security
+    options of ``settings``); ``read`` fetches from the partition's leader, keeps the next fetch
+    in flight while the caller processes the previous response, and stops at the high
+    watermark of the Fetch responses (see the module doc). Semantics are those of a
+    ``read_uncommitted`` consumer with CRC checks: control batches are skipped, records before
+    the start offset (inside the first batch) are dropped. Use as ``async with``.
+
+    ``position``: the offset after the last batch ``read`` handed over (its start before);
+    once ``read`` is exhausted, the partition's end.
     """
-    consumer.seek(tp, start)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
+
+    def __init__(
+        self,
+        settings: Settings,
+        max_wait_ms: int = 20,
+        max_bytes: int = 64 << 20,
+        partition_max_bytes: int = 16 << 20,
+    ) -> None:
+        self._client = AIOKafkaClient(
+            **client_options(settings), client_id=f"{settings.app_id}-window-store-restore"
+        )
+        self._max_wait_ms = max_wait_ms
+        self._max_bytes = max_bytes
+        self._partition_max_bytes = partition_max_bytes
+        self.position = 0
+
+    async def __aenter__(self) -> ChangelogReader:
+        await self._client.bootstrap()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._client.close()
+
+    async def read(
+        self, tp: TopicPartition, start: int, timeout: float = 30.0
+    ) -> AsyncIterator[list[Iterable[ChangelogRecord]]]:
+        """Yield the records of ``tp`` from offset ``start`` to its end, one list of record
+        batches (each an iterable of records, in offset order) per Fetch response.
+
+        "End" is the high watermark of the last Fetch response. Raises ``ChangelogTruncated``
+        when the partition ends before ``start``, ``TimeoutError`` when no data arrives for
+        ``timeout`` seconds while the partition is not read to its end. O(records read); the
+        per-record work is aiokafka's C parser, plus the caller's.
+        """
+        await self._client.add_topic(tp.topic)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        position = self.position = start
+        pending = asyncio.ensure_future(self._fetch(tp, position, deadline))
         try:
-            batches = await consumer.getmany(tp, timeout_ms=100, max_records=50_000)
-        except OffsetOutOfRangeError as exc:
-            raise ChangelogTruncated(f"{tp} ends before offset {start}") from exc
-        records = batches.get(tp)
-        if records:
-            deadline = loop.time() + timeout
-            yield records
-        highwater = consumer.highwater(tp)
-        if highwater is not None:
-            position = await consumer.position(tp)
-            if position > highwater:
-                raise ChangelogTruncated(f"{tp} ends at {highwater}, before offset {start}")
-            if position == highwater:
-                return
-        if loop.time() > deadline:
-            raise TimeoutError(f"no fetch response for {tp} within {timeout} s")
+            while True:
+                highwater, data = await pending
+                batches: list[Iterable[ChangelogRecord]] = []
+                records = MemoryRecords(data)
+                while records.has_next():
+                    batch = records.next_batch()
+                    if not batch.validate_crc():
+                        raise kafka_errors.CorruptRecordException(f"invalid CRC in {tp}")
+                    if not batch.is_control_batch:
+                        # only the first batch read may begin before ``start``
+                        first = position == start
+                        batches.append([r for r in batch if r.offset >= start] if first else batch)
+                    position = max(position, batch.next_offset)
+                if position > highwater:
+                    raise ChangelogTruncated(f"{tp} ends at {highwater}, before offset {start}")
+                if batches:
+                    deadline = loop.time() + timeout
+                done = position == highwater
+                pending = (
+                    None if done else asyncio.ensure_future(self._fetch(tp, position, deadline))
+                )
+                if batches:
+                    yield batches
+                self.position = position
+                if done:
+                    return
+        finally:
+            if pending is not None and not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pending
+
+    async def _fetch(self, tp: TopicPartition, offset: int, deadline: float) -> tuple[int, bytes]:
+        """``(high watermark, record bytes)`` of one Fetch of ``tp`` at ``offset`` from its
+        leader, retrying retriable errors (with a metadata refresh) until ``deadline``."""
+        client = self._client
+        loop = asyncio.get_running_loop()
+        request = FetchRequest(
+            self._max_wait_ms,
+            1,
+            self._max_bytes,
+            _READ_UNCOMMITTED,
+            [(tp.topic, [(tp.partition, offset, self._partition_max_bytes)])],
+        )
+        while True:
+            leader = client.cluster.leader_for_partition(tp)
+            error: Exception
+            if leader is None or leader < 0:
+                error = kafka_errors.LeaderNotAvailableError(f"no leader for {tp}")
+                await client.force_metadata_update()
+            else:
+                try:
+                    response = await client.send(leader, request)
+                except kafka_errors.KafkaError as exc:
+                    if not exc.retriable:
+                        raise
+                    error = exc
+                else:
+                    error_type, highwater, data = _partition_data(response, tp)
+                    if error_type is kafka_errors.NoError:
+                        return highwater, data
+                    if error_type is OffsetOutOfRangeError:
+                        raise ChangelogTruncated(f"{tp} has no offset {offset}")
+                    error = error_type(f"fetch of {tp} at {offset}")
+                    if not error.retriable and error_type not in _REFRESH_METADATA:
+                        raise error
+                    client.force_metadata_update()
+            if loop.time() > deadline:
+                raise TimeoutError(f"no fetch response for {tp}: {error!r}")
+            await asyncio.sleep(_RETRY_BACKOFF_S)
+
+
+_REFRESH_METADATA = (
+    kafka_errors.NotLeaderForPartitionError,
+    kafka_errors.UnknownTopicOrPartitionError,
+)
+"""Partition errors after which a fetch is retried once the metadata is refreshed."""
+
+
+def _partition_data(response: Any, tp: TopicPartition) -> tuple[type[Exception], int, bytes]:
+    """``(error type, high watermark, record bytes)`` of ``tp`` in a Fetch response (every
+    version: the record bytes are the last field of a partition's entry)."""
+    for topic, partitions in response.topics:
+        if topic != tp.topic:
+            continue
+        for partition, error_code, highwater, *fields in partitions:
+            if partition == tp.partition:
+                return kafka_errors.for_code(error_code), highwater, fields[-1]
+    return kafka_errors.UnknownTopicOrPartitionError, -1, b""

@@ -70,17 +70,26 @@ skips offsets <= applied (events the changelog got ahead of the commit with: not
 twice) and processes the rest (nothing lost). A record below the committed offset whose effect
 is missing can only be one without effect (a skipped record whose marker was not sent yet).
 
-Replays write RocksDB without its WAL (a bulk load) and flush the memtable before writing the
-checkpoint, so a crash during a replay leaves either no checkpoint or the previous one.
+How a restore runs (``restore``): the entries are gathered in memory, entry id -> partial
+bytes: the local copy's if usable, then the changelog records from the start offset replayed
+on top (the last record of an entry wins; tombstones and the deletions inside upserts remove
+it), each Fetch response applied while the next one is in flight (``ChangelogReader``). Then
+the local copy is brought up to date: rebuilt from the changelog alone, it is written as one
+SST file ingested at once; reused, the replayed tail was written along (WriteBatches without
+the WAL, flushed before the checkpoint). Either way a crash in between leaves no new
+checkpoint: the copy is discarded or replayed again from its old checkpoint. Finally the
+windows are built from the in-memory entries, every partial decoded once (``decode_many``).
 
-Complexity: ``record`` O(1 + evicted) RocksDB writes and changelog records; ``restore`` O(local
-entries + changelog records replayed), plus decoding every restored partial once, which
-dominates: ``bench/worker_restore.py`` (10^6 entries, 1000 keys, default aggregations, on a
-shared 2-core machine, load average 5-10) measured a changelog-only restore in 24 s wall /
-12.6 s CPU with ``MarshalStateCodec`` and 78 s / 18.7 s with a batch-decoding JSON codec; a
-restore from the local copy in 10 s / 6.2 s. Memory per retained entry: about 350 B for the
-restored ``windows`` lists (marshal-decoded partials of five aggregations), 130 B for the FiBA
-index built from them (bench/RESULTS.md).
+Local format (version 2, in the checkpoint key): key = entry id, value = the codec's partial
+bytes; meta keys ``_META_APPLIED`` and ``_META_CHECKPOINT`` (shorter than any entry id).
+
+Complexity: ``record`` O(1 + evicted) RocksDB writes and changelog records; ``restore`` of n
+entries replaying R changelog records O(R + n log n) (one sort of the entry ids; linear on a
+local copy's, which come sorted), plus decoding every restored partial once. Measured
+figures: ``bench/RESULTS.md``, section "Window-store restore". Memory per retained entry: about
+350 B for the restored ``windows`` lists (marshal-decoded partials of five aggregations), 130 B
+for the FiBA index built from them; during a restore the in-memory entries add about 200 B per
+entry (ids and partial bytes).
 """
 
 from __future__ import annotations
@@ -94,12 +103,21 @@ import shutil
 import struct
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
+from itertools import groupby, repeat
+from operator import itemgetter, sub
 from pathlib import Path
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    SstFileWriter,
+    WriteBatch,
+    WriteOptions,
+)
 
 from app.settings import Settings
 from stores.changelog import (
@@ -107,6 +125,8 @@ from stores.changelog import (
     UPSERT_HEADER,
     AiokafkaChangelogProducer,
     ChangelogProducer,
+    ChangelogReader,
+    ChangelogRecord,
     ChangelogTruncated,
     FaustChangelogProducer,
     consumer_for,
@@ -115,21 +135,23 @@ from stores.changelog import (
     encode_upsert,
     entry_id_of,
     key_prefix,
-    read_to_high_watermark,
 )
 
 logger = logging.getLogger(__name__)
 
 _META_APPLIED = b"\x00applied"
 """Local key of the applied input offset (8 bytes: shorter than any 12+-byte entry id)."""
-_META_CHECKPOINT = b"\x00ckpt"
-"""Local key of the checkpoint: changelog offset C and applied offset A (``>qq``)."""
+_META_CHECKPOINT = b"\x00ckpt:2"
+"""Local key of the checkpoint: changelog offset C and applied offset A (``>qq``). The suffix
+is the local format version (2: values are bare partials): a copy of another version has no
+checkpoint under this key, so it is discarded and rebuilt from the changelog."""
 _CHECKPOINT = struct.Struct(">qq")
 _OFFSET = struct.Struct(">q")
 _TIME_BIAS = 1 << 63
-_MIN_ENTRY_ID = 12
 _NO_WAL = WriteOptions()
 _NO_WAL.disable_wal = True
+_KEY_PREFIX = itemgetter(slice(None, -8))
+"""``entry_id -> key_prefix``: an entry id is its key's prefix plus 8 bytes of time."""
 
 
 class PartialCodec(Protocol):
@@ -144,12 +166,18 @@ class PartialCodec(Protocol):
 
 
 class MarshalStateCodec:
-    """A fast ``PartialCodec``: ``marshal`` of the monoid's state (``to_state``/``from_state``).
+    """A fast ``PartialCodec``: the partial itself in ``marshal`` form, else its monoid state.
 
-    Decoding every partial dominates a restore; a JSON state parses its floats one by one
-    (decoding costs about 2x what ``marshal`` costs in ``bench/worker_restore.py``).
-    ``marshal`` round-trips ints, floats (exactly), str, bytes, tuples, lists and dicts, and
-    never executes code (unlike pickle). Its data format (version 4) is stable since Python 3.4.
+    Format of one partial: ``marshal.dumps(partial, 4)`` when marshal can represent it, else
+    ``b"\\x00" + marshal.dumps(monoid.to_state(partial), 4)`` (decoded through ``from_state``).
+    ``marshal`` accepts only exact built-in types (int, float, str, bytes, bool, None, tuple,
+    list, dict, set, frozenset; never a subclass such as a namedtuple, never another object) and
+    gives back an equal object of the same types (floats bit for bit), so the first form is
+    exact whenever it is chosen; 0x00 is no marshal type code, so the forms cannot be confused.
+    The first form needs no Python-level conversion: decoding the default aggregations'
+    partial is one ``marshal.loads`` call, about 4x cheaper than ``from_state(loads(...))``,
+    and decoding dominated a restore (``bench/worker_restore.py``). ``marshal`` never executes
+    code (unlike pickle); its data format 4 is stable since Python 3.4.
     """
 
     def __init__(self, monoid: Any) -> None:
@@ -157,14 +185,25 @@ class MarshalStateCodec:
         self._from_state = monoid.from_state
 
     def encode(self, partial: Any) -> bytes:
-        return marshal.dumps(self._to_state(partial), 4)
+        try:
+            return marshal.dumps(partial, 4)
+        except ValueError:  # not made of built-in types only
+            return _STATE_FORM + marshal.dumps(self._to_state(partial), 4)
 
     def decode(self, data: bytes) -> Any:
-        return self._from_state(marshal.loads(data))
+        if data[:1] == _STATE_FORM:
+            return self._from_state(marshal.loads(data[1:]))
+        return marshal.loads(data)
 
     def decode_many(self, data: list[bytes]) -> list[Any]:
-        from_state, loads = self._from_state, marshal.loads
-        return [from_state(loads(d)) for d in data]
+        """``[decode(d) for d in data]``; one C-level pass when no partial is in state form."""
+        try:
+            return list(map(marshal.loads, data))
+        except ValueError:  # a state form (or corrupt data, which ``decode`` reports)
+            return [self.decode(d) for d in data]
+
+
+_STATE_FORM = b"\x00"
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,23 +349,25 @@ class WindowStore:
         db, start, applied = self._open_local(path)
         reused = start is not None
         tp = TopicPartition(self.topic, partition)
-        consumer = consumer_for(self.settings)
-        await consumer.start()
-        try:
-            consumer.assign([tp])
+        # every entry, entry id -> partial bytes: the local copy's, then the changelog's
+        entries = _local_entries(db) if reused else {}
+        async with ChangelogReader(self.settings) as reader:
             try:
-                applied, replayed = await self._replay(consumer, tp, db, start or 0, applied)
+                applied, replayed = await _replay(
+                    reader, tp, start or 0, entries, applied, db if reused else None
+                )
             except ChangelogTruncated:
                 # The changelog is shorter than the checkpoint says: it was recreated. The
                 # changelog is the truth; the local copy describes another history.
                 db.close()
                 Rdict.destroy(str(path))
-                db, reused = self._fresh_local(path), False
-                applied, replayed = await self._replay(consumer, tp, db, 0, -1)
-            position = await consumer.position(tp)
-        finally:
-            await consumer.stop()
-        if replayed:
+                db, reused, entries = self._fresh_local(path), False, {}
+                applied, replayed = await _replay(reader, tp, 0, entries, -1, None)
+            position = reader.position
+        ids = sorted(entries)
+        if not reused:
+            _bulk_load(db, path, ids, entries)
+        elif replayed:
             db.flush(True)  # the replay skipped the WAL: make it durable before the checkpoint
         batch = WriteBatch(raw_mode=True)
         batch.put(_META_APPLIED, _OFFSET.pack(applied))
@@ -341,16 +382,19 @@ class WindowStore:
             replayed,
             applied,
         )
-        return RestoredPartition(partition, applied, self._windows(db), reused, replayed)
+        windows = self._windows(ids, entries)
+        return RestoredPartition(partition, applied, windows, reused, replayed)
 
-    def _windows(self, db: Rdict) -> dict[str, list[tuple[int, Any]]]:
+    def _windows(
+        self, ids: list[bytes], entries: dict[bytes, bytes]
+    ) -> dict[str, list[tuple[int, Any]]]:
         """``_build_windows`` with the cyclic garbage collector paused: it would rescan the
         growing heap of new tuples again and again (10-25% of the time at 10^6 entries). The
         build is synchronous, so no other code runs meanwhile."""
         was_enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._build_windows(db)
+            return self._build_windows(ids, entries)
         finally:
             if was_enabled:
                 gc.enable()
@@ -465,7 +509,7 @@ class WindowStore:
         data = self.codec.encode(partial)
         evicted = list(evicted_times)
         batch = WriteBatch(raw_mode=True)
-        batch.put(eid, _OFFSET.pack(offset) + data)
+        batch.put(eid, data)
         for t in evicted:
             batch.delete(entry_id_of(prefix, t))
         batch.put(_META_APPLIED, _OFFSET.pack(offset))
@@ -561,54 +605,123 @@ class WindowStore:
             shutil.rmtree(path, ignore_errors=True)
         return self._fresh_local(path), None, -1
 
-    async def _replay(
-        self, consumer: Any, tp: TopicPartition, db: Rdict, start: int, applied: int
-    ) -> tuple[int, int]:
-        """Apply the changelog records of ``tp`` from ``start`` to the high watermark to ``db``;
-        return ``(applied offset, records replayed)``. Entry writes only: the caller writes the
-        applied offset and checkpoint afterwards, so an interrupted replay leaves either no
-        checkpoint (fresh copy) or the old one, from which a replay is again exact (fact 3).
-        The writes skip the WAL (bulk load); the caller flushes before checkpointing."""
-        replayed = 0
-        async for records in read_to_high_watermark(consumer, tp, start):
-            batch = WriteBatch(raw_mode=True)
-            applied = apply_changelog_records(batch, records, applied)
-            db.write(batch, _NO_WAL)
-            replayed += len(records)
-        return applied, replayed
-
-    def _build_windows(self, db: Rdict) -> dict[str, list[tuple[int, Any]]]:
-        """Every entry of ``db`` grouped by key, each key's list in time order (RocksDB key
-        order). O(entries) plus decoding every partial once, in one ``decode_many`` call when
-        the codec has it (a batch decode saves the per-call overhead of a JSON parser)."""
-        starts: list[tuple[str, int]] = []
-        times: list[int] = []
-        data: list[bytes] = []
-        current_prefix = b""
-        from_bytes = int.from_bytes
-        for eid, value in db.items():
-            if len(eid) < _MIN_ENTRY_ID:
-                continue
-            prefix = eid[:-8]
-            if prefix != current_prefix:
-                current_prefix = prefix
-                starts.append((prefix[4:].decode(), len(times)))
-            times.append(from_bytes(eid[-8:]) - _TIME_BIAS)
-            data.append(value[8:])
+    def _build_windows(
+        self, ids: list[bytes], entries: dict[bytes, bytes]
+    ) -> dict[str, list[tuple[int, Any]]]:
+        """``entries`` grouped by key, each key's ``(time, partial)`` list in time order;
+        ``ids`` are the entry ids sorted (key, then time). O(entries) plus decoding every
+        partial once, with one ``decode_many`` call per key when the codec has it; the per-entry
+        steps are C-level ``map`` calls."""
         decode_many = getattr(self.codec, "decode_many", None)
-        if decode_many is not None:
-            partials = decode_many(data)
-        else:
+        if decode_many is None:
             decode = self.codec.decode
-            partials = [decode(d) for d in data]
-        ends = [start for _, start in starts[1:]] + [len(times)] if starts else []
-        return {
-            key: list(zip(times[start:end], partials[start:end], strict=True))
-            for (key, start), end in zip(starts, ends, strict=True)
-        }
+
+            def decode_many(data: list[bytes]) -> list[Any]:
+                return [decode(d) for d in data]
+
+        partial_bytes = entries.__getitem__
+        windows: dict[str, list[tuple[int, Any]]] = {}
+        for prefix, group in groupby(ids, _KEY_PREFIX):
+            eids = list(group)
+            time_bytes = map(itemgetter(slice(len(prefix), None)), eids)
+            times = map(sub, map(int.from_bytes, time_bytes), repeat(_TIME_BIAS))
+            partials = decode_many(list(map(partial_bytes, eids)))
+            windows[prefix[4:].decode()] = list(zip(times, partials, strict=True))
+        return windows
 
 
-def apply_changelog_records(batch: WriteBatch, records: Iterable[Any], applied: int) -> int:
+def _local_entries(db: Rdict) -> dict[bytes, bytes]:
+    """Every entry of a local copy: entry id -> partial bytes. O(entries)."""
+    entries = dict(db.items())
+    entries.pop(_META_APPLIED, None)
+    entries.pop(_META_CHECKPOINT, None)
+    return entries
+
+
+async def _replay(
+    reader: ChangelogReader,
+    tp: TopicPartition,
+    start: int,
+    entries: dict[bytes, bytes],
+    applied: int,
+    db: Rdict | None,
+) -> tuple[int, int]:
+    """Apply the changelog records of ``tp`` from ``start`` to its end to ``entries`` (and, if
+    given, to the local copy ``db``); return ``(applied offset, records replayed)``.
+
+    ``db`` gets entry writes only, without the WAL: the caller flushes and then writes the
+    applied offset and checkpoint, so an interrupted replay leaves the old checkpoint, from
+    which a replay is again exact (fact 3). Each fetched response is applied while the reader
+    fetches the next one. O(records replayed + deleted times)."""
+    replayed = 0
+    async with contextlib.aclosing(reader.read(tp, start)) as responses:
+        async for batches in responses:
+            local = WriteBatch(raw_mode=True) if db is not None else None
+            for batch in batches:
+                records = batch if local is None else list(batch)  # read twice: materialise
+                if local is not None:
+                    apply_changelog_records(local, records, applied)
+                applied, count = apply_to_entries(entries, records, applied)
+                replayed += count
+            if db is not None:
+                db.write(local, _NO_WAL)
+    return applied, replayed
+
+
+def _bulk_load(db: Rdict, path: Path, ids: list[bytes], entries: dict[bytes, bytes]) -> None:
+    """Write ``entries`` (``ids`` sorted) into the empty local copy ``db``: one SST file
+    ingested at once, cheaper than WriteBatches (no memtable, no WAL) and atomic. A crash
+    before the caller's checkpoint leaves a copy without checkpoint, which is discarded."""
+    if not ids:
+        return
+    sst = path.with_name(path.name + ".sst")
+    writer = SstFileWriter(options=Options(raw_mode=True))
+    writer.open(str(sst))
+    put = writer.__setitem__
+    for eid in ids:
+        put(eid, entries[eid])
+    writer.finish()
+    options = IngestExternalFileOptions()
+    options.set_move_files(True)
+    db.ingest_external_file([str(sst)], options)
+    sst.unlink(missing_ok=True)
+
+
+def apply_to_entries(
+    entries: dict[bytes, bytes], records: Iterable[ChangelogRecord], applied: int
+) -> tuple[int, int]:
+    """Replay changelog ``records`` (in order) onto ``entries`` (entry id -> partial bytes):
+    the last record of an entry wins, tombstones and the deletions an upsert carries remove
+    it. Return the applied offset after them (starting from ``applied``) and the number of
+    records. O(records + deleted times)."""
+    unpack_header = UPSERT_HEADER.unpack_from
+    header_size = UPSERT_HEADER.size
+    remove = entries.pop
+    count = 0
+    for count, record in enumerate(records, 1):  # noqa: B007
+        key, value = record.key, record.value
+        if value is None:
+            remove(key, None)
+        elif key == APPLIED_KEY:
+            applied = max(applied, decode_offset(value))
+        else:
+            offset, n_deleted = unpack_header(value)
+            if n_deleted:
+                end = header_size + 8 * n_deleted
+                prefix = key[:-8]
+                for i in range(header_size, end, 8):
+                    remove(prefix + value[i : i + 8], None)
+                entries[key] = value[end:]
+            else:
+                entries[key] = value[header_size:]
+            if offset > applied:
+                applied = offset
+    return applied, count
+
+
+def apply_changelog_records(
+    batch: WriteBatch, records: Iterable[ChangelogRecord], applied: int
+) -> int:
     """Add the local writes replaying changelog ``records`` (in order) to ``batch``; return the
     applied offset after them, starting from ``applied``. O(records + deleted times)."""
     unpack_header = UPSERT_HEADER.unpack_from
@@ -620,14 +733,14 @@ def apply_changelog_records(batch: WriteBatch, records: Iterable[Any], applied: 
         elif value is None:
             batch.delete(key)
         else:
-            # the upsert value minus its deleted times is the local value (offset + partial)
+            # the upsert value after its header and deleted times is the local value (partial)
             offset, n_deleted = unpack_header(value)
             end = header_size + 8 * n_deleted
             if n_deleted:
                 prefix = key[:-8]
                 for i in range(header_size, end, 8):
                     batch.delete(prefix + value[i : i + 8])
-            batch.put(key, value[:8] + value[end:])
+            batch.put(key, value[end:])
             if offset > applied:
                 applied = offset
     return applied

@@ -13,7 +13,7 @@ import json
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -24,8 +24,14 @@ from hypothesis import strategies as st
 from app.clients import client_options
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
-from stores.changelog import AiokafkaChangelogProducer, entry_id, split_entry_id
-from stores.monoids import monoid, monoid_names
+from stores.changelog import (
+    AiokafkaChangelogProducer,
+    ChangelogReader,
+    ChangelogTruncated,
+    entry_id,
+    split_entry_id,
+)
+from stores.monoids import make_monoid, monoid, monoid_names
 from stores.window_store import MarshalStateCodec, RestoredPartition, WindowStore
 
 pytestmark = pytest.mark.kafka
@@ -95,10 +101,77 @@ def test_marshal_state_codec_round_trips_every_monoid(name: str, xs: list[float]
     for x in xs:
         partial = m.combine(partial, m.lift({"value": x, "arg": str(x)} if "arg" in name else x))
     encoded = codec.encode(partial)
-    assert m.to_state(codec.decode(encoded)) == m.to_state(partial)
-    assert [m.to_state(p) for p in codec.decode_many([encoded, encoded])] == [
-        m.to_state(partial)
-    ] * 2
+    # built-in partials travel in marshal form: back equal, with the same types
+    assert encoded[:1] != b"\x00"
+    decoded = codec.decode(encoded)
+    assert decoded == partial and type(decoded) is type(partial)
+    assert m.to_state(decoded) == m.to_state(partial)
+    assert codec.decode_many([encoded, encoded]) == [partial, partial]
+
+
+class Moments(NamedTuple):
+    """A partial marshal refuses (a tuple subclass): the codec falls back to the state form."""
+
+    n: int
+    total: float
+
+
+MOMENTS = make_monoid(
+    Moments(0, 0.0),
+    lambda x: Moments(1, x),
+    lambda a, b: Moments(a.n + b.n, a.total + b.total),
+    lambda a: a.total,
+    name="moments",
+    to_state=list,
+    from_state=lambda state: Moments(*state),
+)
+
+
+def test_marshal_state_codec_falls_back_to_the_state_of_other_partials() -> None:
+    codec = MarshalStateCodec(MOMENTS)
+    partial = Moments(3, 1.5)
+    encoded = codec.encode(partial)
+    assert encoded[:1] == b"\x00"
+    assert codec.decode(encoded) == partial and type(codec.decode(encoded)) is Moments
+    plain = MarshalStateCodec(monoid("sum")).encode(2.5)
+    # a batch mixing both forms decodes each one by its own form
+    assert codec.decode_many([plain, encoded, plain]) == [2.5, partial, 2.5]
+    with pytest.raises(ValueError):
+        codec.decode_many([plain, b"\x00not marshal"])
+
+
+async def test_reader_starts_inside_a_batch_and_stops_at_the_end(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """Records produced back to back share batches; a read from an offset inside one yields
+    exactly the records from that offset to the end, a read from beyond the end raises."""
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=1)
+    await create_changelog(settings)
+    producer = AiokafkaChangelogProducer(settings)
+    await producer.start()
+    try:
+        for i in range(100):
+            await producer.send(settings.changelog_topic, 0, b"k%d" % i, b"v%d" % i)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    tp = TopicPartition(settings.changelog_topic, 0)
+
+    async def read(start: int) -> list[tuple[int, bytes | None, bytes | None]]:
+        async with ChangelogReader(settings) as reader:
+            got = [
+                (r.offset, r.key, r.value)
+                async for batches in reader.read(tp, start)
+                for batch in batches
+                for r in batch
+            ]
+            assert reader.position == 100
+        return got
+
+    assert await read(37) == [(i, b"k%d" % i, b"v%d" % i) for i in range(37, 100)]
+    assert await read(100) == []
+    with pytest.raises(ChangelogTruncated):
+        await read(150)
 
 
 # --- property test: random operations, restarts with and without the local copy ---------------
