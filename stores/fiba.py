@@ -1087,8 +1087,9 @@ class FiBA:
         return self._range(node, t_from, t_to)
 
     def _range(self, node: _Node, lo: Any, hi: Any) -> Any:
-        """Aggregate of the entries of ``node``'s subtree within ``[lo, hi]``, where some entry
-        of ``node`` itself lies in ``[lo, hi]`` or ``node`` is a leaf."""
+        """Aggregate of the entries of ``node``'s subtree within ``[lo, hi]``, where ``node`` is
+        a leaf or has an entry in ``[lo, hi]`` (the search of :meth:`aggregate_range` stops at
+        the first such node)."""
         combine = self._combine
         times = node.times
         values = node.values
@@ -1102,8 +1103,6 @@ class FiBA:
             for value in values[i0 + 1 : i1]:
                 acc = combine(acc, value)
             return acc
-        if i0 == i1:
-            return self._range(children[i0], lo, hi)
         acc = values[i0]
         if times[i0] != lo:  # the child left of entry i0 may hold times >= lo
             acc = combine(self._suffix_of(children[i0], lo), acc)
@@ -1139,7 +1138,7 @@ class FiBA:
                 for j in range(i + 1, k):
                     acc = combine(combine(acc, children[j].agg), values[j])
                 last = children[k]
-                up = self._full(last) if last.right_spine else last.agg
+                up = self._spine_up(last) if last.right_spine else last.agg
                 acc = combine(acc, up)
                 if times[i] == lo:
                     break
@@ -1171,7 +1170,7 @@ class FiBA:
                 break
             if i:
                 first = children[0]
-                acc = self._full(first) if first.left_spine else first.agg
+                acc = self._spine_up(first) if first.left_spine else first.agg
                 acc = combine(acc, values[0])
                 for j in range(1, i):
                     acc = combine(combine(acc, children[j].agg), values[j])
@@ -1183,13 +1182,11 @@ class FiBA:
             acc = combine(part, acc)
         return acc
 
-    def _full(self, node: _Node) -> Any:
-        """The up aggregate of ``node``'s subtree: stored for non-spine nodes; the whole window
-        for the root; for a spine node, from the cached folds down its spine, one combine per
-        level (a child of the root: the finger's stored aggregate, no combine at all)."""
+    def _spine_up(self, node: _Node) -> Any:
+        """The up aggregate of the non-root spine node ``node``'s subtree (which its stored
+        aggregate is not), from the cached folds down its spine: one combine per level, and the
+        right finger's fold; for a child of the root, the finger's stored aggregate."""
         parent = node.parent
-        if parent is None:
-            return self.aggregate()
         if node.left_spine:
             if parent.parent is None:
                 return self._lf.agg
@@ -1199,25 +1196,23 @@ class FiBA:
                 node = node.children[0]
                 acc = combine(node.suffix[0], acc)
             return acc
-        if node.right_spine:
-            if parent.parent is None:
-                return self._rf.agg
-            combine = self._combine
-            values = node.values
-            if node.children is None:
-                acc = values[0]
-                for value in values[1:]:
-                    acc = combine(acc, value)
-                return acc
-            acc = node.prefix[-1]
-            node = node.children[-1]
-            while node.children is not None:
-                acc = combine(acc, node.prefix[-1])
-                node = node.children[-1]
-            for value in node.values:
+        if parent.parent is None:
+            return self._rf.agg
+        combine = self._combine
+        values = node.values
+        if node.children is None:
+            acc = values[0]
+            for value in values[1:]:
                 acc = combine(acc, value)
             return acc
-        return node.agg
+        acc = node.prefix[-1]
+        node = node.children[-1]
+        while node.children is not None:
+            acc = combine(acc, node.prefix[-1])
+            node = node.children[-1]
+        for value in node.values:
+            acc = combine(acc, value)
+        return acc
 
     # --- bulk evict -----------------------------------------------------------------------------
 

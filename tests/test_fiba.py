@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from stores.fiba import FiBA
 from stores.monoids import monoid
@@ -23,10 +24,40 @@ COLLECT = monoid("collect")
 SUM = monoid("sum")
 MAX = monoid("max")
 
+_PICKS = st.integers(0, 1 << 30)  # an index into the current keys, taken modulo their count
+
 # A quarter of the active profile's examples: 25 under "ci" (the default), 125 under "dev".
 _MACHINE_SETTINGS = settings(
     max_examples=max(10, settings.default.max_examples // 4), stateful_step_count=40
 )
+
+
+def _with_edge_ranges(machine: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachine]:
+    """``machine`` plus range queries that reach an end of the window: suffixes (``t_to`` at or
+    past the youngest time: FiBA's right-finger path) and prefixes (``t_from`` at or before the
+    oldest: the left-finger path), with the other bound at, beside or between entries."""
+
+    class EdgeRanges(machine):  # type: ignore[valid-type,misc]
+        def _edge(self, pick: int, shift: int) -> int:
+            keys = self.oracle.entries.keys()
+            return keys[pick % len(keys)] + shift
+
+        @precondition(lambda self: len(self.oracle) > 0)
+        @rule(pick=_PICKS, shift=st.integers(-1, 1), beyond=st.integers(0, 2))
+        def query_suffix(self, pick: int, shift: int, beyond: int) -> None:
+            t_from = self._edge(pick, shift)
+            t_to = self.oracle.youngest() + beyond
+            assert self.window.query_range(t_from, t_to) == self.oracle.query_range(t_from, t_to)
+
+        @precondition(lambda self: len(self.oracle) > 0)
+        @rule(pick=_PICKS, shift=st.integers(-1, 1), before=st.integers(0, 2))
+        def query_prefix(self, pick: int, shift: int, before: int) -> None:
+            t_from = self.oracle.oldest() - before
+            t_to = self._edge(pick, shift)
+            assert self.window.query_range(t_from, t_to) == self.oracle.query_range(t_from, t_to)
+
+    EdgeRanges.__name__ = EdgeRanges.__qualname__ = machine.__name__
+    return EdgeRanges
 
 
 def _machine_test(
@@ -38,7 +69,7 @@ def _machine_test(
     machine = window_machine(
         lambda m: FiBA(m, min_arity), monoid(name), values=values, out_of_order=out_of_order
     )
-    case = machine.TestCase
+    case = _with_edge_ranges(machine).TestCase
     case.settings = _MACHINE_SETTINGS
     return case
 
@@ -231,3 +262,32 @@ def test_check_invariants_names_broken_invariant() -> None:
     del fiba._lf.values[:]
     with pytest.raises(AssertionError, match="arity"):
         fiba.check_invariants()
+
+
+@pytest.mark.parametrize("min_arity", [2, 3, 4, 5])
+def test_in_order_sliding_window_through_growth_and_shrinking(min_arity: int) -> None:
+    """The in-order fast paths (left-finger refills merging up the left spine, right-finger
+    splits climbing the right spine) through phases of a growing, steady and shrinking window,
+    so that every level of the tree refills and splits, the root included, and the window
+    passes through heights 1 to 5 and back; invariants and the aggregates checked each step,
+    with suffix and prefix range queries."""
+    fiba = FiBA(COLLECT, min_arity)
+    oracle = OracleWindow(COLLECT)
+    t = 0
+    for size_change in [+150, 0, -120, +80, -100, +60, -70]:
+        for _ in range(abs(size_change) or 150):
+            if size_change >= 0:
+                fiba.insert(t, t)
+                oracle.insert(t, t)
+                t += 1
+            if size_change <= 0 and len(oracle):
+                oldest = oracle.oldest()
+                assert fiba.evict(oldest) is True
+                oracle.evict(oldest)
+            fiba.check_invariants()
+            assert fiba.query() == oracle.query()
+            if len(oracle) > 2:
+                keys = oracle.entries.keys()
+                lo, hi = keys[len(keys) // 3], keys[2 * len(keys) // 3]
+                assert fiba.query_range(lo, t) == oracle.query_range(lo, t)
+                assert fiba.query_range(-1, hi) == oracle.query_range(-1, hi)
