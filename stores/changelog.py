@@ -233,7 +233,11 @@ class ChangelogReader:
         self.position = 0
 
     async def __aenter__(self) -> ChangelogReader:
-        await self._client.bootstrap()
+        try:
+            await self._client.bootstrap()
+        except BaseException:
+            await self._client.close()
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -343,5 +347,5 @@ def _partition_data(response: Any, tp: TopicPartition) -> tuple[type[Exception],
             continue
         for partition, error_code, highwater, *fields in partitions:
             if partition == tp.partition:
-                return kafka_errors.for_code(error_code), highwater, fields[-1]
+                return kafka_errors.for_code(error_code), highwater, fields[-1] or b""
     return kafka_errors.UnknownTopicOrPartitionError, -1, b""
