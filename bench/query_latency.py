@@ -1,12 +1,15 @@
 """Range-query latency while a worker consumes an input backlog (issue 4: HTTP p99 <= 5 ms,
 query topic p99 <= 20 ms).
 
-``python -m bench.query_latency [--seconds S] [--emits event,batch]`` starts an embedded broker
-and, per ``emit`` mode, the load of ``bench.worker_pipeline`` at occupancy 1,000: a pre-produced
-backlog (100 keys, 20% out of order), one worker subprocess with the real pipeline and window
-store, windows pre-filled to 1,000 events per key. While the worker consumes the backlog, two
-client processes (separate processes, so that neither waits for the other's GIL) time range
-queries for ``S`` seconds:
+``python -m bench.query_latency [--seconds S] [--scenarios event,batch,idle]`` starts an
+embedded broker and, per scenario, the load of ``bench.worker_pipeline`` at occupancy 1,000: a
+pre-produced backlog (100 keys, 20% out of order), one worker subprocess with the real pipeline
+and window store, windows pre-filled to 1,000 events per key. Scenarios ``event`` and ``batch``
+(the ``emit`` mode): while the worker consumes the backlog, a client process times HTTP range
+queries for ``S`` seconds, then another one query-topic round trips for ``S`` seconds (one at a
+time, so that neither client's load, e.g. the topic client's frequent fetches, is counted in
+the other's figures). Scenario ``idle`` (``emit=event``): the same after a short backlog is
+consumed, the floor of the query paths. The clients:
 
 - HTTP: sequential ``GET /windows/{key}?window=<R/10>`` with 10 ms pauses, alternately on one
   kept-alive connection and on a new connection per request; counted from sending the request
@@ -20,11 +23,11 @@ queries for ``S`` seconds:
   produced and acknowledged, fetched by the worker, answered) and ``topic_answer_delivery``
   (answer produced, fetched by the client).
 
-The measured part starts once the worker has accepted 5% of the backlog (the pre-fill, an
-untimed O(n) bulk build, is over) and must end before the backlog does (checked: the run fails
-otherwise). Prints the command, the machine, the load average before and after, the worker's
-events/s and CPU µs/event over the measured part, and per series the count and
-p50/p95/p99/max; writes ``bench/results/query_latency.json``.
+Under load, the measured part starts once the worker has accepted 5% of the backlog (the
+pre-fill, an untimed O(n) bulk build, is over) and must end before the backlog does (checked:
+the run fails otherwise). Prints the command, the machine, the load average before and after,
+the worker's events/s, CPU µs/event and CPU share during each client's phase, and per series
+the count and p50/p95/p99/max; writes ``bench/results/query_latency.json``.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ OCCUPANCY = 1000
 WARM_FRACTION = 0.05
 RESULTS = Path(__file__).parent / "results" / "query_latency.json"
 EVENTS_PER_SECOND = {"event": 1500, "batch": 6000}
+IDLE_BACKLOG = 2000
 """Backlog size per measured second: above the fastest rate seen for each mode (worker_pipeline
 runs), so that the backlog outlasts the measurement."""
 SERIES = (
@@ -199,76 +203,101 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def run_scenario(bootstrap: str, emit: str, seconds: float, workdir: Path) -> dict[str, Any]:
-    """Load one worker with a backlog and time both kinds of queries for ``seconds``."""
-    settings = scenario_settings(bootstrap, OCCUPANCY, emit, workdir / uuid.uuid4().hex[:6])
-    events = int(EVENTS_PER_SECOND[emit] * (seconds + 10))
-    asyncio.run(create_topics(settings))
-    asyncio.run(produce(settings, event_stream(events, settings.windows[0].size_ms)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
-    env.update(settings_environ(settings))
-    command = [sys.executable, "-m", "bench.worker_pipeline", "child", emit, str(OCCUPANCY)]
-    log_path = workdir / f"worker-{emit}.log"
-    with open(log_path, "wb") as log:
-        worker = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    context = multiprocessing.get_context("spawn")
-    stop = context.Event()
-    results = context.Queue()
-    clients = [
-        context.Process(
-            target=http_client,
-            args=(settings.web_port, settings.windows[1].name, stop, results),
-        ),
-        context.Process(target=topic_client, args=(settings, stop, results)),
-    ]
+def measure_phase(
+    client: multiprocessing.process.BaseProcess,
+    stop: Any,
+    results: Any,
+    port: int,
+    worker: subprocess.Popen,
+    seconds: float,
+) -> dict[str, Any]:
+    """Run one client process for ``seconds`` (after a second to start and connect); its
+    samples plus the worker's accepted events, CPU seconds and wall seconds meanwhile."""
+    client.start()
     try:
-        wait_until_assigned(settings.web_port, worker)
-        wait_accepted(settings.web_port, int(WARM_FRACTION * events), worker, 300)
-        for client in clients:
-            client.start()
-        time.sleep(1.0)  # clients started and connected: not counted in the CPU window
+        time.sleep(1.0)
         accepted_0, cpu_0, wall_0 = (
-            wait_accepted(settings.web_port, 0, worker, 10),
+            wait_accepted(port, 0, worker, 10),
             cpu_seconds(worker.pid),
             time.monotonic(),
         )
         time.sleep(seconds)
         accepted_1, cpu_1, wall_1 = (
-            wait_accepted(settings.web_port, 0, worker, 10),
+            wait_accepted(port, 0, worker, 10),
             cpu_seconds(worker.pid),
             time.monotonic(),
         )
         stop.set()
-        merged: dict[str, Any] = {}
-        for _ in clients:
-            merged.update(results.get(timeout=60))
-        for client in clients:
-            client.join(30)
+        samples = results.get(timeout=60)
+        client.join(30)
     finally:
         stop.set()
-        for client in clients:
-            if client.is_alive():
-                client.terminate()
+        if client.is_alive():
+            client.terminate()
+    return {
+        "samples": samples,
+        "accepted": (accepted_0, accepted_1),
+        "cpu_s": cpu_1 - cpu_0,
+        "wall_s": wall_1 - wall_0,
+    }
+
+
+def run_scenario(bootstrap: str, scenario: str, seconds: float, workdir: Path) -> dict[str, Any]:
+    """Time HTTP queries, then query-topic round trips, ``seconds`` each, on one worker
+    consuming a backlog (scenario = emit mode) or idle after it (``idle``)."""
+    idle = scenario == "idle"
+    emit = "event" if idle else scenario
+    settings = scenario_settings(bootstrap, OCCUPANCY, emit, workdir / uuid.uuid4().hex[:6])
+    events = IDLE_BACKLOG if idle else int(EVENTS_PER_SECOND[emit] * (2 * seconds + 15))
+    asyncio.run(create_topics(settings))
+    asyncio.run(produce(settings, event_stream(events, settings.windows[0].size_ms)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
+    env.update(settings_environ(settings))
+    command = [sys.executable, "-m", "bench.worker_pipeline", "child", emit, str(OCCUPANCY)]
+    log_path = workdir / f"worker-{scenario}.log"
+    with open(log_path, "wb") as log:
+        worker = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    context = multiprocessing.get_context("spawn")
+    port = settings.web_port
+    phases = {}
+    try:
+        wait_until_assigned(port, worker)
+        warm = events if idle else int(WARM_FRACTION * events)
+        wait_accepted(port, warm, worker, 300)
+        for phase, target, args in (
+            ("http", http_client, (port, settings.windows[1].name)),
+            ("topic", topic_client, (settings,)),
+        ):
+            stop, results = context.Event(), context.Queue()
+            client = context.Process(target=target, args=(*args, stop, results))
+            phases[phase] = measure_phase(client, stop, results, port, worker, seconds)
+    finally:
         worker.terminate()
         try:
             worker.wait(30)
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait(10)
-    if accepted_1 >= events:
+    if not idle and phases["topic"]["accepted"][1] >= events:
         raise RuntimeError("the backlog ran out during the measurement: raise EVENTS_PER_SECOND")
-    done = accepted_1 - accepted_0
-    return {
+    result: dict[str, Any] = {
+        "scenario": scenario,
         "emit": emit,
         "occupancy": OCCUPANCY,
         "backlog_events": events,
-        "measured_s": wall_1 - wall_0,
-        "events_per_s": done / (wall_1 - wall_0),
-        "cpu_us_per_event": 1e6 * (cpu_1 - cpu_0) / max(1, done),
-        "worker_cpu_share": (cpu_1 - cpu_0) / (wall_1 - wall_0),
-        "errors": {"http": merged["errors_http"], "topic": merged["errors_topic"]},
-        **{series: summary(merged[series]) for series in SERIES},
     }
+    for phase, measured in phases.items():
+        (a0, a1), cpu, wall = measured["accepted"], measured["cpu_s"], measured["wall_s"]
+        samples = measured["samples"]
+        result[f"{phase}_phase"] = {
+            "measured_s": wall,
+            "events_per_s": (a1 - a0) / wall,
+            "cpu_us_per_event": 1e6 * cpu / (a1 - a0) if a1 > a0 else None,
+            "worker_cpu_share": cpu / wall,
+            "errors": samples.pop(f"errors_{phase}"),
+        }
+        result.update({series: summary(values) for series, values in samples.items()})
+    return result
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -277,42 +306,48 @@ def run_scenario(bootstrap: str, emit: str, seconds: float, workdir: Path) -> di
 def markdown(results: list[dict[str, Any]]) -> str:
     """A Markdown table of the latency series of every scenario."""
     lines = [
-        "| emit | series | n | p50 ms | p95 ms | p99 ms | max ms |",
+        "| scenario | series | n | p50 ms | p95 ms | p99 ms | max ms |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         for series in SERIES:
             s = r[series]
             if not s["n"]:
-                lines.append(f"| {r['emit']} | {series} | 0 | - | - | - | - |")
+                lines.append(f"| {r['scenario']} | {series} | 0 | - | - | - | - |")
                 continue
             lines.append(
-                f"| {r['emit']} | {series} | {s['n']} | {s['p50']:.1f} | {s['p95']:.1f} | "
+                f"| {r['scenario']} | {series} | {s['n']} | {s['p50']:.1f} | {s['p95']:.1f} | "
                 f"{s['p99']:.1f} | {s['max']:.1f} |"
             )
     lines.append("")
     for r in results:
-        lines.append(
-            f"- {r['emit']}: {r['events_per_s']:,.0f} events/s while measured "
-            f"({r['measured_s']:.0f} s), worker CPU {r['cpu_us_per_event']:,.0f} µs/event, "
-            f"worker CPU share {r['worker_cpu_share']:.2f} of a core, "
-            f"errors/lost: HTTP {r['errors']['http']}, topic {r['errors']['topic']}"
-        )
+        for phase in ("http", "topic"):
+            m = r[f"{phase}_phase"]
+            per_event = m["cpu_us_per_event"]
+            lines.append(
+                f"- {r['scenario']}, {phase} phase ({m['measured_s']:.0f} s): "
+                f"{m['events_per_s']:,.0f} events/s, worker CPU "
+                f"{'-' if per_event is None else f'{per_event:,.0f}'} µs/event, "
+                f"worker CPU share {m['worker_cpu_share']:.2f} of a core, "
+                f"errors/lost queries {m['errors']}"
+            )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="measured seconds per mode")
-    parser.add_argument("--emits", default="event,batch", help="emit modes, comma-separated")
+    parser.add_argument(
+        "--scenarios", default="event,batch,idle", help="event, batch, idle (comma-separated)"
+    )
     args = parser.parse_args()
     print("command:", " ".join(["python -m bench.query_latency", *sys.argv[1:]]))
     for name, value in describe_machine().items():
         print(f"{name}: {value}")
     results = []
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="bench-query-") as tmp:
-        for emit in args.emits.split(","):
-            result = run_scenario(broker.bootstrap, emit, args.seconds, Path(tmp))
+        for scenario in args.scenarios.split(","):
+            result = run_scenario(broker.bootstrap, scenario, args.seconds, Path(tmp))
             print(json.dumps(result), flush=True)
             results.append(result)
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
