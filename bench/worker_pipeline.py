@@ -35,6 +35,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -334,20 +335,26 @@ def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
         for p in sorted((assigned | {partition}) - filled):
             filled.add(p)
             state = await restore(p)
-            state.windows.restore(prefill(worker.fiba, p, occupancy))
+            windows = state.windows
+            windows.clear()
+            for key, pairs in prefill(worker.fiba, p, occupancy):
+                windows.load(key, pairs)
+                # 10^5 events per key take ~0.5 s to build: keep heartbeats going in between
+                await asyncio.sleep(0)
+            windows.sweep()
         return await restore(partition)
 
     pipeline.state = state_with_prefill  # type: ignore[method-assign]
 
-    def prefill(fiba: FibaApp, partition: int, n: int) -> dict[str, list[tuple[int, Any]]]:
+    def prefill(fiba: FibaApp, partition: int, n: int) -> Iterator[tuple[str, list]]:
+        """``(key, n sorted (time, partial) pairs)`` for each key of ``partition``, one key
+        at a time (10^5 events per key and 100 keys take ~5 GB)."""
         lift = pipeline.config.lift
-        windows = {}
+        start = T0 - n * SPACING_MS
         for k in range(KEYS):
             key = f"key-{k}"
             if fiba.key_partition(key.encode()) == partition:
-                start = T0 - n * SPACING_MS
-                windows[key] = [(start + j * SPACING_MS, lift(float(j % 7))) for j in range(n)]
-        return windows
+                yield key, [(start + j * SPACING_MS, lift(float(j % 7))) for j in range(n)]
 
     serve(worker)
 
