@@ -268,7 +268,7 @@ class FiBA:
                 return
             agg = reduce(combine, values) if k else self._identity
             cnt = k
-            node.suffix = None
+            node.suffix = node.prefix = None
             if node.right_spine and parent.parent is not None:
                 agg = combine(parent.agg, agg)
                 cnt += parent.cnt
@@ -557,17 +557,31 @@ class FiBA:
         combine = self._combine
         times = rf.times
         values = rf.values
-        new = _Node(parent, times[mu + 1 :], values[mu + 1 :], None)
+        new_values = values[mu + 1 :]
+        new = _Node(parent, times[mu + 1 :], new_values, None)
         new_time = times[mu]
         separator = values[mu]
         del times[mu:]
         del values[mu:]
-        up = values[0]
-        for value in values[1:]:
+        prefix = rf.prefix  # the folds of the finger's first entries, as far as cached
+        if prefix:
+            j = min(len(prefix), mu)
+            up = prefix[j - 1]
+        else:
+            j = 1
+            up = values[0]
+        for value in values[j:]:
             up = combine(up, value)
         rf.agg = up
         rf.cnt = mu
+        rf.prefix = None
         rf.right_spine = False  # now an up node: neither spine holds a parent's last child
+        acc = new_values[0]  # the new finger's prefix folds: its fold, and most of the next up
+        prefix = [acc]
+        for value in new_values[1:]:
+            acc = combine(acc, value)
+            prefix.append(acc)
+        new.prefix = prefix
         new.right_spine = True
         self._rf = new
         node = rf
@@ -650,12 +664,24 @@ class FiBA:
             node.cnt = node.local_cnt + parent.cnt
             parent = node
             node = node.children[-1]
-        values = node.values  # the finger below the root holds at least one entry
-        agg = values[0]
-        for value in values[1:]:
-            agg = combine(agg, value)
-        node.agg = combine(parent.agg, agg)
-        node.cnt = len(values) + parent.cnt
+        node.agg = combine(parent.agg, self._finger_fold(node))
+        node.cnt = len(node.values) + parent.cnt
+
+    def _finger_fold(self, rf: _Node) -> Any:
+        """The fold of the non-root right finger's entries, from its cached prefix folds as far
+        as they reach (a finger made by an in-order split caches all of them)."""
+        combine = self._combine
+        values = rf.values
+        prefix = rf.prefix
+        if prefix:
+            acc = prefix[-1]
+            rest = values[len(prefix) :]
+        else:  # the finger below the root holds at least one entry
+            acc = values[0]
+            rest = values[1:]
+        for value in rest:
+            acc = combine(acc, value)
+        return acc
 
     def _overflow(self, node: _Node) -> None:
         """Split ``node`` and its overflowing ancestors, then repair aggregates (Fig. 7). When
@@ -807,6 +833,7 @@ class FiBA:
         # an up leaf, or the right finger below the root: either way a plain fold
         sibling.agg = reduce(combine, svalues)
         sibling.cnt = len(svalues)
+        sibling.prefix = None  # (the finger's cached prefix folds lost their first entries)
         self._recalc(parent)
         self._recalc(lf)
 
@@ -1198,21 +1225,15 @@ class FiBA:
             return acc
         if parent.parent is None:
             return self._rf.agg
-        combine = self._combine
-        values = node.values
         if node.children is None:
-            acc = values[0]
-            for value in values[1:]:
-                acc = combine(acc, value)
-            return acc
+            return self._finger_fold(node)
+        combine = self._combine
         acc = node.prefix[-1]
         node = node.children[-1]
         while node.children is not None:
             acc = combine(acc, node.prefix[-1])
             node = node.children[-1]
-        for value in node.values:
-            acc = combine(acc, value)
-        return acc
+        return combine(acc, self._finger_fold(node))
 
     # --- bulk evict -----------------------------------------------------------------------------
 
@@ -1807,10 +1828,20 @@ class FiBA:
                 node.left_spine or node.suffix is None,
                 "aggregates: suffix folds off the left spine",
             )
-            _require(
-                (node.right_spine and children is not None) or node.prefix is None,
-                "aggregates: prefix folds off the inner right spine",
-            )
+            if node.right_spine and children is None and node.prefix is not None:
+                _require(
+                    len(node.prefix) <= len(values)
+                    and all(
+                        node.prefix[k] == _fold(combine, identity, values[: k + 1])
+                        for k in range(len(node.prefix))
+                    ),
+                    "aggregates: stale prefix folds of the right finger",
+                )
+            else:
+                _require(
+                    (node.right_spine and children is not None) or node.prefix is None,
+                    "aggregates: prefix folds off the right spine",
+                )
             _require(node.agg == expected[0], "aggregates: stored partial differs from recomputed")
             _require(node.cnt == expected[1], "aggregates: stored count differs from recomputed")
         leftmost = rightmost = root
