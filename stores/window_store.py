@@ -73,12 +73,16 @@ is missing can only be one without effect (a skipped record whose marker was not
 How a restore runs (``restore``): the entries are gathered in memory, entry id -> partial
 bytes: the local copy's if usable, then the changelog records from the start offset replayed
 on top (the last record of an entry wins; tombstones and the deletions inside upserts remove
-it), each Fetch response applied while the next one is in flight (``ChangelogReader``). Then
-the local copy is brought up to date: rebuilt from the changelog alone, it is written as one
-SST file ingested at once; reused, the replayed tail was written along (WriteBatches without
-the WAL, flushed before the checkpoint). Either way a crash in between leaves no new
-checkpoint: the copy is discarded or replayed again from its old checkpoint. Finally the
-windows are built from the in-memory entries, every partial decoded once (``decode_many``).
+it), each Fetch response applied while the next one is in flight (``ChangelogReader``); the
+windows are built from them, every partial decoded once (``decode_many``). A reused local copy
+got the replayed tail along (WriteBatches without the WAL, flushed before the checkpoint). A
+copy rebuilt from the changelog alone is written *after* ``restore`` returns, in the
+background once the partition is in use (``_backfill``: one SST file ingested at once, then
+the local writes made meanwhile applied again on top), so the restore does not wait for it;
+its checkpoint comes with the next ``flush`` after that (``release`` and ``stop`` flush). A
+crash before either leaves no new checkpoint: the copy is discarded, or replayed again from its
+old checkpoint. Little is lost by the delay: after a crash a copy is reusable only if no event
+was recorded since its last checkpoint anyway.
 
 Local format (version 2, in the checkpoint key): key = entry id, value = the codec's partial
 bytes; meta keys ``_META_APPLIED`` and ``_META_CHECKPOINT`` (shorter than any entry id).
@@ -102,7 +106,7 @@ import marshal
 import shutil
 import struct
 from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby, repeat
 from operator import itemgetter, sub
 from pathlib import Path
@@ -152,6 +156,10 @@ _NO_WAL = WriteOptions()
 _NO_WAL.disable_wal = True
 _KEY_PREFIX = itemgetter(slice(None, -8))
 """``entry_id -> key_prefix``: an entry id is its key's prefix plus 8 bytes of time."""
+_BACKFILL_CHUNK = 20_000
+"""Entries the background backfill writes between two event-loop turns (about 25 ms)."""
+_BACKFILL_IDLE_S = 10.0
+"""The backfill starts at the partition's first write or flush, or after this many seconds."""
 
 
 class PartialCodec(Protocol):
@@ -233,6 +241,20 @@ class _Standby:
 
 
 @dataclass(slots=True)
+class _Backfill:
+    """The entries of a changelog-only restore that the (empty) local copy still lacks, and
+    every local write of an entry made since the restore (entry id -> partial bytes, None:
+    deleted), to re-apply right after the entries are ingested, since they would shadow it."""
+
+    path: Path
+    ids: list[bytes]
+    entries: dict[bytes, bytes]
+    since: dict[bytes, bytes | None] = field(default_factory=dict)
+    wanted: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(slots=True)
 class _OpenPartition:
     """Bookkeeping of one open partition."""
 
@@ -247,6 +269,9 @@ class _OpenPartition:
     last_delivery: Awaitable[Any] | None = None
     evictions: int = 0
     """Number of ``evict`` calls: one after a flush's snapshot withholds its checkpoint."""
+    backfill: _Backfill | None = None
+    """Set while the local copy is being written after a changelog-only restore: no checkpoint
+    until it is done."""
 
 
 class WindowStore:
@@ -365,15 +390,20 @@ class WindowStore:
                 applied, replayed = await _replay(reader, tp, 0, entries, -1, None)
             position = reader.position
         ids = sorted(entries)
-        if not reused:
-            _bulk_load(db, path, ids, entries)
-        elif replayed:
+        if reused and replayed:
             db.flush(True)  # the replay skipped the WAL: make it durable before the checkpoint
+        state = _OpenPartition(db, applied, applied, position)
         batch = WriteBatch(raw_mode=True)
         batch.put(_META_APPLIED, _OFFSET.pack(applied))
-        batch.put(_META_CHECKPOINT, _CHECKPOINT.pack(position, applied))
+        if reused or not ids:
+            batch.put(_META_CHECKPOINT, _CHECKPOINT.pack(position, applied))
+        else:
+            fill = state.backfill = _Backfill(path, ids, entries)
+            fill.task = asyncio.create_task(
+                self._backfill(state, fill), name=f"window-store-backfill-{partition}"
+            )
         db.write(batch)
-        self._open[partition] = _OpenPartition(db, applied, applied, position)
+        self._open[partition] = state
         logger.info(
             "window store partition %d: local copy %s, %d changelog records replayed, "
             "applied offset %d",
@@ -515,6 +545,12 @@ class WindowStore:
         batch.put(_META_APPLIED, _OFFSET.pack(offset))
         state.db.write(batch)
         state.applied = offset
+        if state.backfill is not None:
+            since = state.backfill.since
+            since[eid] = data
+            for t in evicted:
+                since[entry_id_of(prefix, t)] = None
+            state.backfill.wanted.set()
         send = self._producer.send
         delivery = await send(self.topic, partition, eid, encode_upsert(offset, evicted, data))
         for t in evicted:
@@ -532,6 +568,8 @@ class WindowStore:
             )
         state.db.put(_META_APPLIED, _OFFSET.pack(offset))
         state.applied = offset
+        if state.backfill is not None:
+            state.backfill.wanted.set()
 
     async def evict(self, partition: int, key: str, times: Iterable[int]) -> None:
         """Delete ``key``'s entries at ``times`` (idle-key sweep). O(len(times)).
@@ -550,12 +588,20 @@ class WindowStore:
         batch.delete(_META_CHECKPOINT)
         state.db.write(batch)
         state.evictions += 1
+        if state.backfill is not None:
+            state.backfill.since.update(dict.fromkeys(eids))
+            state.backfill.wanted.set()
         for eid in eids:
             state.last_delivery = await self._producer.send(self.topic, partition, eid, None)
 
     async def flush(self) -> None:
         """Hand pending applied markers to the producer, wait until every changelog record sent
-        so far is acknowledged, then write each open partition's local checkpoint."""
+        so far is acknowledged, then write each open partition's local checkpoint (after its
+        backfill, if one is running)."""
+        for state in list(self._open.values()):
+            if state.backfill is not None and state.backfill.task is not None:
+                state.backfill.wanted.set()
+                await state.backfill.task
         snapshot: dict[int, tuple[_OpenPartition, Awaitable[Any] | None, int, int]] = {}
         for partition, state in self._open.items():
             if state.applied > state.sent_applied:
@@ -567,7 +613,11 @@ class WindowStore:
             snapshot[partition] = (state, state.last_delivery, state.sent_applied, state.evictions)
         await self._producer.flush()
         for partition, (state, delivery, sent_applied, evictions) in snapshot.items():
-            if self._open.get(partition) is not state or state.evictions != evictions:
+            if (
+                self._open.get(partition) is not state
+                or state.evictions != evictions
+                or state.backfill is not None  # restored during this flush, still writing
+            ):
                 continue
             if delivery is not None:
                 metadata = await delivery
@@ -580,7 +630,43 @@ class WindowStore:
 
     def _close(self, partition: int) -> None:
         state = self._open.pop(partition)
+        if state.backfill is not None and state.backfill.task is not None:
+            state.backfill.task.cancel()  # no checkpoint: the copy will be discarded
         state.db.close()
+
+    async def _backfill(self, state: _OpenPartition, fill: _Backfill) -> None:
+        """Write the restored entries into the empty local copy of ``state`` once the partition
+        is in use (first write or flush) or idle for ``_BACKFILL_IDLE_S``: one SST file, built
+        ``_BACKFILL_CHUNK`` entries per event-loop turn, ingested at once (cheaper than
+        WriteBatches: no memtable, no WAL); then the writes made since the restore are applied
+        again on top, in the same synchronous step, since the ingested entries shadow them.
+        Until it is done, ``flush`` writes no checkpoint: a crash before leaves a copy without
+        one, which the next restore discards. O(entries) SST writes."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(fill.wanted.wait(), _BACKFILL_IDLE_S)
+        sst = fill.path.with_name(fill.path.name + ".sst")
+        try:
+            writer = SstFileWriter(options=Options(raw_mode=True))
+            writer.open(str(sst))
+            put, entries = writer.__setitem__, fill.entries
+            for start in range(0, len(fill.ids), _BACKFILL_CHUNK):
+                for eid in fill.ids[start : start + _BACKFILL_CHUNK]:
+                    put(eid, entries[eid])
+                await asyncio.sleep(0)
+            writer.finish()
+            options = IngestExternalFileOptions()
+            options.set_move_files(True)
+            state.db.ingest_external_file([str(sst)], options)
+            batch = WriteBatch(raw_mode=True)
+            for eid, data in fill.since.items():
+                if data is None:
+                    batch.delete(eid)
+                else:
+                    batch.put(eid, data)
+            state.db.write(batch)
+            state.backfill = None
+        finally:
+            sst.unlink(missing_ok=True)
 
     @staticmethod
     def _fresh_local(path: Path) -> Rdict:
@@ -666,25 +752,6 @@ async def _replay(
             if db is not None:
                 db.write(local, _NO_WAL)
     return applied, replayed
-
-
-def _bulk_load(db: Rdict, path: Path, ids: list[bytes], entries: dict[bytes, bytes]) -> None:
-    """Write ``entries`` (``ids`` sorted) into the empty local copy ``db``: one SST file
-    ingested at once, cheaper than WriteBatches (no memtable, no WAL) and atomic. A crash
-    before the caller's checkpoint leaves a copy without checkpoint, which is discarded."""
-    if not ids:
-        return
-    sst = path.with_name(path.name + ".sst")
-    writer = SstFileWriter(options=Options(raw_mode=True))
-    writer.open(str(sst))
-    put = writer.__setitem__
-    for eid in ids:
-        put(eid, entries[eid])
-    writer.finish()
-    options = IngestExternalFileOptions()
-    options.set_move_files(True)
-    db.ingest_external_file([str(sst)], options)
-    sst.unlink(missing_ok=True)
 
 
 def apply_to_entries(

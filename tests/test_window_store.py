@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from app.clients import client_options
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
+from stores import window_store
 from stores.changelog import (
     AiokafkaChangelogProducer,
     ChangelogReader,
@@ -416,6 +417,50 @@ async def test_tail_written_by_another_worker_is_replayed_on_top_of_local(
     assert back.applied_offset == 80
     assert back.windows == b_state
     assert [t for t, _ in back.windows["k"]] == [t for t in range(70, 80) if t not in (70, 71)]
+
+
+@pytest.mark.parametrize("chunk", [1, 20_000])
+async def test_writes_during_the_background_backfill_survive_it(
+    kafka_bootstrap: str,
+    embedded_profile: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    chunk: int,
+) -> None:
+    """A copy rebuilt from the changelog alone is written after ``restore`` returns, while
+    events update, evict and add entries (with ``chunk`` 1 the writes interleave with the SST
+    build); the ingested entries must not shadow those writes: the copy a clean restart reuses
+    equals the state."""
+    monkeypatch.setattr(window_store, "_BACKFILL_CHUNK", chunk)
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a", partitions=1)
+    await create_changelog(settings)
+    store, _ = await open_store(settings, 0)
+    expected = {}
+    for i in range(60):
+        await store.record(0, i, f"k{i % 3}", i, [1, i])
+        expected[(f"k{i % 3}", i)] = [1, i]
+    await store.stop()
+    shutil.rmtree(tmp_path / "a")
+
+    store, restored = await open_store(settings, 0)
+    assert not restored[0].local_entries_reused
+    for i in range(60, 80):
+        key = f"k{i % 3}"
+        evicted = [i - 60] if i % 2 else []  # entries the backfill also writes
+        await store.record(0, i, key, i - 57, [2, i], evicted)  # updates a restored entry
+        expected[(key, i - 57)] = [2, i]
+        for t in evicted:
+            expected.pop((key, t), None)
+        await asyncio.sleep(0)
+    await store.evict(0, "k1", [61 - 57])
+    expected.pop(("k1", 4), None)
+    await store.stop()
+
+    store, again = await open_store(settings, 0)
+    await store.stop()
+    assert again[0].local_entries_reused and again[0].changelog_records == 0
+    assert again[0].applied_offset == 79
+    assert as_entries(again[0]) == expected
 
 
 async def test_redelivered_offset_is_rejected(
