@@ -278,9 +278,12 @@ class ChangelogReader:
                 if batches:
                     deadline = loop.time() + timeout
                 done = position == highwater
-                pending = (
-                    None if done else asyncio.ensure_future(self._fetch(tp, position, deadline))
-                )
+                pending = None
+                if not done:
+                    pending = asyncio.ensure_future(self._fetch(tp, position, deadline))
+                    # one event-loop turn: the task sends its request now, so the broker
+                    # serves it while the caller applies these batches
+                    await asyncio.sleep(0)
                 if batches:
                     yield batches
                 self.position = position
