@@ -259,12 +259,8 @@ class FiBA:
                     agg = combine(values[i], agg)
                     suffix[i] = agg
                 node.suffix = suffix
-                cnt = k
-                if parent.parent is not None:
-                    agg = combine(agg, parent.agg)
-                    cnt += parent.cnt
-                node.agg = agg
-                node.cnt = cnt
+                node.agg = combine(agg, parent.agg)
+                node.cnt = k + parent.cnt
                 return
             agg = reduce(combine, values) if k else self._identity
             cnt = k
@@ -298,9 +294,8 @@ class FiBA:
                 suffix[i] = agg
             node.suffix = suffix
             node.local_cnt = cnt
-            if parent.parent is not None:
-                agg = combine(agg, parent.agg)
-                cnt += parent.cnt
+            agg = combine(agg, parent.agg)  # (the root's inner aggregate too)
+            cnt += parent.cnt
         elif node.right_spine:  # prefix folds from the left, then the parent's term
             first = children[0]
             agg = combine(first.agg, values[0])
@@ -345,7 +340,9 @@ class FiBA:
             top = top.parent
             recalc(top)
         if top.parent is None:
-            if top.children is not None and (hit_left or hit_right):
+            if top.children is not None:  # the left spine holds the root's aggregate
+                if not hit_left:
+                    self._refresh_left_spine(top.children[0])
                 self._repair_spines_below(top, hit_left, hit_right)
         elif top.left_spine:
             self._repair_spines_below(top, True, False)
@@ -376,10 +373,9 @@ class FiBA:
             parent = node.parent
         self._recalc(node)
         children = node.children
-        if parent is None or children is None:
-            return  # nothing below depends on the root's aggregate
-        parent = node
-        if node.left_spine:
+        if children is None:
+            return
+        if node.left_spine or parent is None:  # (the left spine holds the root's aggregate)
             self._refresh_left_spine(children[0])
         else:
             self._refresh_right_spine(children[-1])
@@ -435,22 +431,20 @@ class FiBA:
         root = self._root
         if root.children is None:
             return self._lower(root.agg)
-        combine = self._combine
-        return self._lower(combine(self._lf.agg, combine(root.agg, self._rf.agg)))
+        return self._lower(self._combine(self._lf.agg, self._rf.agg))
 
     def aggregate(self) -> Any:
         """The raw (un-lowered) partial aggregate of the whole window. O(1)."""
         root = self._root
         if root.children is None:
             return root.agg
-        combine = self._combine
-        return combine(self._lf.agg, combine(root.agg, self._rf.agg))
+        return self._combine(self._lf.agg, self._rf.agg)
 
     def __len__(self) -> int:
         root = self._root
         if root.children is None:
             return root.cnt
-        return self._lf.cnt + root.cnt + self._rf.cnt
+        return self._lf.cnt + self._rf.cnt
 
     def __contains__(self, t: Any) -> bool:
         if not self._root.times:
@@ -598,6 +592,7 @@ class FiBA:
                     parent.agg = combine(combine(parent.agg, up), separator)
                     parent.cnt += node.cnt + 1
                     self._refresh_right_spine(new)
+                    self._refresh_left_spine(pchildren[0])
                     return
                 prefix = parent.prefix
                 prefix.append(combine(combine(prefix[-1], up), separator))
@@ -767,9 +762,6 @@ class FiBA:
                 del suffix[0]
                 if len(ltimes) < self._min_entries:
                     self._refill_left_finger(lf, parent)
-                elif parent.parent is None:
-                    lf.agg = suffix[0]
-                    lf.cnt -= 1
                 else:
                     lf.agg = self._combine(suffix[0], parent.agg)
                     lf.cnt -= 1
@@ -916,14 +908,6 @@ class FiBA:
         nodes below it from their (valid) suffix folds and counts: one combine per level."""
         combine = self._combine
         parent = node.parent
-        if parent.parent is None:  # a child of the root: no parent term
-            node.agg = node.suffix[0]
-            if node.children is None:
-                node.cnt = len(node.values)
-                return
-            node.cnt = node.local_cnt
-            parent = node
-            node = node.children[0]
         while node.children is not None:
             node.agg = combine(node.suffix[0], parent.agg)
             node.cnt = node.local_cnt + parent.cnt
@@ -1212,18 +1196,15 @@ class FiBA:
     def _spine_up(self, node: _Node) -> Any:
         """The up aggregate of the non-root spine node ``node``'s subtree (which its stored
         aggregate is not), from the cached folds down its spine: one combine per level, and the
-        right finger's fold; for a child of the root, the finger's stored aggregate."""
-        parent = node.parent
+        right finger's fold; for the root's last child, the right finger's stored aggregate."""
         if node.left_spine:
-            if parent.parent is None:
-                return self._lf.agg
             combine = self._combine
             acc = node.suffix[0]
             while node.children is not None:
                 node = node.children[0]
                 acc = combine(node.suffix[0], acc)
             return acc
-        if parent.parent is None:
+        if node.parent.parent is None:
             return self._rf.agg
         if node.children is None:
             return self._finger_fold(node)
@@ -1272,12 +1253,8 @@ class FiBA:
             suffix = lf.suffix
             del suffix[:k]
             parent = lf.parent
-            if parent.parent is None:
-                lf.agg = suffix[0]
-                lf.cnt = len(ltimes)
-            else:
-                lf.agg = self._combine(suffix[0], parent.agg)
-                lf.cnt = len(ltimes) + parent.cnt
+            lf.agg = self._combine(suffix[0], parent.agg)
+            lf.cnt = len(ltimes) + parent.cnt
             return k
         before = len(self)
         self._cut(t)
@@ -1818,8 +1795,11 @@ class FiBA:
                         node.local_cnt == count,
                         "aggregates: stale cached own count of a right-spine node",
                     )
-                if parent.parent is not None:
-                    parts = [*parts, parent.agg] if node.left_spine else [parent.agg, *parts]
+                if node.left_spine:  # the root's inner aggregate too
+                    parts = [*parts, parent.agg]
+                    count += parent.cnt
+                elif parent.parent is not None:
+                    parts = [parent.agg, *parts]
                     count += parent.cnt
                 expected = (_fold(combine, identity, parts), count)
             else:
