@@ -17,14 +17,20 @@ entries ``v_0..v_{a-2}`` and children ``c_0..c_{a-1}`` (``up(c)`` = aggregate of
 
 - non-spine nodes store the up aggregate ``up(c_0) v_0 up(c_1) ... v_{a-2} up(c_{a-1})``;
 - the root stores the inner aggregate ``v_0 up(c_1) ... up(c_{a-2}) v_{a-2}``;
-- left-spine nodes store ``inner(y) up(c_{a-1}) left(parent)`` (no parent term below the root);
-- right-spine nodes store ``right(parent) up(c_0) inner(y)`` (likewise).
+- left-spine nodes store ``inner(y) up(c_{a-1}) left(parent)``, where below the root
+  ``left(root)`` is the root's inner aggregate;
+- right-spine nodes store ``right(parent) up(c_0) inner(y)`` (no parent term below the root).
 
-So ``query()`` is ``left_finger.agg root.agg right_finger.agg`` (two combines), and an update
-repairs only the nodes on its search path and rebalancing path, up to the first spine node and
-then down that spine to the finger -- never the whole way to the root (unless it starts there).
-Each node also keeps ``cnt``, the number of entries its aggregate covers, maintained the same way,
-which makes ``len()`` O(1) and exact after bulk evictions.
+So the left finger's aggregate covers everything but the root's last subtree, which is the right
+finger's, and ``query()`` is ``left_finger.agg right_finger.agg``: one combine. (The papers give
+the left spine no parent term below the root either, and query with two combines; taking the
+root's term into the left spine saves a combine per query, and costs a walk down the left spine,
+one combine per level, after a change that reaches the root -- a change at distance Omega(the
+root's edge subtrees) from both ends, so still O(log d).) Otherwise an update repairs only the
+nodes on its search path and rebalancing path, up to the first spine node and then down that
+spine to the finger -- never the whole way to the root (unless it starts there). Each node also
+keeps ``cnt``, the number of entries its aggregate covers, maintained the same way, which makes
+``len()`` O(1) and exact after bulk evictions.
 
 Costs (``m`` = entries evicted or inserted in bulk, ``d`` = distance from the nearer end):
 
@@ -33,7 +39,8 @@ Costs (``m`` = entries evicted or inserted in bulk, ``d`` = distance from the ne
 ``bulk_evict``          amortized O(log m), worst case O(log n)
 ``bulk_insert``         amortized O(log d + m (1 + log(d / m)))
 ``query``               O(1)
-``query_range``         O(log d_from + log d_to + log of the sub-window size)
+``query_range``         O(log d_from + log d_to + log of the sub-window size); a suffix or
+                        prefix of the window: O(log d), d its number of entries
 ``from_sorted``         O(n)
 =====================  =============================================================
 
@@ -42,19 +49,22 @@ Times can be any totally ordered values (ints, floats, tuples ...). The monoid i
 commutative nor invertible needed) and ``lower(a)``.
 
 Implementation notes (CPython): nodes use ``__slots__`` and parallel lists (times, values,
-children) searched with :mod:`bisect`; no recursion on update paths. Fast paths: appending at
-the right finger and popping at the left finger are O(1) plus amortized rebalancing; a repair
+children) searched with :mod:`bisect`; no recursion on update paths. Spine nodes cache the folds
+of their own sequence (without the parent's term): each non-root left-spine node its suffix
+folds (from each entry to its end), each non-root inner right-spine node its prefix folds (from
+its start to each entry), and a right finger made by an in-order split the prefix folds of its
+entries. So a repair that changed no spine node walks down a spine in one combine per level, and
+the in-order paths cost O(1) combines each: popping at the left finger is one combine (its next
+suffix fold and the parent's term); when that leaves it short, it merges with its sibling
+whenever the result fits (else takes half of the entries), a merge that may climb the left
+spine, each level dropping its first suffix fold and extending the merged node's; appending at
+the right finger is one combine, and its split, which may climb the right spine, appends to the
+parent's prefix folds (the left halves' up aggregates come from their prefix folds). A repair
 confined to one node's entries refolds only the up aggregates on its path (adding the known
-change to their counts rather than summing the children's); a split of
-the right finger after an append extends its parent's aggregate instead of recomputing it; and
-a non-root inner spine node caches ``local``, its aggregate without the parent's term, so a
-repair that changed no spine node walks down a spine in one combine per level. The left finger
-(below the root) likewise caches the suffix folds of its entries, so popping its oldest entry, a
-``bulk_evict`` inside it and the last step of such a spine walk cost one combine; when an
-in-order evict leaves it short, it merges with its sibling whenever the result fits (else takes
-half of the entries), so refills are rare. Subtrees cut off
-by ``bulk_evict`` are released at once by reference counting (the papers' deferred free list
-exists to avoid O(m) deallocation calls; here that work is C-level and not a combine).
+change to their counts rather than summing the children's). Range queries at either end of the
+window start from the finger and use the spines' folds. Subtrees cut off by ``bulk_evict`` are
+released at once by reference counting (the papers' deferred free list exists to avoid O(m)
+deallocation calls; here that work is C-level and not a combine).
 """
 
 from __future__ import annotations
@@ -73,12 +83,15 @@ class _Node:
     ``agg``/``cnt`` are the position-aware partial aggregate and the number of entries it covers;
     ``left_spine``/``right_spine`` say whether a non-root node lies on a spine (the root has
     both flags False). A non-root inner spine node also caches ``local_cnt``, the number of
-    entries of its aggregate without the parent's term, and that aggregate itself: ``local`` on
-    the right spine; on the left spine it is ``suffix[0]``. Every non-root left-spine node caches
-    ``suffix``, the folds of its own sequence from each entry on: ``suffix[i]`` is
+    entries of its own sequence (its aggregate without the parent's term), whose folds it
+    caches too. Every non-root left-spine node caches ``suffix``: ``suffix[i]`` is
     ``v_i up(c_{i+1}) ... v_{a-2} up(c_{a-1})`` (a leaf: the fold of ``values[i:]``), so that a
     change of the parent's aggregate alone costs it one combine, and so does dropping its first
-    entry (and child) on an in-order evict or refill (None on every other node).
+    entry (and child) on an in-order evict or refill. Every non-root inner right-spine node
+    caches ``prefix``: ``prefix[i]`` is ``up(c_0) v_0 ... up(c_i) v_i``, so that appending an
+    entry and child costs two combines; the non-root right finger may cache the prefix folds
+    ``prefix[i]`` = fold of ``values[:i + 1]`` of its first ``len(prefix)`` entries. Both are
+    None on every other node.
     """
 
     __slots__ = (
@@ -354,9 +367,9 @@ class FiBA:
         entry count of its subtree by ``delta`` (no rebalancing below ``node``, or only of
         up-aggregate nodes already recomputed): ``node`` and its up-aggregate ancestors get
         their up aggregates refolded (and ``delta`` added to their counts) up to the first spine
-        node or the root, which is recomputed. The spine nodes below that spine node changed
-        only through their parent's aggregate, so each costs one combine with its cached
-        ``local`` part (the left finger: with its first ``suffix`` fold)."""
+        node or the root, which is recomputed. The spine nodes below that spine node (below the
+        root: the left spine) changed only through their parent's aggregate, so each costs one
+        combine with its cached folds (the right finger: the fold of its entries)."""
         combine = self._combine
         parent = node.parent
         while parent is not None and not (node.left_spine or node.right_spine):
@@ -1678,8 +1691,8 @@ class FiBA:
         invariant: height (all leaves equally deep), order (times strictly increasing within
         nodes and between separators), arity (MIN_ARITY..MAX_ARITY, root 2..MAX_ARITY unless a
         leaf), structure (parent pointers, spine flags, fingers) or aggregates (every node's
-        position-aware partial and count, the cached ``local`` parts of inner spine nodes and
-        the left finger's ``suffix`` folds, recomputed independently; partials must compare
+        position-aware partial and count, the cached ``suffix``/``prefix`` folds and
+        ``local_cnt`` counts of spine nodes, recomputed independently; partials must compare
         with ``==``)."""
         combine = self._combine
         identity = self._identity
