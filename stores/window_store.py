@@ -270,8 +270,9 @@ class _OpenPartition:
     evictions: int = 0
     """Number of ``evict`` calls: one after a flush's snapshot withholds its checkpoint."""
     backfill: _Backfill | None = None
-    """Set while the local copy is being written after a changelog-only restore: no checkpoint
-    until it is done."""
+    """Set while the local copy is being written after a changelog-only restore."""
+    local_complete: bool = True
+    """False until that write succeeded: no checkpoint before."""
 
 
 class WindowStore:
@@ -399,6 +400,7 @@ class WindowStore:
             batch.put(_META_CHECKPOINT, _CHECKPOINT.pack(position, applied))
         else:
             fill = state.backfill = _Backfill(path, ids, entries)
+            state.local_complete = False
             fill.task = asyncio.create_task(
                 self._backfill(state, fill), name=f"window-store-backfill-{partition}"
             )
@@ -601,7 +603,7 @@ class WindowStore:
         for state in list(self._open.values()):
             if state.backfill is not None and state.backfill.task is not None:
                 state.backfill.wanted.set()
-                await state.backfill.task
+                await asyncio.wait([state.backfill.task])  # it logs its own failure
         snapshot: dict[int, tuple[_OpenPartition, Awaitable[Any] | None, int, int]] = {}
         for partition, state in self._open.items():
             if state.applied > state.sent_applied:
@@ -616,7 +618,7 @@ class WindowStore:
             if (
                 self._open.get(partition) is not state
                 or state.evictions != evictions
-                or state.backfill is not None  # restored during this flush, still writing
+                or not state.local_complete  # restored during this flush, or its write failed
             ):
                 continue
             if delivery is not None:
@@ -641,7 +643,8 @@ class WindowStore:
         WriteBatches: no memtable, no WAL); then the writes made since the restore are applied
         again on top, in the same synchronous step, since the ingested entries shadow them.
         Until it is done, ``flush`` writes no checkpoint: a crash before leaves a copy without
-        one, which the next restore discards. O(entries) SST writes."""
+        one, which the next restore discards; so does a failure here (logged; the partition then
+        gets no checkpoint while it stays open). O(entries) SST writes."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(fill.wanted.wait(), _BACKFILL_IDLE_S)
         sst = fill.path.with_name(fill.path.name + ".sst")
@@ -664,8 +667,15 @@ class WindowStore:
                 else:
                     batch.put(eid, data)
             state.db.write(batch)
-            state.backfill = None
+            state.local_complete = True
+        except Exception:
+            logger.exception(
+                "window store: local copy of %s not written; the next restore rebuilds it from "
+                "the changelog",
+                fill.path.name,
+            )
         finally:
+            state.backfill = None
             sst.unlink(missing_ok=True)
 
     @staticmethod

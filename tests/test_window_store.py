@@ -463,6 +463,37 @@ async def test_writes_during_the_background_backfill_survive_it(
     assert as_entries(again[0]) == expected
 
 
+async def test_a_failed_backfill_leaves_no_checkpoint(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If writing the local copy after a changelog-only restore fails, the partition keeps
+    working, ``flush`` and ``stop`` succeed, and the incomplete copy is never reused."""
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a", partitions=1)
+    await create_changelog(settings)
+    store, _ = await open_store(settings, 0)
+    for i in range(10):
+        await store.record(0, i, "k", i, [1, i])
+    await store.stop()
+    shutil.rmtree(tmp_path / "a")
+
+    class BrokenWriter:
+        def __init__(self, **kwargs: Any) -> None:
+            raise OSError("disk full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(window_store, "SstFileWriter", BrokenWriter)
+        store, _ = await open_store(settings, 0)
+        await store.record(0, 10, "k", 10, [1, 10])
+        await store.flush()
+        await store.stop()
+
+    store, again = await open_store(settings, 0)
+    await store.stop()
+    assert not again[0].local_entries_reused
+    assert again[0].applied_offset == 10
+    assert as_entries(again[0]) == {("k", i): [1, i] for i in range(11)}
+
+
 async def test_redelivered_offset_is_rejected(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
 ) -> None:
