@@ -22,7 +22,8 @@ does; different partitions may interleave):
 - ``record_skipped(partition, offset)``: an input record with no state effect; O(1), no
   changelog record (one applied marker per partition is sent at the next ``flush``).
 - ``await evict(partition, key, times)``: the idle-key sweep; one tombstone per entry.
-- ``await flush()``: every changelog record so far acknowledged, local checkpoints written.
+- ``await flush()``: every changelog record so far acknowledged, local checkpoints written
+  (after the local copy a changelog-only restore leaves to the background, see below).
 - ``await release(partition)``: partition revoked: flush, checkpoint, close its RocksDB.
 - ``applied_offset(partition)``; ``partitions`` (the open ones).
 - ``await follow(partitions)``: standby replicas (``standby_replicas``): tail these partitions'
