@@ -29,7 +29,7 @@ parser yields them, with the next fetch already in flight while the caller appli
 one. Going through ``AIOKafkaConsumer.getmany`` instead costs about 3 us of Python per record
 (a ``ConsumerRecord`` and a generator step each), more than everything else a restore does per
 record (``bench/worker_restore.py``). The standby follower, which tails several partitions
-forever, uses the consumer (``consumer_for``, ``read_to_high_watermark``).
+forever, uses a consumer (``consumer_for``).
 """
 
 from __future__ import annotations
@@ -247,7 +247,8 @@ class ChangelogReader:
         self, tp: TopicPartition, start: int, timeout: float = 30.0
     ) -> AsyncIterator[list[Iterable[ChangelogRecord]]]:
         """Yield the records of ``tp`` from offset ``start`` to its end, one list of record
-        batches (each an iterable of records, in offset order) per Fetch response.
+        batches (each an iterable of records, in offset order, to be iterated once) per Fetch
+        response.
 
         "End" is the high watermark of the last Fetch response. Raises ``ChangelogTruncated``
         when the partition ends before ``start``, ``TimeoutError`` when no data arrives for
