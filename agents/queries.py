@@ -66,7 +66,7 @@ logger = logging.getLogger(__name__)
 FORWARD_TIMEOUT_S = 5.0
 QUERY_COMMIT_INTERVAL_S = 1.0
 KAFKA_QUERY_FETCH_WAIT_MS = 100
-EMBEDDED_QUERY_FETCH_WAIT_MS = 5
+EMBEDDED_QUERY_FETCH_WAIT_MS = 10
 
 
 def query_fetch_wait_ms(settings: Settings) -> int:
@@ -75,7 +75,9 @@ def query_fetch_wait_ms(settings: Settings) -> int:
     Kafka answers a fetch as soon as a record arrives (``fetch_min_bytes`` 1), so a long wait
     costs no latency there and keeps an idle consumer cheap. The embedded broker answers only
     when the wait expires, so there a query or answer waits up to this long after it arrived:
-    a short wait (embedded profile), paid for by idle fetch requests.
+    a short wait (embedded profile), paid for by idle fetch requests (each costs the worker's
+    event loop a request and a response; 5 ms instead of 10 ms gained no measurable latency
+    under load and cost throughput, see bench/RESULTS.md).
     """
     return EMBEDDED_QUERY_FETCH_WAIT_MS if settings.embedded else KAFKA_QUERY_FETCH_WAIT_MS
 
