@@ -36,10 +36,11 @@ after that record, so a crash mid-batch resumes exactly.
 A timer sweeps idle keys every ``sweep_interval`` (``KeyWindows.sweep`` + ``store.evict``) and
 logs the counters. A per-partition lock orders the agent, the sweep and revocation.
 
-Loop fairness: producer sends and RocksDB writes rarely suspend, and Faust's stream does not
-suspend while its buffer holds records, so the agent and the sweep give the event loop a turn
-themselves (``LoopTurns``) once ~1 ms of work has passed since the last one, in every emit mode
-(HTTP requests, the query consumer and heartbeats are served in between).
+Loop fairness: producer sends and RocksDB writes rarely suspend. In ``emit=event``/``changes``
+Faust's stream iterator gives the event loop a turn before every record; a batch step and the
+sweep are long synchronous stretches, so they give the loop a turn themselves (``LoopTurns``)
+once ~1 ms of work has passed since the last one (HTTP requests, the query consumer and
+heartbeats are served in between).
 """
 
 from __future__ import annotations
@@ -262,10 +263,9 @@ class WindowsPipeline:
     # --- records ------------------------------------------------------------------------------
 
     async def process(self, message: Message) -> None:
-        """Handle one input record (``emit`` = ``event`` or ``changes``); first gives the event
-        loop a turn if the turn budget is spent."""
-        if time.perf_counter() >= self.turns.deadline:
-            await self.turns.take()
+        """Handle one input record (``emit`` = ``event`` or ``changes``). Faust's stream gives
+        the event loop a turn before each record (``asyncio.sleep(0)`` in its iterator), so one
+        record is the longest synchronous stretch here."""
         state = self._states.get(message.partition) or await self.state(message.partition)
         async with state.lock:
             offset = message.offset
