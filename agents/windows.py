@@ -303,7 +303,8 @@ class WindowsPipeline:
     async def _process_share(self, state: PartitionState, messages: list[Message]) -> None:
         """One partition's share of a batch: ``insert_batch`` in slices (sized so that one
         takes about half a turn budget; the state between slices is the one after the records
-        applied so far), then one record per touched key, then the store calls in offset order
+        applied so far, expired entries left for later), then per touched key its eviction and
+        its record, then the store calls in offset order
         (outputs before the state that makes a redelivery skip them: at-least-once output).
         The event loop gets a turn whenever the budget is spent."""
         fresh = [m for m in messages if m.offset > state.applied_offset]
@@ -326,12 +327,13 @@ class WindowsPipeline:
                     continue
                 parsed.append(None)
                 events.append((event.key, event.ts, event.value))
-            windows.insert_batch(events, result)
+            windows.insert_batch(events, result, evict=False)
             self._fit_slice(time.perf_counter() - started)
             lo = hi
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
         for key, event_ts in result.last_ts.items():
+            windows.evict_expired(key, result)
             await self._emit(windows.record_of(key, event_ts), key)
             if time.perf_counter() >= turns.deadline:
                 await turns.take()

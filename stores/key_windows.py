@@ -307,13 +307,21 @@ class KeyWindows:
         return result
 
     def insert_batch(
-        self, events: Sequence[tuple[str, int, Any]], result: BatchResult | None = None
+        self,
+        events: Sequence[tuple[str, int, Any]],
+        result: BatchResult | None = None,
+        evict: bool = True,
     ) -> BatchResult:
         """The state part of ``accept_batch`` for ``events`` (one bulk insert and evict per
         touched key), added to ``result`` (a new one if ``None``): outcomes appended, evicted
         times and ``last_ts`` merged; no records. After each call the state is the one of the
         events so far applied one by one, so a batch may be applied in slices with other work
         (queries) in between.
+
+        ``evict=False`` leaves the touched keys' expired entries in place (results and
+        queries never see entries older than ``S - R``, so they are the same); a batch applied
+        in slices that way then calls ``evict_expired`` once per touched key, which costs one
+        bulk evict per key instead of one per key and slice.
         """
         if result is None:
             result = BatchResult()
@@ -347,17 +355,22 @@ class KeyWindows:
                 pairs.append((t, partial))
             last_ts[key] = ts
             outcomes.append(Accepted(key, t, after, (), None))
-        evicted = result.evicted
         for key, pairs in pending.items():
             pairs.sort(key=_time_of)
             window = self._window(key)
             window.bulk_insert(pairs)
             if pairs[0][0] < self._oldest[key]:
                 self._set_oldest(key, pairs[0][0])
-            times = self._evict_expired(key)
-            before_times = evicted.get(key)
-            evicted[key] = times if not before_times else before_times + times
+            if evict:
+                self.evict_expired(key, result)
         return result
+
+    def evict_expired(self, key: str, result: BatchResult) -> None:
+        """Evict ``key``'s entries older than ``S - R`` (as lazy eviction does) and add their
+        times to ``result.evicted[key]``. O(log m) for ``m`` evicted entries."""
+        times = self._evict_expired(key) if key in self._windows else ()
+        before = result.evicted.get(key)
+        result.evicted[key] = times if not before else before + times
 
     # --- retention ----------------------------------------------------------------------------
 

@@ -205,8 +205,12 @@ def test_batch_mode_matches_the_model(stream, cuts):
         check_entries(windows, model)
 
 
-@given(stream=events, sizes=st.lists(st.integers(1, 8), min_size=1, max_size=20))
-def test_batch_applied_in_slices_equals_one_accept_batch(stream, sizes):
+@given(
+    stream=events,
+    sizes=st.lists(st.integers(1, 8), min_size=1, max_size=20),
+    evict_at_end=st.booleans(),
+)
+def test_batch_applied_in_slices_equals_one_accept_batch(stream, sizes, evict_at_end):
     whole = KeyWindows(WindowConfig.from_settings(SETTINGS), emit="batch")
     sliced = KeyWindows(WindowConfig.from_settings(SETTINGS), emit="batch")
     expected = whole.accept_batch(stream)
@@ -215,11 +219,14 @@ def test_batch_applied_in_slices_equals_one_accept_batch(stream, sizes):
     for size in itertools.cycle(sizes):
         if lo >= len(stream):
             break
-        result = sliced.insert_batch(stream[lo : lo + size], result)
+        result = sliced.insert_batch(stream[lo : lo + size], result, evict=not evict_at_end)
         lo += size
     if result is None:
         assert expected.outcomes == [] and expected.records == []
         return
+    if evict_at_end:
+        for key in result.last_ts:
+            sliced.evict_expired(key, result)
     records = [sliced.record_of(key, ts) for key, ts in result.last_ts.items()]
     assert [(type(o), getattr(o, "time", None)) for o in result.outcomes] == [
         (type(o), getattr(o, "time", None)) for o in expected.outcomes
