@@ -74,6 +74,7 @@ from agents.records import (
     dumps,
 )
 from app.faust_app import FibaApp
+from stores.gc_pause import paused_gc
 from stores.key_windows import Accepted, BatchResult, KeyWindows, Rejected, WindowConfig
 from stores.window_store import WindowStore
 
@@ -198,10 +199,11 @@ class WindowsPipeline:
                     self._store_started = True
                 restored = await self.store.restore(partition)
                 windows = KeyWindows(self.config, emit=self.settings.emit)
-                for key, pairs in restored.windows.items():
-                    windows.load(key, pairs)
-                    # a large state takes seconds to index: let heartbeats and queries run
-                    await asyncio.sleep(0)
+                with paused_gc():  # about half the build's time otherwise (stores.gc_pause)
+                    for key, pairs in restored.windows.items():
+                        windows.load(key, pairs)
+                        # a large state takes seconds to index: let heartbeats and queries run
+                        await asyncio.sleep(0)
                 state = PartitionState(partition, windows, restored.applied_offset)
                 async with state.lock:
                     for key, times in windows.sweep():

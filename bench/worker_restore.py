@@ -54,6 +54,7 @@ from app.clients import client_options
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
 from stores.changelog import encode_upsert, entry_id
+from stores.gc_pause import paused_gc
 from stores.key_windows import KeyWindows, PartialJsonCodec, WindowConfig
 from stores.window_store import MarshalStateCodec, WindowStore
 
@@ -181,10 +182,12 @@ def traced_growth(out: list[int]) -> Iterator[None]:
 
 
 def built_index(config: WindowConfig, windows: dict[str, list[tuple[int, Any]]]) -> KeyWindows:
-    """The pipeline's index build: one ``KeyWindows.load`` (FiBA bulk build) per key."""
+    """The pipeline's index build (``WindowsPipeline.state``): one ``KeyWindows.load`` (FiBA
+    bulk build) per key, with the cyclic garbage collector paused."""
     index = KeyWindows(config, emit="event")
-    for key, pairs in windows.items():
-        index.load(key, pairs)
+    with paused_gc():
+        for key, pairs in windows.items():
+            index.load(key, pairs)
     return index
 
 

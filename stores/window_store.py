@@ -101,7 +101,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import marshal
 import shutil
@@ -141,6 +140,7 @@ from stores.changelog import (
     entry_id_of,
     key_prefix,
 )
+from stores.gc_pause import paused_gc
 
 logger = logging.getLogger(__name__)
 
@@ -424,13 +424,8 @@ class WindowStore:
         """``_build_windows`` with the cyclic garbage collector paused: it would rescan the
         growing heap of new tuples again and again (10-25% of the time at 10^6 entries). The
         build is synchronous, so no other code runs meanwhile."""
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with paused_gc():
             return self._build_windows(ids, entries)
-        finally:
-            if was_enabled:
-                gc.enable()
 
     async def release(self, partition: int) -> None:
         """Partition revoked: make its changelog durable, checkpoint, close its RocksDB."""
