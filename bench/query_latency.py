@@ -43,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +50,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from app.broker import EmbeddedBroker
 from app.clients import client_options
-from app.demo import settings_environ
 from app.settings import Settings
-from app.topics import create_topics
 from bench.machine import describe_machine
 from bench.worker_pipeline import (
     KEYS,
+    backlogged_worker,
     cpu_seconds,
-    event_stream,
     get_json,
     percentile,
-    produce,
-    scenario_settings,
     wait_until_assigned,
 )
 
@@ -247,20 +242,11 @@ def run_scenario(bootstrap: str, scenario: str, seconds: float, workdir: Path) -
     consuming a backlog (scenario = emit mode) or idle after it (``idle``)."""
     idle = scenario == "idle"
     emit = "event" if idle else scenario
-    settings = scenario_settings(bootstrap, OCCUPANCY, emit, workdir / uuid.uuid4().hex[:6])
     events = IDLE_BACKLOG if idle else int(EVENTS_PER_SECOND[emit] * (2 * seconds + 15))
-    asyncio.run(create_topics(settings))
-    asyncio.run(produce(settings, event_stream(events, settings.windows[0].size_ms)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
-    env.update(settings_environ(settings))
-    command = [sys.executable, "-m", "bench.worker_pipeline", "child", emit, str(OCCUPANCY)]
-    log_path = workdir / f"worker-{scenario}.log"
-    with open(log_path, "wb") as log:
-        worker = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     context = multiprocessing.get_context("spawn")
-    port = settings.web_port
     phases = {}
-    try:
+    with backlogged_worker(bootstrap, emit, OCCUPANCY, events, workdir) as (settings, worker, _):
+        port = settings.web_port
         wait_until_assigned(port, worker)
         warm = events if idle else int(WARM_FRACTION * events)
         wait_accepted(port, warm, worker, 300)
@@ -271,13 +257,6 @@ def run_scenario(bootstrap: str, scenario: str, seconds: float, workdir: Path) -
             stop, results = context.Event(), context.Queue()
             client = context.Process(target=target, args=(*args, stop, results))
             phases[phase] = measure_phase(client, stop, results, port, worker, seconds)
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(10)
     if not idle and phases["topic"]["accepted"][1] >= events:
         raise RuntimeError("the backlog ran out during the measurement: raise EVENTS_PER_SECOND")
     result: dict[str, Any] = {

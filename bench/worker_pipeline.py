@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -226,21 +227,43 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run_scenario(
-    bootstrap: str, name: str, occupancy: int, events: int, with_queries: bool, workdir: Path
-) -> dict[str, Any]:
-    emit = {"bare": "event", "bare-batch": "batch"}.get(name, name)
+@contextlib.contextmanager
+def backlogged_worker(
+    bootstrap: str, child: str, occupancy: int, events: int, workdir: Path
+) -> Iterator[tuple[Settings, subprocess.Popen, Path]]:
+    """Create the scenario's topics, pre-produce ``events`` input records, and run the child
+    ``child`` (a worker emit mode, or ``bare``/``bare-batch``) in a subprocess on them for the
+    ``with`` block: yields its settings, process and log file; terminates it afterwards."""
+    emit = {"bare": "event", "bare-batch": "batch"}.get(child, child)
     settings = scenario_settings(bootstrap, occupancy, emit, workdir / uuid.uuid4().hex[:6])
     asyncio.run(create_topics(settings))
     asyncio.run(produce(settings, event_stream(events, settings.windows[0].size_ms)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
     env.update(settings_environ(settings))
-    command = [sys.executable, "-m", "bench.worker_pipeline", "child", name, str(occupancy)]
-    log_path = workdir / f"{name}-{occupancy}.log"
+    command = [sys.executable, "-m", "bench.worker_pipeline", "child", child, str(occupancy)]
+    log_path = workdir / f"{child}-{occupancy}-{settings.app_id}.log"
     with open(log_path, "wb") as log:
         worker = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    result: dict[str, Any] = {"scenario": name, "occupancy": occupancy, "events": events}
     try:
+        yield settings, worker, log_path
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(10)
+
+
+def run_scenario(
+    bootstrap: str, name: str, occupancy: int, events: int, with_queries: bool, workdir: Path
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"scenario": name, "occupancy": occupancy, "events": events}
+    with backlogged_worker(bootstrap, name, occupancy, events, workdir) as (
+        settings,
+        worker,
+        log_path,
+    ):
         http: list[float] = []
         topic: list[float] = []
         stop = threading.Event()
@@ -273,13 +296,6 @@ def run_scenario(
                     "p50": 1000 * statistics.median(latencies),
                     "p99": 1000 * percentile(latencies, 0.99),
                 }
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(10)
     return result
 
 
@@ -487,7 +503,9 @@ def main() -> None:
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
-    bare = next(r for r in results if r["scenario"] == "bare")
+    """The results as a Markdown table; the ratio columns need the ``bare`` scenario in the
+    same run and read ``-`` without it."""
+    bare = next((r for r in results if r["scenario"] == "bare"), None)
     lines = [
         "| scenario | events/key in largest window | events/s (wall) | % of bare | "
         "worker CPU µs/event | bare CPU / worker CPU |",
@@ -497,9 +515,9 @@ def markdown(results: list[dict[str, Any]]) -> str:
         occupancy = "-" if r["scenario"].startswith("bare") else f"{r['occupancy']:,}"
         lines.append(
             f"| {r['scenario']} | {occupancy} | {r['events_per_s']:,.0f} | "
-            f"{100 * r['events_per_s'] / bare['events_per_s']:.0f}% | "
+            f"{_percent(r['events_per_s'], bare and bare['events_per_s'])} | "
             f"{r['cpu_us_per_event']:,.0f} | "
-            f"{100 * bare['cpu_us_per_event'] / r['cpu_us_per_event']:.0f}% |"
+            f"{_percent(bare and bare['cpu_us_per_event'], r['cpu_us_per_event'])} |"
         )
     for r in results:
         for kind in ("http_query_ms", "topic_query_ms"):
@@ -511,6 +529,10 @@ def markdown(results: list[dict[str, Any]]) -> str:
                     f"p99 {q['p99']:.1f} ms"
                 )
     return "\n".join(lines)
+
+
+def _percent(part: float | None, whole: float | None) -> str:
+    return "-" if part is None or whole is None else f"{100 * part / whole:.0f}%"
 
 
 if __name__ == "__main__":
