@@ -12,30 +12,13 @@ to another process; the thread's CPU time tells, and such a repetition is retake
 
 from __future__ import annotations
 
-import gc
 import statistics
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter_ns, thread_time_ns
 from typing import TypeVar
 
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Keep the cyclic garbage collector off inside the block, restore its state after.
-
-    No collection is forced on entry: with the collector off nothing can interrupt the block,
-    and a full collection of a large window costs far more than the sections it protects.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
+from stores.gc_pause import paused_gc as gc_paused
 
 CLOCKS: dict[str, Callable[[], int]] = {"wall": perf_counter_ns, "cpu": thread_time_ns}
 """``wall``: ``perf_counter_ns``, the default and the papers' measure. ``cpu``: the thread's CPU

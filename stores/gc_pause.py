@@ -5,7 +5,10 @@ of container objects that all stay alive. With the collector on, every few hundr
 trigger a young collection, and the growing heap is traversed again and again: at 10^6
 restored entries that is about half of the index build (bench/worker_restore.py). The objects
 built are reachable, so nothing is lost by not collecting during the build; the collector
-resumes afterwards.
+resumes afterwards. The benchmarks (``bench.timing``) time their sections under the same
+pause, so that a collection is not charged to whichever operation happened to trigger it. No
+collection is forced on entry: a full collection of a large heap costs far more than the
+sections it would protect.
 """
 
 from __future__ import annotations
