@@ -105,7 +105,7 @@ import logging
 import marshal
 import shutil
 import struct
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import groupby, repeat
 from operator import itemgetter, sub
@@ -493,7 +493,9 @@ class WindowStore:
                     if standby is None or not records:
                         continue
                     batch = WriteBatch(raw_mode=True)
-                    standby.applied = apply_changelog_records(batch, records, standby.applied)
+                    standby.applied, _ = replay_changelog(
+                        records, standby.applied, batch.put, batch.delete
+                    )
                     standby.position = records[-1].offset + 1
                     batch.put(_META_APPLIED, _OFFSET.pack(standby.applied))
                     batch.put(_META_CHECKPOINT, _CHECKPOINT.pack(standby.position, standby.applied))
@@ -749,62 +751,59 @@ async def _replay(
     async with contextlib.aclosing(reader.read(tp, start)) as responses:
         async for batches in responses:
             local = WriteBatch(raw_mode=True) if db is not None else None
+            put, delete = _entry_writers(entries, local)
             for batch in batches:
-                records = batch if local is None else list(batch)  # read twice: materialise
-                if local is not None:
-                    apply_changelog_records(local, records, applied)
-                applied, count = apply_to_entries(entries, records, applied)
+                applied, count = replay_changelog(batch, applied, put, delete)
                 replayed += count
             if db is not None:
                 db.write(local, _NO_WAL)
     return applied, replayed
 
 
-def apply_to_entries(
-    entries: dict[bytes, bytes], records: Iterable[ChangelogRecord], applied: int
+def _entry_writers(
+    entries: dict[bytes, bytes], local: WriteBatch | None
+) -> tuple[Callable[[bytes, bytes], object], Callable[[bytes], object]]:
+    """``(put, delete)`` writing entries to ``entries`` and, if given, to ``local`` as well."""
+    remove = entries.pop
+    if local is None:
+
+        def delete_entry(key: bytes) -> None:
+            remove(key, None)
+
+        return entries.__setitem__, delete_entry
+
+    def put_both(key: bytes, value: bytes) -> None:
+        entries[key] = value
+        local.put(key, value)
+
+    def delete_both(key: bytes) -> None:
+        remove(key, None)
+        local.delete(key)
+
+    return put_both, delete_both
+
+
+def replay_changelog(
+    records: Iterable[ChangelogRecord],
+    applied: int,
+    put: Callable[[bytes, bytes], object],
+    delete: Callable[[bytes], object],
 ) -> tuple[int, int]:
-    """Replay changelog ``records`` (in order) onto ``entries`` (entry id -> partial bytes):
-    the last record of an entry wins, tombstones and the deletions an upsert carries remove
-    it. Return the applied offset after them (starting from ``applied``) and the number of
-    records. O(records + deleted times)."""
+    """Replay changelog ``records`` (in order) as writes of local entries (entry id -> partial
+    bytes): ``put`` for an upsert, ``delete`` for a tombstone and for each time an upsert
+    deleted. Return the applied offset after them (starting from ``applied``) and the number of
+    records. The one decoder of the record format (``stores.changelog``) for every replay: into
+    the in-memory entries of a restore, a local copy, a standby replica. O(records + deleted
+    times)."""
     unpack_header = UPSERT_HEADER.unpack_from
     header_size = UPSERT_HEADER.size
-    remove = entries.pop
     count = 0
     for count, record in enumerate(records, 1):  # noqa: B007
         key, value = record.key, record.value
         if value is None:
-            remove(key, None)
+            delete(key)
         elif key == APPLIED_KEY:
             applied = max(applied, decode_offset(value))
-        else:
-            offset, n_deleted = unpack_header(value)
-            if n_deleted:
-                end = header_size + 8 * n_deleted
-                prefix = key[:-8]
-                for i in range(header_size, end, 8):
-                    remove(prefix + value[i : i + 8], None)
-                entries[key] = value[end:]
-            else:
-                entries[key] = value[header_size:]
-            if offset > applied:
-                applied = offset
-    return applied, count
-
-
-def apply_changelog_records(
-    batch: WriteBatch, records: Iterable[ChangelogRecord], applied: int
-) -> int:
-    """Add the local writes replaying changelog ``records`` (in order) to ``batch``; return the
-    applied offset after them, starting from ``applied``. O(records + deleted times)."""
-    unpack_header = UPSERT_HEADER.unpack_from
-    header_size = UPSERT_HEADER.size
-    for record in records:
-        key, value = record.key, record.value
-        if key == APPLIED_KEY:
-            applied = max(applied, decode_offset(value))
-        elif value is None:
-            batch.delete(key)
         else:
             # the upsert value after its header and deleted times is the local value (partial)
             offset, n_deleted = unpack_header(value)
@@ -812,11 +811,11 @@ def apply_changelog_records(
             if n_deleted:
                 prefix = key[:-8]
                 for i in range(header_size, end, 8):
-                    batch.delete(prefix + value[i : i + 8])
-            batch.put(key, value[end:])
+                    delete(prefix + value[i : i + 8])
+            put(key, value[end:])
             if offset > applied:
                 applied = offset
-    return applied
+    return applied, count
 
 
 def faust_standby_partitions(app: Any, topic: str) -> set[int]:
