@@ -62,14 +62,6 @@ from faust.types import TP, Message
 from agents.dead_letters import DeadLetters
 from agents.events import BadEvent, EventParser
 from agents.records import (
-    EVENT_TS,
-    KEY,
-    STREAM_TIME,
-    WINDOW_AGGREGATES,
-    WINDOW_COUNT,
-    WINDOW_END,
-    WINDOW_START,
-    WINDOWS,
     AggregateRecord,
     dumps,
 )
@@ -125,25 +117,6 @@ def encode_json(obj: dict[str, Any]) -> bytes:
         return dumps(obj)
     except ValueError:
         return json.dumps(_finite(obj), separators=(",", ":")).encode()
-
-
-def aggregate_json(record: AggregateRecord) -> dict[str, Any]:
-    """The JSON object of ``record`` (``AggregateRecord.to_json`` without ``asdict``'s deep
-    copies, which cost more than the whole window update)."""
-    return {
-        KEY: record.key,
-        EVENT_TS: record.event_ts,
-        STREAM_TIME: record.stream_time,
-        WINDOWS: {
-            name: {
-                WINDOW_START: w.start,
-                WINDOW_END: w.end,
-                WINDOW_COUNT: w.count,
-                WINDOW_AGGREGATES: w.aggregates,
-            }
-            for name, w in record.windows.items()
-        },
-    }
 
 
 def _finite(obj: Any) -> Any:
@@ -400,7 +373,7 @@ class WindowsPipeline:
         await self.fiba.app.producer.send(
             self.settings.aggregates_topic,
             key.encode(),
-            encode_json(aggregate_json(record)),
+            encode_json(record.to_json()),
             None,
             None,
             None,
