@@ -37,6 +37,16 @@ def round_throughputs(
     )
 
 
+def round_rate_columns(tp: Throughput) -> dict[str, float]:
+    """The columns of a rounds/s measurement in the ``fifo`` and ``ooo`` tables."""
+    return {
+        "rounds_per_s": tp.ops_per_second,
+        "ns_per_round": tp.ns_per_op,
+        "spread": tp.spread,
+        "cpu_share": tp.cpu_share,
+    }
+
+
 def powers(base: int, low: int, high: int) -> list[int]:
     """``base**k`` for ``k`` such that ``low <= base**k <= high``."""
     out = []

@@ -17,6 +17,7 @@ from bench.experiments.common import (
     log2_label,
     powers,
     ratio,
+    round_rate_columns,
     round_throughputs,
     times,
 )
@@ -71,10 +72,7 @@ def run(config: BenchConfig) -> ExperimentResult:
                     monoid=monoid_name,
                     algorithm=name,
                     n=n,
-                    rounds_per_s=tp.ops_per_second,
-                    ns_per_round=tp.ns_per_op,
-                    spread=tp.spread,
-                    cpu_share=tp.cpu_share,
+                    **round_rate_columns(tp),
                 )
         del windows
     result.notes.append(

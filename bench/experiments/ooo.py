@@ -20,6 +20,7 @@ from bench.experiments.common import (
     log2_label,
     powers,
     ratio,
+    round_rate_columns,
     round_throughputs,
     times,
 )
@@ -94,10 +95,7 @@ def _measure(
             algorithm=name,
             n=window.n,
             d=window.d,
-            rounds_per_s=tp.ops_per_second,
-            ns_per_round=tp.ns_per_op,
-            spread=tp.spread,
-            cpu_share=tp.cpu_share,
+            **round_rate_columns(tp),
         )
 
 
@@ -127,10 +125,7 @@ def _flatness(config: BenchConfig, result: ExperimentResult) -> None:
             algorithm=name,
             n=n,
             d=fixed_d,
-            rounds_per_s=tp.ops_per_second,
-            ns_per_round=tp.ns_per_op,
-            spread=tp.spread,
-            cpu_share=tp.cpu_share,
+            **round_rate_columns(tp),
         )
 
 
