@@ -205,8 +205,9 @@ class QueryService:
         query consumer's last commit."""
 
     def owns(self, partition: int) -> bool:
-        """True when the input partition is assigned to this worker right now."""
-        tp = TP(self.fiba.settings.input_topic, partition)
+        """True when the input partition is assigned to this worker right now (its partition
+        of the assignment topic is, see ``agents.input_reader``)."""
+        tp = TP(self.fiba.settings.assignment_topic, partition)
         return tp in self.fiba.app.consumer.assignment()
 
     async def ask(self, query: RangeQuery) -> Answer:
@@ -441,7 +442,7 @@ def install(fiba: FibaApp, service: QueryService) -> None:
     app = fiba.app
 
     consumer = QueryConsumer(fiba, service)
-    input_topic = fiba.settings.input_topic
+    assignment_topic = fiba.settings.assignment_topic
 
     @app.on_partitions_revoked.connect
     async def stop_reading_queries(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
@@ -449,7 +450,7 @@ def install(fiba: FibaApp, service: QueryService) -> None:
 
     @app.on_partitions_assigned.connect
     async def read_owned_queries(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
-        await consumer.follow({tp.partition for tp in assigned if tp.topic == input_topic})
+        await consumer.follow({tp.partition for tp in assigned if tp.topic == assignment_topic})
 
     @app.page("/windows/{key}")
     class WindowsView(View):

@@ -1,16 +1,15 @@
-"""The events -> per-key windows -> aggregates agent, with exactly-once state under at-least-once.
+"""Input records -> per-key windows -> aggregates, with exactly-once state under at-least-once.
 
 One ``WindowsPipeline`` per worker holds, for every input partition it owns, a ``KeyWindows``
 (``stores.key_windows``: one FiBA per key) and the partition's *applied offset*; the durable
 copy lives in the ``WindowStore`` (``stores.window_store``), from which a partition's state is
-restored as soon as the partition is assigned (a background task per partition, started by the
-``on_partitions_assigned`` hook), or earlier if one of its records or queries needs it first.
-Restoring on assignment, not only on a partition's first record, matters after a crash: a
-partition whose input was consumed and committed to its end before the crash delivers no record
-to the new owner, yet its state must be loaded (for ``/stats``, which reports its applied
-offset, and for queries without a restore delay). A revocation waits for an in-flight restore
-of the partition (a restore holds its RocksDB open and is not cancelled midway), then releases
-it.
+restored (``state``) as soon as the partition is assigned, or earlier if a query needs it
+first. The ``InputReader`` (``agents.input_reader``) restores each newly owned partition in the
+background and then hands its records to ``process_records``, read from the applied offset
++ 1: the position lives with the state, so a new owner, a restart with or without the data
+dir and a crash at any instant all resume exactly where the durable state ends. A revocation
+halts the partition (``halt``: no further record of it is applied), waits for a restore in
+flight (a restore holds its RocksDB open and is not cancelled midway), then releases it.
 
 Per input record, in offset order per partition:
 
@@ -22,25 +21,23 @@ Per input record, in offset order per partition:
    ``store.record(offset, key, time, partial, evicted)`` persists the new entry, the lazily
    evicted ones and the applied offset atomically. Outputs and the store's changelog go through
    the Faust app's producer directly (not ``topic.send``, whose per-message machinery costs
-   more than the window update); Faust flushes that producer before every offset commit, so
-   committed input is never ahead of its outputs and changelog.
+   more than the window update).
 
-With ``emit = "batch"`` the agent takes up to ``batch_max_records`` records or waits
-``batch_max_wait`` (``stream.take_events``) and applies each partition's share as
-``KeyWindows.accept_batch`` would (one bulk insert and bulk evict per key and slice): in slices
-sized to take about half a millisecond each (``KeyWindows.insert_batch``; between slices the
-state is the one after the records applied so far), then one record per touched key
-(``record_of``); store calls still happen per record in offset order, with the partial right
-after that record, so a crash mid-batch resumes exactly.
+With ``emit = "batch"`` each fetched batch (up to ``batch_max_records`` records, fetched within
+``batch_max_wait``) is applied per partition as ``KeyWindows.accept_batch`` would (one bulk
+insert and bulk evict per key and slice): in slices sized to take about half a millisecond
+each (``KeyWindows.insert_batch``; between slices the state is the one after the records
+applied so far), then one record per touched key (``record_of``); store calls still happen per
+record in offset order, with the partial right after that record, so a crash mid-batch resumes
+exactly.
 
 A timer sweeps idle keys every ``sweep_interval`` (``KeyWindows.sweep`` + ``store.evict``) and
-logs the counters. A per-partition lock orders the agent, the sweep and revocation.
+logs the counters. A per-partition lock orders the records, the sweep and revocation.
 
-Loop fairness: producer sends and RocksDB writes rarely suspend. In ``emit=event``/``changes``
-Faust's stream iterator gives the event loop a turn before every record; a batch step and the
-sweep are long synchronous stretches, so they give the loop a turn themselves (``LoopTurns``)
-once ~1 ms of work has passed since the last one (HTTP requests, the query consumer and
-heartbeats are served in between).
+Loop fairness: producer sends and RocksDB writes rarely suspend, so applying records and the
+sweep are long synchronous stretches: they give the event loop a turn themselves
+(``LoopTurns``) once ~1 ms of work has passed since the last one (HTTP requests, the query
+consumer and Faust's heartbeats are served in between).
 """
 
 from __future__ import annotations
@@ -56,11 +53,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from aiokafka import ConsumerRecord
 from faust.exceptions import ConsumerNotStarted
-from faust.types import TP, Message
+from faust.types import TP
 
 from agents.dead_letters import DeadLetters
 from agents.events import BadEvent, EventParser
+from agents.input_reader import InputReader
 from agents.records import (
     AggregateRecord,
     dumps,
@@ -108,6 +107,8 @@ class PartitionState:
     windows: KeyWindows
     applied_offset: int
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    halted: bool = False
+    """Revoked: no record of the partition is applied until it is owned again."""
 
 
 def encode_json(obj: dict[str, Any]) -> bytes:
@@ -129,11 +130,6 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def kafka_time_ms(message: Message) -> int | None:
-    """The record timestamp of ``message`` in ms (Faust gives float seconds)."""
-    return None if message.timestamp is None else round(message.timestamp * 1000)
-
-
 class WindowsPipeline:
     """The per-partition window state of one worker and the processing of input records."""
 
@@ -150,7 +146,6 @@ class WindowsPipeline:
         self._states: dict[int, PartitionState] = {}
         self._restoring: dict[int, asyncio.Lock] = {}
         """One lock per partition ever restored (created before its state is published)."""
-        self._restore_tasks: dict[int, asyncio.Task[None]] = {}
         self._store_started = False
         self.turns = LoopTurns()
         self._slice = 64
@@ -196,24 +191,27 @@ class WindowsPipeline:
         """The partitions whose state is loaded."""
         return sorted(self._states)
 
-    def restore_assigned(self, partitions: Iterable[int]) -> None:
-        """Start restoring, each in a background task, the ``partitions`` (assigned to this
-        worker) whose state is neither loaded nor being restored by such a task. A failed
-        restore is logged; the partition's next record or query retries it."""
-        for partition in partitions:
-            if partition in self._states or partition in self._restore_tasks:
-                continue
-            self._restore_tasks[partition] = asyncio.create_task(
-                self._restore_in_background(partition), name=f"fiba-restore-{partition}"
-            )
+    def applied_offset(self, partition: int) -> int:
+        """The last input offset of the loaded ``partition`` whose effect is in its state."""
+        return self._states[partition].applied_offset
 
-    async def _restore_in_background(self, partition: int) -> None:
-        try:
-            await self.state(partition)
-        except Exception:
-            logger.exception("restore of partition %d failed", partition)
-        finally:
-            self._restore_tasks.pop(partition, None)
+    def halt(self, partitions: Iterable[int]) -> None:
+        """Stop applying records of ``partitions`` (revoked): ``process_records`` applies none
+        of theirs from its next record on (a batch step in progress completes)."""
+        for partition in partitions:
+            state = self._states.get(partition)
+            if state is not None:
+                state.halted = True
+
+    def resume(self, partition: int) -> None:
+        """Apply records of the loaded ``partition`` again (owned again, after ``halt``)."""
+        self._states[partition].halted = False
+
+    async def wait_idle(self) -> None:
+        """Wait until no record is being applied (each partition's lock taken once)."""
+        for state in list(self._states.values()):
+            async with state.lock:
+                pass
 
     async def keep_only(self, partitions: Iterable[int]) -> None:
         """Release the state of every loaded partition not in ``partitions`` (reassigned),
@@ -231,51 +229,60 @@ class WindowsPipeline:
             logger.info("partition %d released", partition)
 
     async def stop(self) -> None:
-        """Wait for the restores in flight, then stop the store (flush, checkpoint, close)."""
-        await asyncio.gather(*self._restore_tasks.values())
+        """Stop the store (flush, checkpoint, close); the reader must be stopped first."""
         await self.store.stop()
 
     # --- records ------------------------------------------------------------------------------
 
-    async def process(self, message: Message) -> None:
-        """Handle one input record (``emit`` = ``event`` or ``changes``). Faust's stream gives
-        the event loop a turn before each record (``asyncio.sleep(0)`` in its iterator), so one
-        record is the longest synchronous stretch here."""
-        state = self._states.get(message.partition) or await self.state(message.partition)
+    async def process_records(self, partition: int, records: Sequence[ConsumerRecord]) -> None:
+        """Apply ``records``, fetched in offset order from the input ``partition``, unless the
+        partition is not loaded or halted (revoked). ``emit`` = ``event``/``changes``: one
+        record at a time, the event loop getting a turn once ~1 ms of work has passed (a halt
+        takes effect at the next record); ``batch``: as one batch (``_process_share``)."""
+        state = self._states.get(partition)
+        if state is None or state.halted:
+            return
         async with state.lock:
-            offset = message.offset
-            if offset <= state.applied_offset:
-                self.counts["redelivered_skipped"] += 1
+            if state.halted or self._states.get(partition) is not state:
                 return
-            try:
-                event = self.parser.parse(message.key, message.value, kafka_time_ms(message))
-                outcome = state.windows.accept(event.key, event.ts, event.value)
-            except (BadEvent, Rejected) as rejected:
-                await self._reject(state, message, rejected.reason, rejected.detail)
+            if self.settings.emit == "batch":
+                await self._process_share(state, records)
                 return
-            self.counts["accepted"] += 1
-            await self._emit(outcome.record, outcome.key)
-            await self.store.record(
-                state.partition,
-                offset,
-                outcome.key,
-                outcome.time,
-                outcome.partial,
-                outcome.evicted,
-            )
-            state.applied_offset = offset
+            turns = self.turns
+            for record in records:
+                await self._process_one(state, record)
+                if time.perf_counter() >= turns.deadline:
+                    await turns.take()
+                    if state.halted:
+                        return
 
-    async def process_batch(self, messages: Sequence[Message]) -> None:
-        """Handle a batch of input records (``emit`` = ``batch``), partition by partition."""
-        by_partition: dict[int, list[Message]] = {}
-        for message in messages:
-            by_partition.setdefault(message.partition, []).append(message)
-        for partition, share in by_partition.items():
-            state = self._states.get(partition) or await self.state(partition)
-            async with state.lock:
-                await self._process_share(state, share)
+    async def _process_one(self, state: PartitionState, record: ConsumerRecord) -> None:
+        """Handle one input record (``emit`` = ``event`` or ``changes``)."""
+        offset = record.offset
+        if offset <= state.applied_offset:
+            self.counts["redelivered_skipped"] += 1
+            return
+        try:
+            event = self.parser.parse(record.key, record.value, record.timestamp)
+            outcome = state.windows.accept(event.key, event.ts, event.value)
+        except (BadEvent, Rejected) as rejected:
+            await self._reject(state, record, rejected.reason, rejected.detail)
+            return
+        self.counts["accepted"] += 1
+        await self._emit(outcome.record, outcome.key)
+        await self.store.record(
+            state.partition,
+            offset,
+            outcome.key,
+            outcome.time,
+            outcome.partial,
+            outcome.evicted,
+        )
+        state.applied_offset = offset
 
-    async def _process_share(self, state: PartitionState, messages: list[Message]) -> None:
+    async def _process_share(
+        self, state: PartitionState, messages: Sequence[ConsumerRecord]
+    ) -> None:
         """One partition's share of a batch: ``insert_batch`` in slices (sized so that one
         takes about half a turn budget; the state between slices is the one after the records
         applied so far, expired entries left for later), then per touched key its eviction and
@@ -296,7 +303,7 @@ class WindowsPipeline:
             events = []
             for message in fresh[lo:hi]:
                 try:
-                    event = parse(message.key, message.value, kafka_time_ms(message))
+                    event = parse(message.key, message.value, message.timestamp)
                 except BadEvent as bad:
                     parsed.append(bad)
                     continue
@@ -313,7 +320,7 @@ class WindowsPipeline:
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
         outcomes = iter(result.outcomes)
-        pending: list[tuple[Message, Accepted]] = []
+        pending: list[tuple[ConsumerRecord, Accepted]] = []
         for message, bad in zip(fresh, parsed, strict=True):
             outcome: BadEvent | Rejected | Accepted = bad or next(outcomes)
             if isinstance(outcome, Accepted):
@@ -336,7 +343,7 @@ class WindowsPipeline:
             self._slice = min(MAX_SLICE, self._slice * 2)
 
     async def _flush_accepted(
-        self, state: PartitionState, pending: list[tuple[Message, Accepted]]
+        self, state: PartitionState, pending: list[tuple[ConsumerRecord, Accepted]]
     ) -> None:
         turns = self.turns
         record = self.store.record
@@ -351,7 +358,7 @@ class WindowsPipeline:
         pending.clear()
 
     async def _reject(
-        self, state: PartitionState, message: Message, reason: str, detail: str
+        self, state: PartitionState, message: ConsumerRecord, reason: str, detail: str
     ) -> None:
         await self.dead_letters.send(
             reason,
@@ -400,7 +407,7 @@ class WindowsPipeline:
         """Counters, the input partitions assigned to this worker and the state of the loaded
         ones, as served by ``GET /stats``. Before Faust's consumer has started, nothing is
         assigned yet."""
-        topic = self.settings.input_topic
+        topic = self.settings.assignment_topic
         try:
             assignment = self.fiba.app.consumer.assignment()
         except ConsumerNotStarted:
@@ -420,25 +427,20 @@ class WindowsPipeline:
         }
 
 
-def install(fiba: FibaApp, pipeline: WindowsPipeline) -> None:
-    """Register the windows agent, the sweep timer and the rebalance hooks on ``fiba.app``."""
+def install(fiba: FibaApp, pipeline: WindowsPipeline) -> InputReader:
+    """Register on ``fiba.app`` the assignment agent, the rebalance hooks that make the returned
+    ``InputReader`` read the owned input partitions, and the idle-key sweep timer."""
     app = fiba.app
     settings = fiba.settings
+    reader = InputReader(settings, pipeline)
 
-    if settings.emit == "batch":
+    async def assignment_agent(stream: faust.StreamT) -> None:
+        # the assignment topic stays empty: this agent only makes Faust's consumer join the
+        # group with it, so that Faust's assignor hands out its partitions (see input_reader)
+        async for _ in stream.events():
+            pass
 
-        async def windows_agent(stream: faust.StreamT) -> None:
-            within = settings.batch_max_wait / 1000
-            async for events in stream.take_events(settings.batch_max_records, within):
-                await pipeline.process_batch([event.message for event in events])
-
-    else:
-
-        async def windows_agent(stream: faust.StreamT) -> None:
-            async for event in stream.events():
-                await pipeline.process(event.message)
-
-    app.agent(fiba.input_topic, name="fiba-windows")(windows_agent)
+    app.agent(fiba.assignment_topic, name="fiba-assignment")(assignment_agent)
 
     async def sweep_idle_keys() -> None:
         evicted = await pipeline.sweep()
@@ -446,13 +448,19 @@ def install(fiba: FibaApp, pipeline: WindowsPipeline) -> None:
 
     app.timer(settings.sweep_interval / 1000, name="fiba-sweep", on_leader=False)(sweep_idle_keys)
 
+    def owned_of(tps: Iterable[TP]) -> set[int]:
+        return {tp.partition for tp in tps if tp.topic == settings.assignment_topic}
+
     @app.on_partitions_revoked.connect
-    async def flush_on_revoke(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+    async def stop_reading_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
+        reader.pause(owned_of(revoked))
+        await pipeline.wait_idle()
         await pipeline.store.flush()
 
     @app.on_partitions_assigned.connect
-    async def release_lost_restore_new(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
-        topic = fiba.input_topic.get_topic_name()
-        owned = {tp.partition for tp in assigned if tp.topic == topic}
+    async def read_assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        owned = owned_of(assigned)
         await pipeline.keep_only(owned)
-        pipeline.restore_assigned(owned)
+        await reader.follow(owned)
+
+    return reader

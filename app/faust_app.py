@@ -40,15 +40,18 @@ CONSUMER_FETCH_BYTES = 64 * 1024
 
 @dataclass(frozen=True, slots=True)
 class FibaApp:
-    """A worker's Faust app with its settings and the Faust topics its agents use (raw bytes):
-    the input (the windows agent) and the dead letters. Aggregates, answers and queries are
-    produced with ``app.producer`` directly and the query topic has its own consumer
-    (``agents.queries.QueryConsumer``)."""
+    """A worker's Faust app with its settings and Faust topics (raw bytes): the assignment
+    topic (its agent makes Faust's assignor hand out the partitions, ``agents.input_reader``),
+    the dead letters, and the input (which the worker reads with its own consumer,
+    ``agents.input_reader``; the benchmarks' bare Faust agent consumes it). Aggregates, answers
+    and queries are produced with ``app.producer`` directly and the query topic has its own
+    consumer (``agents.queries.QueryConsumer``)."""
 
     settings: Settings
     app: faust.App
     input_topic: faust.TopicT
     dead_letter_topic: faust.TopicT
+    assignment_topic: faust.TopicT
 
     def key_partition(self, key: bytes) -> int:
         """The input partition of a record with Kafka key ``key`` (Kafka's murmur2 default
@@ -137,4 +140,5 @@ def create_app(settings: Settings) -> FibaApp:
         app=app,
         input_topic=raw_topic(settings.input_topic),
         dead_letter_topic=raw_topic(settings.dead_letter_topic),
+        assignment_topic=raw_topic(settings.assignment_topic),
     )

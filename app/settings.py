@@ -164,6 +164,12 @@ class Settings:
         return f"{self.app_id}-windows-changelog"
 
     @property
+    def assignment_topic(self) -> str:
+        """The empty topic, co-partitioned with the input, whose partitions Faust's assignor
+        hands out to the workers (``agents.input_reader``)."""
+        return f"{self.app_id}-assignment"
+
+    @property
     def window_sizes(self) -> dict[str, int]:
         """Window name -> size in ms, in configured order."""
         return {w.name: w.size_ms for w in self.windows}

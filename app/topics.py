@@ -11,7 +11,10 @@ Topics of ``Settings`` (all with ``partitions`` partitions and ``replication_fac
   the worker owning a key's input partition receives that key's queries;
 - the window-store changelog ``<app_id>-windows-changelog``, co-partitioned with the input
   (its partition i holds the state of input partition i); compacted and never expired;
-- aggregates, answers, dead letters.
+- aggregates, answers, dead letters;
+- the assignment topic ``<app_id>-assignment``, co-partitioned with the input and always
+  empty: the workers' Faust consumers subscribe to it, and owning its partition i means owning
+  input partition i (``agents.input_reader``).
 
 Data topics keep their records ``DATA_RETENTION_MS`` (7 days); the changelog keeps them forever
 (``cleanup.policy=compact``: its latest record per store entry is the state).
@@ -85,6 +88,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         settings.aggregates_topic,
         settings.answers_topic,
         settings.dead_letter_topic,
+        settings.assignment_topic,
     )
     specs = [
         TopicSpec(name, settings.partitions, settings.replication_factor, DATA_TOPIC_CONFIGS)

@@ -27,6 +27,7 @@ import faust
 
 from agents import queries, windows
 from agents.dead_letters import DeadLetters
+from agents.input_reader import InputReader
 from agents.queries import QueryService
 from agents.windows import WindowsPipeline
 from app.faust_app import FibaApp, create_app
@@ -38,12 +39,13 @@ from stores.window_store import MarshalStateCodec, WindowStore
 
 @dataclass(frozen=True, slots=True)
 class Worker:
-    """A wired worker: its Faust app, store, pipeline and query service."""
+    """A wired worker: its Faust app, store, pipeline, query service and input reader."""
 
     fiba: FibaApp
     store: WindowStore
     pipeline: WindowsPipeline
     queries: QueryService
+    reader: InputReader
 
 
 def build_worker(settings: Settings) -> Worker:
@@ -55,14 +57,15 @@ def build_worker(settings: Settings) -> Worker:
     )
     pipeline = WindowsPipeline(fiba, store, DeadLetters(fiba.dead_letter_topic), config)
     service = QueryService(fiba, pipeline)
-    windows.install(fiba, pipeline)
+    reader = windows.install(fiba, pipeline)
     queries.install(fiba, service)
 
     @fiba.app.on_before_shutdown.connect
     async def stop_store(sender: Any, **kwargs: Any) -> None:
-        await pipeline.stop()  # restores in flight first, then the store
+        await reader.stop()  # no record half applied, restores in flight done
+        await pipeline.stop()
 
-    return Worker(fiba, store, pipeline, service)
+    return Worker(fiba, store, pipeline, service, reader)
 
 
 def run_worker(settings: Settings) -> None:

@@ -307,7 +307,9 @@ class WindowStore:
 
     async def _follow_faust_standbys(self, sender: Any, assigned: Any, **kwargs: Any) -> None:
         """``on_partitions_assigned`` receiver: follow the standbys Faust assigned us."""
-        await self.follow(faust_standby_partitions(self._producer.app, self.settings.input_topic))
+        await self.follow(
+            faust_standby_partitions(self._producer.app, self.settings.assignment_topic)
+        )
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -824,7 +826,8 @@ def faust_standby_partitions(app: Any, topic: str) -> set[int]:
     Faust's ``PartitionAssignor`` computes standbys (``table_standby_replicas`` of them, on
     other members than the active, preferring to promote a standby to active on takeover) for
     every co-partitioned topic group, tables or not; only table changelogs get them as Kafka
-    assignments. For the input topic they name the partitions whose window store this worker
-    should ``follow``. Read it in ``on_partitions_assigned``.
+    assignments. For the assignment topic (``agents.input_reader``) they name the input
+    partitions whose window store this worker should ``follow``. Read it in
+    ``on_partitions_assigned``.
     """
     return {tp.partition for tp in app.assignor.assigned_standbys() if tp.topic == topic}

@@ -54,8 +54,10 @@ def test_specs_cover_every_topic_co_partitioned_with_explicit_configs():
         "fiba-answers",
         "fiba-dead-letters",
         "shop-windows-changelog",
+        "shop-assignment",
     }
     assert settings.changelog_topic == "shop-windows-changelog"
+    assert settings.assignment_topic == "shop-assignment"
     assert {spec.partitions for spec in specs.values()} == {6}
     assert all(set(spec.configs) == EXPLICIT_CONFIGS for spec in specs.values())
     assert specs["shop-windows-changelog"].configs == CHANGELOG_TOPIC_CONFIGS
