@@ -10,12 +10,15 @@ after every step.
 
 from __future__ import annotations
 
+import gc
+import random
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from stores.fiba import FiBA
+from stores.fiba import FiBA, _Node
 from stores.monoids import monoid
 from tests.oracle import OracleWindow
 from tests.window_machine import window_machine
@@ -291,3 +294,48 @@ def test_in_order_sliding_window_through_growth_and_shrinking(min_arity: int) ->
                 lo, hi = keys[len(keys) // 3], keys[2 * len(keys) // 3]
                 assert fiba.query_range(lo, t) == oracle.query_range(lo, t)
                 assert fiba.query_range(-1, hi) == oracle.query_range(-1, hi)
+
+
+@pytest.mark.parametrize("min_arity", [2, 3, 4])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_removed_nodes_are_freed_by_reference_counting(seed: int, min_arity: int) -> None:
+    """No operation leaves a reference cycle of nodes behind (parent links would make every
+    removed subtree one): the cyclic garbage collector finds no node after a random mix of
+    in-order and out-of-order inserts, evicts anywhere, bulk evicts (partial, cutting across
+    levels, and total) and bulk inserts, so evicted state is freed at once, not in one long
+    collection pause."""
+    rng = random.Random(seed)
+    fiba = FiBA(monoid("sum"), min_arity=min_arity)
+    t = 0
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(1500):
+            r = rng.random()
+            if r < 0.45:
+                t += 1
+                fiba.insert(t, 1)
+            elif r < 0.55:
+                fiba.insert(t - rng.randrange(80), 1)
+            elif r < 0.7 and len(fiba):
+                fiba.evict(next(iter(fiba))[0])
+            elif r < 0.75 and len(fiba):
+                entries = list(fiba)
+                fiba.evict(entries[rng.randrange(len(entries))][0])
+            elif r < 0.85:
+                fiba.bulk_evict(t - rng.randrange(400))
+            elif r < 0.95:
+                size = rng.randrange(1, 60)
+                fiba.bulk_insert(sorted((t + rng.randrange(-100, 100), 1) for _ in range(size)))
+            else:
+                fiba.bulk_evict(t + 200)
+        gc.collect()
+        leaked = sum(isinstance(obj, _Node) for obj in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+        gc.collect()
+    fiba.check_invariants()
+    assert leaked == 0
