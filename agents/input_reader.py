@@ -20,14 +20,18 @@ dir, and a crash at any instant all resume exactly where the durable state ends:
 lost, nothing counted twice. No input offset is committed; the state is the only truth.
 
 On revocation the reader stops reading the revoked partitions before Faust's revocation ends:
-``pause`` drops them from the consumer's assignment, and records of a partition no longer owned
-that were fetched before are discarded (``WindowsPipeline.process_records`` checks ownership
-under the partition's lock). A restore that fails is retried after ``RESTORE_RETRY_S`` while
-the partition is still owned.
+``pause`` drops them from the consumer's assignment and halts them in the pipeline (which
+applies no further record of a halted partition, ``WindowsPipeline.process_records``). Each
+(re)start of reading a partition begins an *epoch*; fetched records are tagged with the epoch
+of their partition when they are returned, and records of an earlier epoch are never applied,
+so a partition taken away and given back re-reads from its applied offset without a gap. A
+restore that fails is retried after ``RESTORE_RETRY_S`` while the partition is still owned.
 
-Cost per record: the aiokafka fetch (C record parser) and a list slot; the pipeline gives the
-event loop a turn once about 1 ms of work has passed (``agents.windows.LoopTurns``), so HTTP
-queries, the query consumer and Faust's heartbeats are served in between.
+Cost per record: the aiokafka fetch (C record parser, chunks of ``FETCH_CHUNK`` records) and a
+list slot; the pipeline gives the event loop its turns once about half a millisecond of work
+has passed (``agents.windows.LoopTurns``), so HTTP queries, the query consumer and Faust's
+heartbeats are served in between. ``emit=batch`` gathers chunks into batches of up to
+``batch_max_records`` (``_read``).
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from app.clients import client_options
 from app.settings import Settings
@@ -56,8 +61,8 @@ caught-up worker there."""
 FETCH_PARTITION_BYTES = 256 * 1024
 """Largest fetched chunk per partition (aiokafka ``max_partition_fetch_bytes``)."""
 
-EVENT_MODE_RECORDS = 500
-"""Records per ``getmany`` in ``emit=event``/``changes`` (``batch_max_records`` in batch)."""
+FETCH_CHUNK = 100
+"""Most records one ``getmany`` returns (aiokafka builds them in one synchronous step)."""
 
 RESTORE_RETRY_S = 5.0
 
@@ -74,10 +79,10 @@ class InputReader:
         self._reading: set[int] = set()
         """Owned partitions whose state is restored and which the consumer reads."""
         self._restores: dict[int, asyncio.Task[None]] = {}
+        self._epochs: dict[int, int] = {}
+        """Per partition, how many times reading it (re)started: records fetched in an earlier
+        epoch are never applied (the new epoch re-reads from the applied offset)."""
         self._loop_task: asyncio.Task[None] | None = None
-        self._max_records = (
-            settings.batch_max_records if settings.emit == "batch" else EVENT_MODE_RECORDS
-        )
 
     @property
     def reading(self) -> frozenset[int]:
@@ -106,6 +111,8 @@ class InputReader:
             return
         self._owned -= gone
         self._reading -= gone
+        for partition in gone:
+            self._epochs[partition] = self._epochs.get(partition, 0) + 1
         self.pipeline.halt(gone)
         self._assign()
 
@@ -169,27 +176,61 @@ class InputReader:
                 continue
             if partition in self._owned and self._consumer is not None:
                 self.pipeline.resume(state.partition)
+                self._epochs[partition] = self._epochs.get(partition, 0) + 1
                 self._reading.add(partition)
                 self._assign()
             return
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
-        emit_batch = self.settings.emit == "batch"
-        timeout_ms = self.settings.batch_max_wait if emit_batch else FETCH_WAIT_MS
-        pipeline = self.pipeline
+        """Fetch in chunks of at most ``FETCH_CHUNK`` records (building a chunk's records is
+        one synchronous step): ``emit=event``/``changes`` applies each chunk at once; ``batch``
+        gathers chunks (giving the loop its turns in between) until ``batch_max_records`` are
+        there, nothing more is buffered, or ``batch_max_wait`` has passed since the first."""
+        settings = self.settings
+        emit_batch = settings.emit == "batch"
+        batch_wait = settings.batch_max_wait / 1000
+        batch_max = settings.batch_max_records
+        turns = self.pipeline.turns
+        epochs = self._epochs
+        pending: dict[tuple[int, int], list[ConsumerRecord]] = {}
+        gathered = 0
+        first_at = 0.0
         while True:
             if not self._reading:
+                pending.clear()
+                gathered = 0
                 await asyncio.sleep(0.05)
                 continue
             try:
-                batches = await consumer.getmany(
-                    timeout_ms=timeout_ms, max_records=self._max_records
+                chunk = await consumer.getmany(
+                    timeout_ms=0 if gathered else FETCH_WAIT_MS,
+                    max_records=min(FETCH_CHUNK, batch_max) if emit_batch else FETCH_CHUNK,
                 )
             except Exception:
                 # e.g. a partition unassigned while its fetch was in flight
                 logger.exception("fetching input records failed; retrying")
                 await asyncio.sleep(0.1)
                 continue
-            for tp, records in batches.items():
-                if tp.partition in self._reading:
-                    await pipeline.process_records(tp.partition, records)
+            # the records match the consumer's positions now: tag them with the epochs now
+            fetched = [
+                ((tp.partition, epochs.get(tp.partition, 0)), rs) for tp, rs in chunk.items()
+            ]
+            if not emit_batch:
+                for (partition, epoch), records in fetched:
+                    if epochs.get(partition) == epoch:
+                        await self.pipeline.process_records(partition, records)
+                continue
+            for tag, records in fetched:
+                if not gathered:
+                    first_at = time.perf_counter()
+                pending.setdefault(tag, []).extend(records)
+                gathered += len(records)
+            if gathered and (
+                not chunk or gathered >= batch_max or time.perf_counter() - first_at >= batch_wait
+            ):
+                batch, pending, gathered = pending, {}, 0
+                for (partition, epoch), records in batch.items():
+                    if epochs.get(partition) == epoch:
+                        await self.pipeline.process_records(partition, records)
+            elif time.perf_counter() >= turns.deadline:
+                await turns.take()

@@ -71,8 +71,11 @@ from stores.window_store import WindowStore
 
 logger = logging.getLogger(__name__)
 
-TURN_BUDGET = 0.001
-"""Seconds of work after which the agent gives the event loop a turn (HTTP, query consumer)."""
+TURN_BUDGET = 0.0005
+"""Seconds of work after which the pipeline gives the event loop a turn (HTTP, query consumer)."""
+
+MAX_EXTRA_TURNS = 8
+"""Further turns a ``LoopTurns.take`` gives while other callbacks are ready."""
 
 MAX_SLICE = 1024
 """Largest number of records ``emit=batch`` applies to the windows in one synchronous step."""
@@ -94,8 +97,16 @@ class LoopTurns:
         self.deadline = time.perf_counter() + budget
 
     async def take(self) -> None:
-        """Give the event loop a turn; the next deadline is ``budget`` seconds from now."""
+        """Give the event loop a turn, and more turns while other callbacks are ready (up to
+        ``MAX_EXTRA_TURNS``): a request served in between usually needs a few loop iterations
+        (read, handler steps, write), each of which would otherwise wait for the next turn.
+        The next deadline is ``budget`` seconds from now."""
         await asyncio.sleep(0)
+        ready = getattr(asyncio.get_running_loop(), "_ready", None)  # CPython's ready queue
+        extra = MAX_EXTRA_TURNS
+        while ready and extra:
+            await asyncio.sleep(0)
+            extra -= 1
         self.deadline = time.perf_counter() + self.budget
 
 
@@ -332,6 +343,8 @@ class WindowsPipeline:
         for key, times in result.evicted.items():
             if times:
                 await self.store.evict(state.partition, key, times)
+                if time.perf_counter() >= turns.deadline:
+                    await turns.take()
 
     def _fit_slice(self, elapsed: float) -> None:
         """Adapt the batch slice size to ``elapsed`` seconds the last slice took: halve it
