@@ -65,7 +65,7 @@ from agents.records import (
     dumps,
 )
 from app.faust_app import FibaApp
-from stores.gc_pause import paused_gc
+from stores.gc_pause import freeze_survivors, paused_gc
 from stores.key_windows import Accepted, BatchResult, KeyWindows, Rejected, WindowConfig
 from stores.window_store import WindowStore
 
@@ -76,6 +76,11 @@ TURN_BUDGET = 0.0005
 
 MAX_EXTRA_TURNS = 8
 """Further turns a ``LoopTurns.take`` gives while other callbacks are ready."""
+
+FREEZE_INTERVAL_S = 2.0
+"""Seconds between two ``stores.gc_pause.freeze_survivors``: the window entries made since the
+last one are taken out of the cyclic collector's full collections, so that none of them
+traverses the whole window state (a pause of about 0.1 s per 10^5 retained entries)."""
 
 MAX_SLICE = 1024
 """Largest number of records ``emit=batch`` applies to the windows in one synchronous step."""
@@ -183,6 +188,7 @@ class WindowsPipeline:
                         windows.load(key, pairs)
                         # a large state takes seconds to index: let heartbeats and queries run
                         await asyncio.sleep(0)
+                freeze_survivors(collect=False)  # out of every later collection
                 state = PartitionState(partition, windows, restored.applied_offset)
                 async with state.lock:
                     for key, times in windows.sweep():
@@ -460,6 +466,11 @@ def install(fiba: FibaApp, pipeline: WindowsPipeline) -> InputReader:
         logger.info("sweep: %d entries evicted; stats %s", evicted, json.dumps(pipeline.stats()))
 
     app.timer(settings.sweep_interval / 1000, name="fiba-sweep", on_leader=False)(sweep_idle_keys)
+
+    async def freeze_long_lived() -> None:
+        freeze_survivors()
+
+    app.timer(FREEZE_INTERVAL_S, name="fiba-gc-freeze", on_leader=False)(freeze_long_lived)
 
     def owned_of(tps: Iterable[TP]) -> set[int]:
         return {tp.partition for tp in tps if tp.topic == settings.assignment_topic}

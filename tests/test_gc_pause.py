@@ -1,10 +1,12 @@
-"""``stores.gc_pause.paused_gc``: the collector is off inside, restored after, nesting-safe."""
+"""``stores.gc_pause``: ``paused_gc`` turns the collector off inside, restores it after, nests;
+``freeze_survivors`` collects the garbage, then takes the survivors out of later collections."""
 
 import gc
+import weakref
 
 import pytest
 
-from stores.gc_pause import paused_gc
+from stores.gc_pause import freeze_survivors, paused_gc
 
 
 def test_pause_disables_and_restores_the_collector() -> None:
@@ -31,3 +33,21 @@ def test_pause_keeps_a_disabled_collector_disabled() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+class _Cyclic:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_freeze_survivors_collects_garbage_then_freezes_the_living() -> None:
+    alive = [_Cyclic() for _ in range(100)]
+    garbage = weakref.ref(_Cyclic())  # unreachable, in a reference cycle
+    try:
+        freeze_survivors()
+        assert garbage() is None
+        assert gc.get_freeze_count() >= 100
+        assert not any(isinstance(obj, _Cyclic) for obj in gc.get_objects())  # all frozen
+        assert all(obj.me is obj for obj in alive)
+    finally:
+        gc.unfreeze()
