@@ -45,10 +45,11 @@ Exactness (at-least-once input, SIGKILL at any instant, with or without the data
    records land in send order). Replaying any prefix of a changelog partition therefore yields
    the exact state after some prefix of that partition's events; the applied offset it yields is
    the largest input offset seen (upserts carry theirs; markers cover skipped records).
-2. Offsets are committed only after the changelog records of the committed events are
-   acknowledged: pass the Faust app's producer (``FaustChangelogProducer``) and Faust's commit
-   (which awaits ``app.producer.flush()`` before committing) guarantees it, or call
-   ``flush()`` before every commit. So the changelog is never behind the committed offset.
+2. The input is read again from where the restored state ends. The worker does exactly that
+   (``agents.input_reader`` reads each partition from its applied offset + 1 and commits no
+   input offset). A consumer that resumes at committed offsets instead must commit only after
+   the changelog records of the committed events are acknowledged (``flush()`` before every
+   commit), so that the changelog is never behind the committed offset.
 3. Replaying records on top of a state that already holds some of them is harmless: upserts
    overwrite, deletes are idempotent; the final value of every entry is its last record.
 4. A sweep (``evict``) is one tombstone per entry, so a prefix may hold part of a sweep. Swept
@@ -64,12 +65,13 @@ exceed the changelog's end; then the changelog tail from ``C`` is replayed on to
 which also picks up what another worker wrote while it owned the partition. Otherwise (SIGKILL
 after the checkpoint: local may be AHEAD of the changelog with effects nobody else can see; no
 data dir; changelog recreated) the local copy is discarded and rebuilt from the changelog
-alone. Either way the restored state is the replay of a changelog prefix (fact 1) holding every
-event below the committed offset that had a state effect (fact 2), and the applied offset is
-the last input offset it covers. The consumer resumes at the committed offset; the pipeline
-skips offsets <= applied (events the changelog got ahead of the commit with: nothing counted
-twice) and processes the rest (nothing lost). A record below the committed offset whose effect
-is missing can only be one without effect (a skipped record whose marker was not sent yet).
+alone. Either way the restored state is the replay of a changelog prefix (fact 1), and the
+applied offset is the last input offset it covers. The worker resumes reading at applied + 1
+(fact 2): nothing counted twice, nothing lost. (A consumer resuming at a committed offset
+instead skips offsets <= applied, which the changelog got ahead of the commit with, and a
+record below the committed offset whose effect is missing can only be one without effect.)
+Records without effect (late or bad input) after the last applied marker are read again after
+a crash: their dead letters may repeat, the state never changes.
 
 How a restore runs (``restore``): the entries are gathered in memory, entry id -> partial
 bytes: the local copy's if usable, then the changelog records from the start offset replayed
