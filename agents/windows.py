@@ -16,7 +16,8 @@ Per input record, in offset order per partition:
 1. ``offset <= applied offset``: a redelivery (after a crash or a rebalance) whose effect is
    already in the state: skipped — nothing is counted twice, no second dead letter.
 2. Parsed (``agents.events``) and offered to the key's windows (late/future/bad value checks).
-   Rejected -> a dead letter with the original bytes, and ``store.record_skipped(offset)``.
+   Rejected -> a dead letter with the original bytes, and ``store.record_skipped(offset)``
+   (one applied marker on the changelog after each fetched chunk covers them all).
 3. Accepted -> the aggregate record (``emit`` = ``event``/``changes``) is produced, then
    ``store.record(offset, key, time, partial, evicted)`` persists the new entry, the lazily
    evicted ones and the applied offset atomically. Outputs and the store's changelog go through
@@ -266,14 +267,17 @@ class WindowsPipeline:
                 return
             if self.settings.emit == "batch":
                 await self._process_share(state, records)
-                return
-            turns = self.turns
-            for record in records:
-                await self._process_one(state, record)
-                if time.perf_counter() >= turns.deadline:
-                    await turns.take()
-                    if state.halted:
-                        return
+            else:
+                turns = self.turns
+                for record in records:
+                    await self._process_one(state, record)
+                    if time.perf_counter() >= turns.deadline:
+                        await turns.take()
+                        if state.halted:
+                            break
+            # late or bad records since the last changelog record: not read again after a
+            # crash (no repeated dead letters)
+            await self.store.mark_applied(partition)
 
     async def _process_one(self, state: PartitionState, record: ConsumerRecord) -> None:
         """Handle one input record (``emit`` = ``event`` or ``changes``)."""

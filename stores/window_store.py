@@ -20,7 +20,8 @@ does; different partitions may interleave):
   (for compaction); O(1 + evicted) per event, amortized O(1) since each entry is evicted once.
   ``offset`` must exceed ``applied_offset(partition)`` (the pipeline skips redeliveries).
 - ``record_skipped(partition, offset)``: an input record with no state effect; O(1), no
-  changelog record (one applied marker per partition is sent at the next ``flush``).
+  changelog record; ``await mark_applied(partition)`` (or the next ``flush``) sends one applied
+  marker covering every such record since the partition's last changelog record.
 - ``await evict(partition, key, times)``: the idle-key sweep; one tombstone per entry.
 - ``await flush()``: every changelog record so far acknowledged, local checkpoints written
   (after the local copy a changelog-only restore leaves to the background, see below).
@@ -575,6 +576,19 @@ class WindowStore:
         if state.backfill is not None:
             state.backfill.wanted.set()
 
+    async def mark_applied(self, partition: int) -> None:
+        """Hand ``partition``'s applied marker to the producer if records without effect were
+        recorded (``record_skipped``) since its last changelog record, so that a restore does
+        not read them again (their dead letters are not repeated after a crash). O(1); one
+        compacted record (``APPLIED_KEY``) however many records it covers."""
+        state = self._open[partition]
+        if state.applied > state.sent_applied:
+            applied = state.applied
+            state.last_delivery = await self._producer.send(
+                self.topic, partition, APPLIED_KEY, encode_offset(applied)
+            )
+            state.sent_applied = applied
+
     async def evict(self, partition: int, key: str, times: Iterable[int]) -> None:
         """Delete ``key``'s entries at ``times`` (idle-key sweep). O(len(times)).
 
@@ -607,13 +621,8 @@ class WindowStore:
                 state.backfill.wanted.set()
                 await asyncio.wait([state.backfill.task])  # it logs its own failure
         snapshot: dict[int, tuple[_OpenPartition, Awaitable[Any] | None, int, int]] = {}
-        for partition, state in self._open.items():
-            if state.applied > state.sent_applied:
-                applied = state.applied
-                state.last_delivery = await self._producer.send(
-                    self.topic, partition, APPLIED_KEY, encode_offset(applied)
-                )
-                state.sent_applied = applied
+        for partition, state in list(self._open.items()):
+            await self.mark_applied(partition)
             snapshot[partition] = (state, state.last_delivery, state.sent_applied, state.evictions)
         await self._producer.flush()
         for partition, (state, delivery, sent_applied, evictions) in snapshot.items():

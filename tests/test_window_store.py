@@ -463,6 +463,31 @@ async def test_writes_during_the_background_backfill_survive_it(
     assert as_entries(again[0]) == expected
 
 
+async def test_marked_records_without_effect_are_not_read_again(
+    kafka_bootstrap, embedded_profile, tmp_path: Path
+) -> None:
+    """``mark_applied`` puts the applied offset of records without effect (late, bad input)
+    on the changelog at once: another worker restoring the partition from the changelog (the
+    first one never flushed or stopped: a crash) resumes after them."""
+    a = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a", partitions=1)
+    b = dataclasses.replace(a, state_dir=tmp_path / "b")
+    await create_changelog(a)
+    store_a, _ = await open_store(a, 0)
+    try:
+        for i in range(10):
+            await store_a.record(0, i, "k", i, [1, i])
+        store_a.record_skipped(0, 10)
+        store_a.record_skipped(0, 11)
+        await store_a.mark_applied(0)
+        await store_a._producer.flush()  # delivered; store_a.flush() (which marks) never ran
+        store_b, restored = await open_store(b, 0)
+        await store_b.stop()
+    finally:
+        await store_a.stop()
+    assert restored[0].applied_offset == 11
+    assert [t for t, _ in restored[0].windows["k"]] == list(range(10))
+
+
 async def test_a_failed_backfill_leaves_no_checkpoint(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
