@@ -21,7 +21,10 @@ skip; frozen objects are still freed by reference counting when they die. The Fi
 never form reference cycles (their removed subtrees are unlinked, tested in
 tests/test_fiba.py), so freezing them loses nothing; an object of another kind that is alive
 at a freeze and later dies inside a reference cycle is not reclaimed (the worker's other
-long-lived objects are its clients and services, which live as long as the process). The
+long-lived objects are its clients and services, which live as long as the process;
+measured: after 40 s of ``emit=batch`` at about 7,000 events/s with a freeze every 2 s (or
+every 0.5 s), unfreezing found 136 (154) such objects, mostly closed sockets and their
+transports, nearly all from the start-up, out of 150,000 frozen ones). The
 worker freezes after every partition restore and every ``FREEZE_INTERVAL_S`` seconds
 (``agents.windows``), so a collection only ever traverses what was allocated since the last
 freeze.
