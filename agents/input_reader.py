@@ -17,7 +17,13 @@ as the input, co-partitioned with it; owning its partition ``i`` means owning in
 record after the state's *applied offset*. The position lives with the state, in the same
 changelog prefix (``stores.window_store``), so a new owner, a restart with or without the data
 dir, and a crash at any instant all resume exactly where the durable state ends: nothing is
-lost, nothing counted twice. No input offset is committed; the state is the only truth.
+lost, nothing counted twice. For monitoring only, each partition's progress (applied offset
++ 1) is committed every ``COMMIT_INTERVAL_S`` under the consumer group ``<app_id>-input``
+(``Settings.input_progress_group``), which no consumer ever joins, so that the usual tools show
+the input lag (``kafka-consumer-groups --describe --group <app_id>-input``); the committed
+offsets are never read back. The commits go through a second consumer that never fetches
+(its partitions are paused): one with a group would position the reading consumer's
+partitions at their committed offsets itself, racing the reader's own seeks.
 
 On revocation the reader stops reading the revoked partitions before Faust's revocation ends:
 ``pause`` drops them from the consumer's assignment and halts them in the pipeline (which
@@ -66,6 +72,9 @@ FETCH_CHUNK = 100
 
 RESTORE_RETRY_S = 5.0
 
+COMMIT_INTERVAL_S = 5.0
+"""Seconds between two commits of the input progress (monitoring only, see the module doc)."""
+
 
 class InputReader:
     """Reads the owned input partitions from their applied offsets into ``pipeline``."""
@@ -83,6 +92,9 @@ class InputReader:
         """Per partition, how many times reading it (re)started: records fetched in an earlier
         epoch are never applied (the new epoch re-reads from the applied offset)."""
         self._loop_task: asyncio.Task[None] | None = None
+        self._committer: AIOKafkaConsumer | None = None
+        self._commit_task: asyncio.Task[None] | None = None
+        self._committed: dict[int, int] = {}
 
     @property
     def reading(self) -> frozenset[int]:
@@ -125,11 +137,15 @@ class InputReader:
         records (``halt`` first), restores in flight are awaited (they are not cancelled
         midway: a restore holds its RocksDB open)."""
         self.pause(set(self._owned))
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
-            self._loop_task = None
+        for task in (self._loop_task, self._commit_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._loop_task = self._commit_task = None
+        if self._committer is not None:
+            await self._committer.stop()
+            self._committer = None
         await asyncio.gather(*self._restores.values(), return_exceptions=True)
         self._restores.clear()
         if self._consumer is not None:
@@ -151,6 +167,16 @@ class InputReader:
         await consumer.start()
         self._consumer = consumer
         self._loop_task = asyncio.create_task(self._read(consumer), name="fiba-input-reader")
+        committer = AIOKafkaConsumer(
+            **client_options(self.settings),
+            group_id=self.settings.input_progress_group,
+            enable_auto_commit=False,
+        )
+        await committer.start()
+        self._committer = committer
+        self._commit_task = asyncio.create_task(
+            self._commit_progress(committer), name="fiba-input-progress"
+        )
 
     def _assign(self) -> None:
         """Assign the partitions being read, each positioned after its applied offset (an
@@ -180,6 +206,32 @@ class InputReader:
                 self._reading.add(partition)
                 self._assign()
             return
+
+    async def _commit_progress(self, committer: AIOKafkaConsumer) -> None:
+        """Every ``COMMIT_INTERVAL_S``: commit applied offset + 1 of each partition being read
+        whose applied offset moved (monitoring only; a failure is logged, the next round
+        retries)."""
+        topic = self.settings.input_topic
+        while True:
+            await asyncio.sleep(COMMIT_INTERVAL_S)
+            offsets = {}
+            for partition in sorted(self._reading):
+                position = self.pipeline.applied_offset(partition) + 1
+                if position > 0 and self._committed.get(partition) != position:
+                    offsets[TopicPartition(topic, partition)] = position
+            if not offsets:
+                continue
+            try:
+                tps = list(offsets)
+                if set(committer.assignment()) != set(tps):
+                    committer.assign(tps)
+                    committer.pause(*tps)  # it only commits: never fetch
+                await committer.commit(offsets)
+            except Exception:
+                logger.exception("committing the input progress failed")
+                continue
+            for tp, position in offsets.items():
+                self._committed[tp.partition] = position
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
         """Fetch in chunks of at most ``FETCH_CHUNK`` records (building a chunk's records is

@@ -164,6 +164,12 @@ class Settings:
         return f"{self.app_id}-windows-changelog"
 
     @property
+    def input_progress_group(self) -> str:
+        """The consumer group under which the worker commits its input progress, for
+        monitoring only (``agents.input_reader``)."""
+        return f"{self.app_id}-input"
+
+    @property
     def assignment_topic(self) -> str:
         """The empty topic, co-partitioned with the input, whose partitions Faust's assignor
         hands out to the workers (``agents.input_reader``)."""

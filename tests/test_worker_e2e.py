@@ -217,11 +217,38 @@ def run_scenario(settings: Settings, tmp_path: Path, n: int) -> None:
         check_aggregates(settings, aggregates, snapshots)
         check_dead_letters(settings, dead, records, placed, rejected)
         check_queries(settings, models)
+        check_progress_committed(settings, placed)
     except BaseException:
         print((tmp_path / "worker.log").read_text(errors="replace")[-5000:])
         raise
     finally:
         stop_worker(worker)
+
+
+def check_progress_committed(settings: Settings, placed: list[tuple[int, int]]) -> None:
+    """The worker commits its input progress (monitoring only) under ``<app_id>-input``:
+    within a few commit intervals it reaches the end of every input partition."""
+    wanted = {}
+    for partition, offset in placed:
+        wanted[partition] = max(wanted.get(partition, 0), offset + 1)
+
+    async def committed() -> dict[int, int | None]:
+        consumer = AIOKafkaConsumer(
+            **client_options(settings),
+            group_id=settings.input_progress_group,
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        try:
+            tps = {p: TopicPartition(settings.input_topic, p) for p in wanted}
+            return {p: await consumer.committed(tp) for p, tp in tps.items()}
+        finally:
+            await consumer.stop()
+
+    deadline = time.monotonic() + 30
+    while (got := asyncio.run(committed())) != wanted:
+        assert time.monotonic() < deadline, (got, wanted)
+        time.sleep(1)
 
 
 def changed_only(snapshots, settings: Settings) -> list:
