@@ -75,16 +75,16 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         "consumer_auto_offset_reset": "earliest",
         "processing_guarantee": "at_least_once",
         "store": "memory://",
-        # Outputs and changelog records are many and small: batch them (Faust flushes the
-        # producer before every offset commit, so lingering never loses at-least-once).
+        # Outputs and changelog records are many and small: batch them (the window store's
+        # flush waits for them before every checkpoint, so lingering loses nothing).
         "producer_linger": PRODUCER_LINGER_S,
         "producer_max_batch_size": PRODUCER_MAX_BATCH_BYTES,
-        # Short consumer queues (a batch must still fit): less to re-read after a rebalance and
-        # less memory held by a backlog.
+        # Faust's consumer reads only the (empty) assignment topic in a worker; these keep the
+        # benchmarks' bare Faust agent on the input (bench/worker_pipeline.py) configured as
+        # the worker's Faust stream was: short queues (a batch must still fit) and small
+        # fetched chunks, so that partitions take short turns.
         "broker_max_poll_records": queue,
         "stream_buffer_maxsize": 2 * queue,
-        # aiokafka hands out fetched partitions in order, draining each fetched chunk first:
-        # small chunks keep the input partitions' turns short.
         "consumer_max_fetch_size": CONSUMER_FETCH_BYTES,
     }
     credentials = _credentials(settings)
