@@ -71,6 +71,7 @@ FETCH_CHUNK = 100
 """Most records one ``getmany`` returns (aiokafka builds them in one synchronous step)."""
 
 RESTORE_RETRY_S = 5.0
+"""Seconds before a failed restore of an owned partition is tried again."""
 
 COMMIT_INTERVAL_S = 5.0
 """Seconds between two commits of the input progress (monitoring only, see the module doc)."""
@@ -96,11 +97,6 @@ class InputReader:
         self._commit_task: asyncio.Task[None] | None = None
         self._committed: dict[int, int] = {}
 
-    @property
-    def reading(self) -> frozenset[int]:
-        """The input partitions being read now."""
-        return frozenset(self._reading)
-
     async def follow(self, partitions: Iterable[int]) -> None:
         """Own exactly ``partitions``: stop reading the others, restore and then read the new
         ones (each from its applied offset + 1, once its restore is done)."""
@@ -116,8 +112,9 @@ class InputReader:
                 )
 
     def pause(self, partitions: Iterable[int]) -> None:
-        """Stop reading ``partitions`` at once (revoked): records of them still in flight are
-        discarded by the pipeline, which checks ownership before applying a record."""
+        """Stop reading ``partitions`` at once (revoked): they leave the consumer's assignment,
+        their epochs end (records of them fetched before are never applied) and the pipeline
+        halts them (a record being applied completes, no further one is)."""
         gone = set(partitions)
         if not gone:
             return
@@ -127,10 +124,6 @@ class InputReader:
             self._epochs[partition] = self._epochs.get(partition, 0) + 1
         self.pipeline.halt(gone)
         self._assign()
-
-    def owns(self, partition: int) -> bool:
-        """True when ``partition`` is owned by the latest assignment."""
-        return partition in self._owned
 
     async def stop(self) -> None:
         """Stop reading and close the consumer: the reading loop is cancelled between two
