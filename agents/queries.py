@@ -442,7 +442,6 @@ def install(fiba: FibaApp, service: QueryService) -> None:
     app = fiba.app
 
     consumer = QueryConsumer(fiba, service)
-    assignment_topic = fiba.settings.assignment_topic
 
     @app.on_partitions_revoked.connect
     async def stop_reading_queries(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
@@ -450,7 +449,7 @@ def install(fiba: FibaApp, service: QueryService) -> None:
 
     @app.on_partitions_assigned.connect
     async def read_owned_queries(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
-        await consumer.follow({tp.partition for tp in assigned if tp.topic == assignment_topic})
+        await consumer.follow(fiba.owned_partitions(assigned))
 
     @app.page("/windows/{key}")
     class WindowsView(View):

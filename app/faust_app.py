@@ -21,12 +21,14 @@ exactness of the state comes from the window store's applied offsets (``agents.w
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import faust
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
+from faust.types import TP
 
 from app.settings import Settings
 
@@ -57,6 +59,12 @@ class FibaApp:
         """The input partition of a record with Kafka key ``key`` (Kafka's murmur2 default
         partitioner over ``partitions`` partitions, the same on every client)."""
         return (murmur2(key) & 0x7FFFFFFF) % self.settings.partitions
+
+    def owned_partitions(self, tps: Iterable[TP]) -> set[int]:
+        """The input partitions that the Faust topic partitions ``tps`` (an assignment, or a
+        part of one) make this worker own: the numbers of those of the assignment topic."""
+        topic = self.settings.assignment_topic
+        return {tp.partition for tp in tps if tp.topic == topic}
 
 
 def faust_options(settings: Settings) -> dict[str, Any]:

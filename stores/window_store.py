@@ -47,10 +47,11 @@ Exactness (at-least-once input, SIGKILL at any instant, with or without the data
    the exact state after some prefix of that partition's events; the applied offset it yields is
    the largest input offset seen (upserts carry theirs; markers cover skipped records).
 2. The input is read again from where the restored state ends. The worker does exactly that
-   (``agents.input_reader`` reads each partition from its applied offset + 1 and commits no
-   input offset). A consumer that resumes at committed offsets instead must commit only after
-   the changelog records of the committed events are acknowledged (``flush()`` before every
-   commit), so that the changelog is never behind the committed offset.
+   (``agents.input_reader`` reads each partition from its applied offset + 1; the progress it
+   commits is for monitoring only and never read back). A consumer that resumes at committed
+   offsets instead must commit only after the changelog records of the committed events are
+   acknowledged (``flush()`` before every commit), so that the changelog is never behind the
+   committed offset.
 3. Replaying records on top of a state that already holds some of them is harmless: upserts
    overwrite, deletes are idempotent; the final value of every entry is its last record.
 4. A sweep (``evict``) is one tombstone per entry, so a prefix may hold part of a sweep. Swept
