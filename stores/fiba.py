@@ -503,18 +503,28 @@ class FiBA:
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """``(t, partial)`` pairs in time order."""
-        stack: list[tuple[_Node, int]] = [(self._root, 0)]
-        while stack:
-            node, i = stack.pop()
-            children = node.children
-            if children is None:
-                yield from zip(node.times, node.values, strict=True)
-                continue
-            if i:
-                yield node.times[i - 1], node.values[i - 1]
-            if i + 1 < len(children):
-                stack.append((node, i + 1))
-            stack.append((children[i], 0))
+        return _walk(self._root)
+
+    def items_from(self, t: Any) -> Iterator[tuple[Any, Any]]:
+        """``(time, partial)`` pairs with ``time >= t``, in time order: one descent from the
+        root, then an in-order walk; O(log n + k) for the first ``k`` pairs taken."""
+        path: list[tuple[_Node, int]] = []
+        node = self._root
+        while True:
+            times = node.times
+            i = bisect_left(times, t)
+            if node.children is None:
+                yield from zip(times[i:], node.values[i:], strict=True)
+                break
+            path.append((node, i))
+            if i < len(times) and times[i] == t:
+                break  # children[i] holds only times < t
+            node = node.children[i]
+        for node, i in reversed(path):
+            times, values, children = node.times, node.values, node.children
+            for j in range(i, len(times)):
+                yield times[j], values[j]
+                yield from _walk(children[j + 1])
 
     def __repr__(self) -> str:
         return f"<FiBA min_arity={self._min_arity} len={len(self)}>"
@@ -1885,3 +1895,19 @@ def _fold(combine: Any, identity: Any, parts: list[Any]) -> Any:
 def _require(condition: bool, invariant: str) -> None:
     if not condition:
         raise AssertionError(f"FiBA invariant broken: {invariant}")
+
+
+def _walk(root: _Node) -> Iterator[tuple[Any, Any]]:
+    """``(t, partial)`` pairs of the subtree of ``root`` in time order."""
+    stack: list[tuple[_Node, int]] = [(root, 0)]
+    while stack:
+        node, i = stack.pop()
+        children = node.children
+        if children is None:
+            yield from zip(node.times, node.values, strict=True)
+            continue
+        if i:
+            yield node.times[i - 1], node.values[i - 1]
+        if i + 1 < len(children):
+            stack.append((node, i + 1))
+        stack.append((children[i], 0))

@@ -38,7 +38,8 @@ _MACHINE_SETTINGS = settings(
 def _with_edge_ranges(machine: type[RuleBasedStateMachine]) -> type[RuleBasedStateMachine]:
     """``machine`` plus range queries that reach an end of the window: suffixes (``t_to`` at or
     past the youngest time: FiBA's right-finger path) and prefixes (``t_from`` at or before the
-    oldest: the left-finger path), with the other bound at, beside or between entries."""
+    oldest: the left-finger path), with the other bound at, beside or between entries; and
+    ``items_from`` at, beside or between entries."""
 
     class EdgeRanges(machine):  # type: ignore[valid-type,misc]
         def _edge(self, pick: int, shift: int) -> int:
@@ -58,6 +59,13 @@ def _with_edge_ranges(machine: type[RuleBasedStateMachine]) -> type[RuleBasedSta
             t_from = self.oracle.oldest() - before
             t_to = self._edge(pick, shift)
             assert self.window.query_range(t_from, t_to) == self.oracle.query_range(t_from, t_to)
+
+        @rule(t=st.integers(-15, 600), shift=st.integers(-1, 1), pick=_PICKS, at_key=st.booleans())
+        def items_from(self, t: int, shift: int, pick: int, at_key: bool) -> None:
+            if at_key and len(self.oracle):
+                t = self._edge(pick, shift)
+            expected = [(u, x) for u, x in self.oracle.entries.items() if u >= t]
+            assert list(self.window.items_from(t)) == expected
 
     EdgeRanges.__name__ = EdgeRanges.__qualname__ = machine.__name__
     return EdgeRanges
