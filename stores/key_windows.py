@@ -19,8 +19,11 @@ Semantics (KIP-450 sliding windows, generalised to out-of-order data and several
   results do not depend on when the sweep last ran.
 
 Each key has ONE aggregator over a composed monoid (every configured aggregation plus the
-event count); every window size is answered from it by a range query (window sharing, seed 000
-§4), or by the O(1) whole-window query when the window covers every retained entry.
+event count); every window size is answered from it (window sharing, seed 000 §4): by the O(1)
+whole-window query when the window covers every retained entry, otherwise from a
+``WindowSuffix`` per key and window size smaller than the retention
+(``stores.window_suffixes``: Two-Stacks over the FiBA's entries, O(1) amortized per in-order
+event, falling back on the FiBA range query ``[S - w, S]``).
 
 Emission modes (``emit``): ``event`` — ``accept`` returns the ``AggregateRecord`` of the key
 (every window at the new ``S``) after each accepted event; ``changes`` — the same, but ``None``
@@ -31,7 +34,9 @@ inside a batch are made event by event, so every mode ends in the same state.
 
 Costs, with ``d`` the distance of an insert from the younger end of its key's window, ``m`` the
 entries a call evicts, ``W`` the number of windows and ``K`` the number of keys: ``accept`` is
-O(log d + log m + W log n) combines (plus O(log K) when the key's oldest time changes);
+O(log d + log m + W) combines amortized for an insert within the windows' margins (their
+O(log b) otherwise, b <= n; see ``stores.window_suffixes``), plus O(log K) when the key's oldest
+time changes;
 ``sweep`` is O(log m + log K) per cleaned key; ``query_range`` is O(log n).
 """
 
@@ -55,6 +60,7 @@ from agents.records import (
 from app.settings import Settings, WindowSpec
 from stores.fiba import FiBA
 from stores.monoids import compose, make_monoid, monoid
+from stores.window_suffixes import WindowSuffix
 
 COUNT = "count"
 
@@ -200,8 +206,12 @@ class KeyWindows:
         self._oldest: dict[str, int] = {}
         self._by_oldest: SortedList = SortedList()
         self._last_emitted: dict[str, tuple] = {}
+        self._suffixes: dict[str, list[WindowSuffix | None]] = {}
+        self._lateness = 0
+        """The largest ``S - t`` of an accepted out-of-order event (``WindowSuffix`` margins)."""
         self._empty = config.composed.lower(config.composed.identity)
         self._sizes = tuple((spec.name, spec.size_ms) for spec in config.windows)
+        self._lower = config.composed.lower
         self._lowered_is_aggregates = tuple(self._empty) == config.aggregations
         """``count`` is one of the aggregations: a lowered partial is the aggregates dict."""
 
@@ -244,6 +254,8 @@ class KeyWindows:
         self._oldest.clear()
         self._by_oldest.clear()
         self._last_emitted.clear()
+        self._suffixes.clear()
+        self._lateness = 0
 
     def load(self, key: str, pairs: Sequence[tuple[int, Any]]) -> None:
         """Set ``key``'s entries (sorted by time, partials; no entries: nothing) with an O(n)
@@ -280,10 +292,16 @@ class KeyWindows:
         """Apply one event (``emit`` = ``event`` or ``changes``); ``Rejected`` if it is refused."""
         t = self.admit(ts)
         partial = self.config.lift(value)
-        if self.stream_time is None or t > self.stream_time:
-            self.stream_time = t
+        self._advance(t)
         window = self._window(key)
+        youngest = window.youngest()
         window.insert(t, partial)
+        suffixes = self._suffixes.get(key)
+        if suffixes is not None:
+            appended = youngest is None or t >= youngest
+            for suffix in suffixes:
+                if suffix is not None:
+                    suffix.inserted(t, partial, appended)
         if t < self._oldest[key]:
             self._set_oldest(key, t)
         evicted = self._evict_expired(key)
@@ -339,8 +357,7 @@ class KeyWindows:
             except Rejected as rejected:
                 outcomes.append(rejected)
                 continue
-            if self.stream_time is None or t > self.stream_time:
-                self.stream_time = t
+            self._advance(t)
             slot = (key, t)
             before = running.get(slot)
             if before is None:
@@ -358,7 +375,15 @@ class KeyWindows:
         for key, pairs in pending.items():
             pairs.sort(key=_time_of)
             window = self._window(key)
+            youngest = window.youngest()
             window.bulk_insert(pairs)
+            suffixes = self._suffixes.get(key)
+            if suffixes is not None:
+                for t, partial in pairs:
+                    appended = youngest is None or t >= youngest
+                    for suffix in suffixes:
+                        if suffix is not None:
+                            suffix.inserted(t, partial, appended)
             if pairs[0][0] < self._oldest[key]:
                 self._set_oldest(key, pairs[0][0])
             if evict:
@@ -404,6 +429,15 @@ class KeyWindows:
             self._forget(key)
         return times
 
+    def _advance(self, t: int) -> None:
+        """Account for an accepted event at window time ``t``: the stream time, or the
+        lateness."""
+        s = self.stream_time
+        if s is None or t > s:
+            self.stream_time = t
+        elif s - t > self._lateness:
+            self._lateness = s - t
+
     def _window(self, key: str) -> FiBA:
         window = self._windows.get(key)
         if window is None:
@@ -423,14 +457,16 @@ class KeyWindows:
         self._by_oldest.remove((self._oldest.pop(key), key))
         del self._windows[key]
         self._last_emitted.pop(key, None)
+        self._suffixes.pop(key, None)
 
     # --- results ------------------------------------------------------------------------------
 
     def windows_of(self, key: str) -> dict[str, WindowResult]:
         """Every configured window of ``key`` at the stream time (``{}`` before any event).
 
-        One range query per window, except that every window reaching back to the key's
-        oldest entry shares one O(1) whole-window query. O(W log n)."""
+        Every window reaching back to the key's oldest entry shares one O(1) whole-window
+        query; the others smaller than the retention come from the key's ``WindowSuffix``
+        (O(1) amortized in order), larger ones from a range query, O(log n)."""
         s = self.stream_time
         if s is None:
             return {}
@@ -442,16 +478,28 @@ class KeyWindows:
         covers_youngest = window.youngest() <= s
         whole = None
         results = {}
-        for name, size in self._sizes:
+        for index, (name, size) in enumerate(self._sizes):
             start = s - size
             if start <= oldest and covers_youngest:
                 if whole is None:
                     whole = window.query()
                 lowered = whole
+            elif size < self.config.retention:
+                suffix = self._suffix(key, index, size)
+                lowered = self._lower(suffix.aggregate(window, start, s, self._lateness))
             else:
                 lowered = window.query_range(start, s)
             results[name] = result(start, s, lowered)
         return results
+
+    def _suffix(self, key: str, index: int, size: int) -> WindowSuffix:
+        suffixes = self._suffixes.get(key)
+        if suffixes is None:
+            suffixes = self._suffixes[key] = [None] * len(self._sizes)
+        suffix = suffixes[index]
+        if suffix is None:
+            suffix = suffixes[index] = WindowSuffix(self.config.composed, size)
+        return suffix
 
     def query_range(self, key: str, t_from: int, t_to: int) -> tuple[int, dict[str, Any]]:
         """``(count, aggregates)`` of ``key``'s retained events with ``t_from <= t <= t_to``.

@@ -134,7 +134,29 @@ event = st.tuples(
     st.integers(min_value=0, max_value=400),
     st.one_of(st.integers(-50, 50), st.just({"value": 1})),
 )
-events = st.lists(event, max_size=60)
+
+
+def _drift(steps: list[tuple[str, int, int, object]]) -> list[tuple[str, int, object]]:
+    """Events whose times mostly advance a little, some late by ``late``."""
+    stream, now = [], 0
+    for key, step, late, value in steps:
+        now += step
+        stream.append((key, max(0, now - late), value))
+    return stream
+
+
+drifting = st.lists(
+    st.tuples(
+        st.sampled_from(KEYS),
+        st.integers(0, 4),
+        st.one_of(st.just(0), st.just(0), st.integers(1, 60)),
+        st.one_of(st.integers(-50, 50), st.just({"value": 1})),
+    ),
+    max_size=150,
+).map(_drift)
+"""Mostly in order, as streams are: exercises the windows kept between events
+(``stores.window_suffixes``) through their rebuilds, appends and late inserts."""
+events = st.one_of(st.lists(event, max_size=60), drifting)
 
 
 def run_one_by_one(settings: Settings, stream, emit: str) -> tuple[KeyWindows, Model]:
