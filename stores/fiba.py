@@ -42,6 +42,7 @@ Costs (``m`` = entries evicted or inserted in bulk, ``d`` = distance from the ne
 ``query_range``         O(log d_from + log d_to + log of the sub-window size); a suffix or
                         prefix of the window: O(log d), d its number of entries
 ``from_sorted``         O(n)
+``items_from(t)``       O(log n + k) for the first k entries from time t on
 =====================  =============================================================
 
 Times can be any totally ordered values (ints, floats, tuples ...). The monoid is duck-typed

@@ -2,35 +2,39 @@
 
 ``KeyWindows`` answers every window ``[S - w, S]`` of a key from the key's one FiBA (window
 sharing). Asked afresh, a window smaller than the retained data is a suffix range query,
-O(log m) combines for the m entries it holds, on every event. ``WindowSuffix`` remembers the
-answer for one ``w`` split at a time ``split`` (``S - margin`` when it was last rebuilt)::
+O(log m) combines for the m entries it holds, on every event. ``WindowSuffix`` keeps the answer
+for one ``w`` in three parts, cut at two times ``cut <= split`` chosen at its last rebuild::
 
-    A[start, S] = front_folds[first] ⊕ back        (start = S - w)
+    A[start, S] = front_folds[first] ⊕ mid ⊕ back        (start = S - w)
 
-* ``front``: the times of the entries with ``start <= t < split`` at the last rebuild, and their
-  suffix folds (``front_folds[i]`` is the fold of the entries from ``front_times[i]`` up to
-  ``split``). As ``start`` advances, ``first`` moves right (a bisect): no combine.
-* ``back``: the fold of every entry with ``t >= split``. An insert at the young end (a new
-  youngest time, or the youngest time again, combined after the old partial) costs one combine;
-  any other insert at ``t >= split`` marks it stale, and the next answer recomputes it with one
-  FiBA suffix aggregate, O(log b) for the ``b`` entries from ``split`` on.
-* ``start > split`` (the front is used up): rebuild. The entries from ``start`` on are walked
-  (``FiBA.items_from``), the front folded right to left and the back left to right: O(log n + m)
-  once per ``w - margin`` of stream-time advance, O(1) amortized per entry.
-* An insert at ``start <= t < split`` (further behind ``S`` than the margin) invalidates the
-  front: until the next rebuild the window is answered by a FiBA range query, as without this
-  cache. The margin is twice the largest lateness seen (``S - t`` of an out-of-order insert),
-  at most ``w / 2``, so after the first late event such inserts land in the back.
+* ``front``: the times of the entries with ``start <= t < cut`` at the last rebuild and their
+  suffix folds (``front_folds[i]`` folds the entries from ``front_times[i]`` up to ``cut``). As
+  ``start`` advances, ``first`` moves right (a bisect): no combine. ``cut`` is at most
+  ``SPAN_FRACTION`` of the window after ``start``, so a rebuild walks few entries.
+* ``mid``: the fold of the entries with ``cut <= t < split`` (a FiBA range aggregate).
+* ``back``: the fold of every entry with ``t >= split`` (``split`` = ``S - margin`` at the
+  rebuild). An insert at the young end (a new youngest time, or the youngest time again,
+  combined after the old partial) costs one combine; any other insert at ``t >= split`` marks it
+  stale, and the next answer recomputes it with one FiBA suffix aggregate, O(log b) for the
+  ``b`` entries from ``split`` on (the margin plus at most a span's worth).
+* ``start > cut`` (the front is used up): rebuild. The front's entries are walked
+  (``FiBA.items_from``) and folded right to left, ``mid`` and ``back`` are two FiBA range
+  aggregates: O(k + log n) for the k entries of a span, once per span of stream-time advance.
+* An insert at ``cut <= t < split`` marks ``mid`` stale (one range aggregate at the next
+  answer); one at ``start <= t < cut`` invalidates the front, and until the next rebuild the
+  window is answered by a FiBA range query, as without this cache. The margin is twice the
+  largest lateness seen (``S - t`` of an out-of-order insert), at most ``w / 2``, so after the
+  first late event late inserts land in the back.
 
 Entries older than ``start`` never matter again (``start`` only grows), so evictions, which
 remove entries older than ``S - R <= start``, need no notice. Costs per event: O(1) combines
-amortized in order, O(log b) for an out-of-order insert behind the split; never more than the
-range query plus O(1) amortized. Memory: the front holds one time and one partial per entry of
-the window at its last rebuild.
+amortized in order (plus O(log n) per span of the key's events), O(log b) for a late insert
+behind the split; never more than the range query plus that. Memory: one time and one partial
+per entry of the front, at most a span of the window.
 
 The answer is always the fold, in time order, of exactly the entries with
-``start <= t <= S`` (``S`` at or after every entry's time); ``tests/test_key_windows.py``
-compares every window of every record with a brute-force model.
+``start <= t <= S`` (``S`` at or after every entry's time); ``tests/test_window_suffixes.py``
+and ``tests/test_key_windows.py`` compare it with brute force.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ from bisect import bisect_left
 from typing import Any
 
 from stores.fiba import FiBA
+
+SPAN_FRACTION = 8
+"""A rebuild's front spans ``w / SPAN_FRACTION`` of stream time (at least 1)."""
 
 
 class WindowSuffix:
@@ -49,12 +56,15 @@ class WindowSuffix:
         "_back",
         "_back_fresh",
         "_combine",
+        "_cut",
         "_first",
         "_floor",
         "_front_folds",
         "_front_fresh",
         "_front_times",
         "_identity",
+        "_mid",
+        "_mid_fresh",
         "_size",
         "_split",
     )
@@ -63,13 +73,14 @@ class WindowSuffix:
         self._combine = monoid.combine
         self._identity = monoid.identity
         self._size = size
-        self._split: int | None = None  # None: not built yet
+        self._cut: int | None = None  # None: not built yet
+        self._split = 0
         self._front_times: list[int] = []
         self._front_folds: list[Any] = []
         self._first = 0
-        self._back: Any = None  # None: no entry at or after the split
-        self._back_fresh = True
-        self._front_fresh = True
+        self._mid: Any = None  # None: no entry in [cut, split)
+        self._back: Any = None  # None: no entry at or after split
+        self._front_fresh = self._mid_fresh = self._back_fresh = True
         self._floor: int | None = None  # the latest start asked: older entries never count
 
     def aggregate(self, fiba: FiBA, start: int, stream_time: int, lateness: int) -> Any:
@@ -77,57 +88,68 @@ class WindowSuffix:
         identity when there are none). ``lateness`` is the largest ``S - t`` of an insert
         seen so far (the margin of a rebuild)."""
         self._floor = start
-        split = self._split
-        if split is None or start > split:
-            return self._rebuild(fiba, start, stream_time, lateness)
-        if not self._front_fresh:
+        cut = self._cut
+        if cut is None or start > cut:
+            self._rebuild(fiba, start, stream_time, lateness)
+        elif not self._front_fresh:
             return fiba.aggregate_range(start, stream_time)
-        back = self._back
-        if not self._back_fresh:
-            back = self._back = fiba.aggregate_range(split, stream_time)
-            self._back_fresh = True
+        else:
+            if not self._mid_fresh:
+                self._mid = self._range(fiba, cut, self._split - 1)
+                self._mid_fresh = True
+            if not self._back_fresh:
+                self._back = self._range(fiba, self._split, stream_time)
+                self._back_fresh = True
+        combine = self._combine
+        result = self._back
+        mid = self._mid
+        if mid is not None:
+            result = mid if result is None else combine(mid, result)
         times = self._front_times
         first = self._first = bisect_left(times, start, self._first)
-        if first == len(times):
-            return self._identity if back is None else back
-        front = self._front_folds[first]
-        return front if back is None else self._combine(front, back)
+        if first < len(times):
+            front = self._front_folds[first]
+            result = front if result is None else combine(front, result)
+        return self._identity if result is None else result
 
     def inserted(self, t: int, partial: Any, appended: bool) -> None:
         """``partial`` was inserted at ``t``; ``appended``: ``t`` was at or after every time
         of the key before (so the entry at ``t`` is now the old one, if any, ⊕ ``partial``)."""
-        split = self._split
-        if split is None:
+        cut = self._cut
+        if cut is None:
             return
-        if t >= split:
+        if t >= self._split:
             if appended and self._back_fresh:
                 back = self._back
                 self._back = partial if back is None else self._combine(back, partial)
             else:
                 self._back_fresh = False
+        elif t >= cut:
+            self._mid_fresh = False
         elif self._floor is None or t >= self._floor:
             self._front_fresh = False
 
-    def _rebuild(self, fiba: FiBA, start: int, stream_time: int, lateness: int) -> Any:
-        margin = min(2 * lateness + 1, self._size // 2)
-        split = self._split = max(start, stream_time - margin)
-        combine = self._combine
+    def _rebuild(self, fiba: FiBA, start: int, stream_time: int, lateness: int) -> None:
+        size = self._size
+        split = self._split = max(start, stream_time - min(2 * lateness + 1, size // 2))
+        cut = self._cut = min(split, start + max(1, size // SPAN_FRACTION))
         times: list[int] = []
         folds: list[Any] = []
-        back = None
-        entries = fiba.items_from(start)
-        for t, partial in entries:
-            if t >= split:
-                back = partial
-                for _, later in entries:
-                    back = combine(back, later)
+        for t, partial in fiba.items_from(start):
+            if t >= cut:
                 break
             times.append(t)
             folds.append(partial)
+        combine = self._combine
         for i in range(len(folds) - 2, -1, -1):
             folds[i] = combine(folds[i], folds[i + 1])
         self._front_times, self._front_folds, self._first = times, folds, 0
-        self._back, self._back_fresh, self._front_fresh = back, True, True
-        if not folds:
-            return self._identity if back is None else back
-        return folds[0] if back is None else combine(folds[0], back)
+        self._mid = self._range(fiba, cut, split - 1) if cut < split else None
+        self._back = self._range(fiba, split, stream_time)
+        self._front_fresh = self._mid_fresh = self._back_fresh = True
+
+    def _range(self, fiba: FiBA, t_from: int, t_to: int) -> Any:
+        """The fold of the entries with ``t_from <= t <= t_to``; ``None`` for the identity
+        (no entries, or a fold equal to it: leaving it out changes no answer)."""
+        partial = fiba.aggregate_range(t_from, t_to)
+        return None if partial == self._identity else partial

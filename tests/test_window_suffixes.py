@@ -20,7 +20,7 @@ RETENTION = 100
 
 steps = st.lists(
     st.tuples(
-        st.integers(0, 5),  # stream-time advance
+        st.integers(0, 3),  # stream-time advance
         # lateness of the insert; ("edge", k): the window size + k, at the window's start
         st.one_of(
             st.just(0),
@@ -58,6 +58,22 @@ def test_kept_window_is_the_fold_of_its_entries(steps, size, min_arity):
             assert suffix.aggregate(fiba, s - size, s, lateness) == _expected(fiba, s - size, s)
 
 
+def test_each_part_recomputed_after_an_insert_into_it():
+    """Entries at every time 0..100, window 30, lateness 2 so far: the front holds 70..72,
+    the middle 73..94, the back 95..100. An insert into each part (and the same time again at
+    the young end) leaves every answer equal to the brute-force fold."""
+    fiba = FiBA(COLLECT, 2)
+    for t in range(101):
+        fiba.insert(t, t)
+    suffix = WindowSuffix(COLLECT, 30)
+    assert suffix.aggregate(fiba, 70, 100, 2) == _expected(fiba, 70, 100)
+    for t, s in [(96, 100), (80, 100), (71, 100), (100, 100), (101, 101), (85, 104)]:
+        youngest = fiba.youngest()
+        fiba.insert(t, 1000 + t)
+        suffix.inserted(t, COLLECT.lift(1000 + t), t >= youngest)
+        assert suffix.aggregate(fiba, s - 30, s, 20) == _expected(fiba, s - 30, s), t
+
+
 SUM = monoid("sum")
 
 
@@ -89,11 +105,12 @@ def _combines_per_event(size: int, late_every: int, lateness: int = 20) -> tuple
 
 
 def test_in_order_events_cost_constant_combines():
-    """In order, keeping a window costs about 3 combines per event whatever its size (one
-    append, one answer, one per entry per rebuild), where the range query costs O(log m)."""
+    """In order, keeping a window costs 4-6 combines per event whatever its size (one
+    append, two to answer, one per front entry and two range aggregates per rebuild), where
+    the range query costs O(log m): 12 at 100 entries, 22 at 10,000."""
     small, _ = _combines_per_event(100, 0)
     large, large_query = _combines_per_event(10_000, 0)
-    assert small <= 3.5 and large <= 3.5
+    assert small <= 6 and large <= 6
     assert large_query >= 3 * large
 
 
