@@ -47,16 +47,25 @@ from stores.fiba import FiBA
 SPAN_FRACTION = 8
 """A rebuild's front spans ``w / SPAN_FRACTION`` of stream time (at least 1)."""
 
+MIN_ANSWERS = 4
+"""A window asked fewer times than this between two rebuilds (few events of its key per span:
+a sparse key, or a window of a few entries) costs more kept than asked afresh: it is then
+answered by range queries for ``DIRECT_ANSWERS`` answers, and kept again after them."""
+
+DIRECT_ANSWERS = 64
+
 
 class WindowSuffix:
     """The raw partial of one key's entries in ``[start, S]`` for a window whose ``start``
     (``S - w``) never decreases; told of every insert into the key's FiBA (``inserted``)."""
 
     __slots__ = (
+        "_answers",
         "_back",
         "_back_fresh",
         "_combine",
         "_cut",
+        "_direct",
         "_first",
         "_floor",
         "_front_folds",
@@ -82,14 +91,25 @@ class WindowSuffix:
         self._back: Any = None  # None: no entry at or after split
         self._front_fresh = self._mid_fresh = self._back_fresh = True
         self._floor: int | None = None  # the latest start asked: older entries never count
+        self._answers = 0  # since the last rebuild
+        self._direct = 0  # answers left to give by range query before keeping the window again
 
     def aggregate(self, fiba: FiBA, start: int, stream_time: int, lateness: int) -> Any:
         """The partial of the entries of ``fiba`` with ``start <= t <= stream_time`` (the
         identity when there are none). ``lateness`` is the largest ``S - t`` of an insert
         seen so far (the margin of a rebuild)."""
         self._floor = start
+        if self._direct:
+            self._direct -= 1
+            return fiba.aggregate_range(start, stream_time)
         cut = self._cut
+        self._answers += 1
         if cut is None or start > cut:
+            if cut is not None and self._answers <= MIN_ANSWERS:
+                self._cut = None  # not kept: inserts need no notice
+                self._direct = DIRECT_ANSWERS - 1
+                return fiba.aggregate_range(start, stream_time)
+            self._answers = 1
             self._rebuild(fiba, start, stream_time, lateness)
         elif not self._front_fresh:
             return fiba.aggregate_range(start, stream_time)
