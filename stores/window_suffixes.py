@@ -9,8 +9,8 @@ for one ``w`` in three parts, cut at two times ``cut <= split`` chosen at its la
 
 * ``front``: the times of the entries with ``start <= t < cut`` at the last rebuild and their
   suffix folds (``front_folds[i]`` folds the entries from ``front_times[i]`` up to ``cut``). As
-  ``start`` advances, ``first`` moves right (a bisect): no combine. ``cut`` is at most
-  ``SPAN_FRACTION`` of the window after ``start``, so a rebuild walks few entries.
+  ``start`` advances, ``first`` moves right (a bisect): no combine. ``cut`` is a span after
+  ``start`` that would hold about ``FRONT_ENTRIES`` entries, so a rebuild walks few entries.
 * ``mid``: the fold of the entries with ``cut <= t < split`` (a FiBA range aggregate).
 * ``back``: the fold of every entry with ``t >= split`` (``split`` = ``S - margin`` at the
   rebuild). An insert at the young end (a new youngest time, or the youngest time again,
@@ -44,8 +44,13 @@ from typing import Any
 
 from stores.fiba import FiBA
 
-SPAN_FRACTION = 8
-"""A rebuild's front spans ``w / SPAN_FRACTION`` of stream time (at least 1)."""
+SPAN_FRACTION = 64
+"""The first rebuild's front spans ``w / SPAN_FRACTION`` of stream time (at least 1)."""
+
+FRONT_ENTRIES = 256
+"""Each rebuild sets the next front's span so that it would have held about this many entries
+at the rate of the last one (a rebuild walks its front, O(k), and asks two range aggregates,
+O(log n): a few hundred entries make the latter small per entry and the walk short)."""
 
 MIN_ANSWERS = 4
 """A window asked fewer times than this between two rebuilds (few events of its key per span:
@@ -75,6 +80,7 @@ class WindowSuffix:
         "_mid",
         "_mid_fresh",
         "_size",
+        "_span",
         "_split",
     )
 
@@ -82,6 +88,7 @@ class WindowSuffix:
         self._combine = monoid.combine
         self._identity = monoid.identity
         self._size = size
+        self._span = max(1, size // SPAN_FRACTION)
         self._cut: int | None = None  # None: not built yet
         self._split = 0
         self._front_times: list[int] = []
@@ -152,7 +159,8 @@ class WindowSuffix:
     def _rebuild(self, fiba: FiBA, start: int, stream_time: int, lateness: int) -> None:
         size = self._size
         split = self._split = max(start, stream_time - min(2 * lateness + 1, size // 2))
-        cut = self._cut = min(split, start + max(1, size // SPAN_FRACTION))
+        span = self._span
+        cut = self._cut = min(split, start + span)
         times: list[int] = []
         folds: list[Any] = []
         for t, partial in fiba.items_from(start):
@@ -160,6 +168,8 @@ class WindowSuffix:
                 break
             times.append(t)
             folds.append(partial)
+        if cut > start:  # the next span: about FRONT_ENTRIES entries at this one's rate
+            self._span = min(size, max(1, (cut - start) * FRONT_ENTRIES // max(1, len(folds))))
         combine = self._combine
         for i in range(len(folds) - 2, -1, -1):
             folds[i] = combine(folds[i], folds[i + 1])
