@@ -25,12 +25,15 @@ for one ``w`` in three parts, cut at two times ``cut <= split`` chosen at its la
   window is answered by a FiBA range query, as without this cache. The margin is twice the
   largest lateness seen (``S - t`` of an out-of-order insert), at most ``w / 2``, so after the
   first late event late inserts land in the back.
+* A window asked at most ``MIN_ANSWERS`` times between two rebuilds (a sparse key, a window of a
+  few entries) is answered by range queries for the next ``DIRECT_ANSWERS`` answers: there,
+  keeping it would cost more than asking.
 
 Entries older than ``start`` never matter again (``start`` only grows), so evictions, which
 remove entries older than ``S - R <= start``, need no notice. Costs per event: O(1) combines
 amortized in order (plus O(log n) per span of the key's events), O(log b) for a late insert
 behind the split; never more than the range query plus that. Memory: one time and one partial
-per entry of the front, at most a span of the window.
+per entry of the front, about ``FRONT_ENTRIES`` per key and window whatever the window's size.
 
 The answer is always the fold, in time order, of exactly the entries with
 ``start <= t <= S`` (``S`` at or after every entry's time); ``tests/test_window_suffixes.py``
