@@ -34,9 +34,9 @@ inside a batch are made event by event, so every mode ends in the same state.
 
 Costs, with ``d`` the distance of an insert from the younger end of its key's window, ``m`` the
 entries a call evicts, ``W`` the number of windows and ``K`` the number of keys: ``accept`` is
-O(log d + log m + W) combines amortized for an insert within the windows' margins (their
-O(log b) otherwise, b <= n; see ``stores.window_suffixes``), plus O(log K) when the key's oldest
-time changes;
+O(log d + log m + W) combines amortized for an insert within the kept windows' margins
+(otherwise O(log b) more per window, b <= n; see ``stores.window_suffixes``), plus O(log K)
+when the key's oldest time changes;
 ``sweep`` is O(log m + log K) per cleaned key; ``query_range`` is O(log n).
 """
 
@@ -296,12 +296,7 @@ class KeyWindows:
         window = self._window(key)
         youngest = window.youngest()
         window.insert(t, partial)
-        suffixes = self._suffixes.get(key)
-        if suffixes is not None:
-            appended = youngest is None or t >= youngest
-            for suffix in suffixes:
-                if suffix is not None:
-                    suffix.inserted(t, partial, appended)
+        self._tell_suffixes(key, ((t, partial),), youngest)
         if t < self._oldest[key]:
             self._set_oldest(key, t)
         evicted = self._evict_expired(key)
@@ -377,13 +372,7 @@ class KeyWindows:
             window = self._window(key)
             youngest = window.youngest()
             window.bulk_insert(pairs)
-            suffixes = self._suffixes.get(key)
-            if suffixes is not None:
-                for t, partial in pairs:
-                    appended = youngest is None or t >= youngest
-                    for suffix in suffixes:
-                        if suffix is not None:
-                            suffix.inserted(t, partial, appended)
+            self._tell_suffixes(key, pairs, youngest)
             if pairs[0][0] < self._oldest[key]:
                 self._set_oldest(key, pairs[0][0])
             if evict:
@@ -437,6 +426,20 @@ class KeyWindows:
             self.stream_time = t
         elif s - t > self._lateness:
             self._lateness = s - t
+
+    def _tell_suffixes(
+        self, key: str, pairs: Sequence[tuple[int, Any]], youngest: int | None
+    ) -> None:
+        """Tell ``key``'s kept windows of the ``(time, partial)`` pairs just inserted (sorted
+        by time; ``youngest``: the key's youngest time before them, ``None`` if it had none)."""
+        suffixes = self._suffixes.get(key)
+        if suffixes is None:
+            return
+        for t, partial in pairs:
+            appended = youngest is None or t >= youngest
+            for suffix in suffixes:
+                if suffix is not None:
+                    suffix.inserted(t, partial, appended)
 
     def _window(self, key: str) -> FiBA:
         window = self._windows.get(key)
