@@ -54,8 +54,9 @@ from agents.records import (
     Answer,
     RangeQuery,
     dumps,
+    encode_json,
 )
-from agents.windows import WindowsPipeline, encode_json
+from agents.windows import WindowsPipeline
 from app.clients import client_options
 from app.faust_app import FibaApp
 from app.settings import Settings

@@ -1,4 +1,4 @@
-"""``agents.windows.encode_json``: output records as compact JSON, equal to the standard
+"""``agents.records.encode_json``: output records as compact JSON, equal to the standard
 library's for ordinary records; non-finite floats become null; huge integers stay exact."""
 
 import json
@@ -7,7 +7,7 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.windows import encode_json
+from agents.records import encode_json
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | finite | st.text()
