@@ -56,11 +56,12 @@ at the rate of the last one (a rebuild walks its front, O(k), and asks two range
 O(log n): a few hundred entries make the latter small per entry and the walk short)."""
 
 MIN_ANSWERS = 4
-"""A window asked fewer times than this between two rebuilds (few events of its key per span:
-a sparse key, or a window of a few entries) costs more kept than asked afresh: it is then
+"""A window asked at most this many times between two rebuilds (few events of its key per
+span: a sparse key, or a window of a few entries) costs more kept than asked afresh: it is then
 answered by range queries for ``DIRECT_ANSWERS`` answers, and kept again after them."""
 
 DIRECT_ANSWERS = 64
+"""Answers given by range query before a window given up on (``MIN_ANSWERS``) is kept again."""
 
 
 class WindowSuffix:
@@ -100,7 +101,7 @@ class WindowSuffix:
         self._mid: Any = None  # None: no entry in [cut, split)
         self._back: Any = None  # None: no entry at or after split
         self._front_fresh = self._mid_fresh = self._back_fresh = True
-        self._floor: int | None = None  # the latest start asked: older entries never count
+        self._floor = 0  # the latest start asked (set before any build): older entries never count
         self._answers = 0  # since the last rebuild
         self._direct = 0  # answers left to give by range query before keeping the window again
 
@@ -156,7 +157,7 @@ class WindowSuffix:
                 self._back_fresh = False
         elif t >= cut:
             self._mid_fresh = False
-        elif self._floor is None or t >= self._floor:
+        elif t >= self._floor:
             self._front_fresh = False
 
     def _rebuild(self, fiba: FiBA, start: int, stream_time: int, lateness: int) -> None:
