@@ -220,6 +220,7 @@ class WindowsPipeline:
                     continue
                 async with state.lock:
                     del self._states[partition]
+                    state.windows.clear()  # freed now, not left to the collector (or leaked)
                     await self.store.release(partition)
             logger.info("partition %d released", partition)
 

@@ -347,24 +347,26 @@ def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
     pipeline = worker.pipeline
     restore = pipeline.state
     filled: set[int] = set()
+    prefilling = asyncio.Lock()
 
     async def state_with_prefill(partition: int) -> PartitionState:
         # the first restore pre-fills every owned partition, so that no pre-filling happens
         # while records are applied (the measured part of the run)
         fiba = worker.fiba
         owned = fiba.owned_partitions(fiba.app.consumer.assignment())
-        for p in sorted((owned | {partition}) - filled):
-            filled.add(p)
-            state = await restore(p)
-            windows = state.windows
-            windows.clear()
-            with paused_gc():
-                for key, pairs in prefill(fiba, p, occupancy):
-                    windows.load(key, pairs)
-                    # 10^5 events per key take ~0.5 s to build: keep heartbeats going
-                    await asyncio.sleep(0)
-            freeze_survivors(collect=False)  # as after a restore (agents.windows)
-            windows.sweep()
+        async with prefilling:  # the reader restores its partitions concurrently
+            for p in sorted((owned | {partition}) - filled):
+                filled.add(p)
+                state = await restore(p)
+                windows = state.windows
+                windows.clear()
+                with paused_gc():
+                    for key, pairs in prefill(fiba, p, occupancy):
+                        windows.load(key, pairs)
+                        # 10^5 events per key take ~0.5 s to build: keep heartbeats going
+                        await asyncio.sleep(0)
+                freeze_survivors(collect=False)  # as after a restore (agents.windows)
+                windows.sweep()
         return await restore(partition)
 
     pipeline.state = state_with_prefill  # type: ignore[method-assign]

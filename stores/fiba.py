@@ -527,6 +527,15 @@ class FiBA:
                 yield times[j], values[j]
                 yield from _walk(children[j + 1])
 
+    def clear(self) -> None:
+        """Remove every entry. Call it on a tree about to be dropped: its nodes are unlinked
+        (``_discard``), so that reference counting frees them at once. A dropped tree left
+        linked is one reference cycle per node, freed only by a full collection, and never
+        once the tree has been frozen (``stores.gc_pause.freeze_survivors``). O(inner nodes);
+        no operator call."""
+        _discard(self._root)
+        self._reset()
+
     def __repr__(self) -> str:
         return f"<FiBA min_arity={self._min_arity} len={len(self)}>"
 

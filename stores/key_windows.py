@@ -248,8 +248,11 @@ class KeyWindows:
         return self.sweep()
 
     def clear(self) -> None:
-        """Forget every key and the stream time."""
+        """Forget every key and the stream time, freeing their entries at once
+        (``FiBA.clear``). O(total nodes)."""
         self.stream_time = None
+        for window in self._windows.values():
+            window.clear()
         self._windows.clear()
         self._oldest.clear()
         self._by_oldest.clear()
@@ -457,8 +460,9 @@ class KeyWindows:
         self._by_oldest.add((t, key))
 
     def _forget(self, key: str) -> None:
+        """Drop ``key``, its tree freed at once (``FiBA.clear``)."""
         self._by_oldest.remove((self._oldest.pop(key), key))
-        del self._windows[key]
+        self._windows.pop(key).clear()
         self._last_emitted.pop(key, None)
         self._suffixes.pop(key, None)
 

@@ -10,7 +10,6 @@ after every step.
 
 from __future__ import annotations
 
-import gc
 import random
 
 import pytest
@@ -20,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from stores.fiba import FiBA, _Node
 from stores.monoids import monoid
+from tests.cyclic_garbage import cyclic_garbage
 from tests.oracle import OracleWindow
 from tests.window_machine import window_machine
 
@@ -315,10 +315,7 @@ def test_removed_nodes_are_freed_by_reference_counting(seed: int, min_arity: int
     rng = random.Random(seed)
     fiba = FiBA(monoid("sum"), min_arity=min_arity)
     t = 0
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+    with cyclic_garbage() as garbage:
         for _ in range(1500):
             r = rng.random()
             if r < 0.45:
@@ -338,12 +335,32 @@ def test_removed_nodes_are_freed_by_reference_counting(seed: int, min_arity: int
                 fiba.bulk_insert(sorted((t + rng.randrange(-100, 100), 1) for _ in range(size)))
             else:
                 fiba.bulk_evict(t + 200)
-        gc.collect()
-        leaked = sum(isinstance(obj, _Node) for obj in gc.garbage)
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
-        gc.collect()
     fiba.check_invariants()
-    assert leaked == 0
+    assert not [obj for obj in garbage if isinstance(obj, _Node)]
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 1000])
+def test_clear_empties_the_tree_and_frees_every_node(size: int) -> None:
+    """``clear`` leaves an empty, valid, usable tree, and the dropped nodes are freed by
+    reference counting (a tree dropped linked would be one cycle per node)."""
+    with cyclic_garbage() as garbage:
+        fiba = FiBA.from_sorted(monoid("collect"), [(t, (t,)) for t in range(size)])
+        fiba.insert(size // 2, 99)
+        fiba.clear()
+        assert len(fiba) == 0 and fiba.query() == []
+        fiba.check_invariants()
+        fiba.insert(5, 1)
+        fiba.insert(3, 2)
+        assert fiba.query() == [2, 1]
+        fiba.check_invariants()
+        fiba.clear()
+        del fiba
+    assert not [obj for obj in garbage if isinstance(obj, _Node)]
+
+
+def test_a_tree_dropped_without_clear_is_cyclic_garbage() -> None:
+    """What ``clear`` is for (and what makes the checks above able to fail)."""
+    with cyclic_garbage() as garbage:
+        fiba = FiBA.from_sorted(monoid("sum"), [(t, 1) for t in range(100)])
+        del fiba
+    assert [obj for obj in garbage if isinstance(obj, _Node)]

@@ -18,8 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.settings import Settings, WindowSpec
-from stores.fiba import FiBA
+from stores.fiba import FiBA, _Node
 from stores.key_windows import Accepted, KeyWindows, Rejected, WindowConfig
+from tests.cyclic_garbage import cyclic_garbage
 
 SETTINGS = replace(
     Settings(),
@@ -340,6 +341,26 @@ def test_sweep_visits_only_keys_with_expired_entries():
     assert [key for key, _ in windows.sweep()] == ["old"]
     assert CountingFiBA.calls == 1
     assert "old" not in windows
+
+
+def test_dropped_keys_and_cleared_windows_leave_no_cyclic_garbage():
+    """Every way ``KeyWindows`` drops a key's tree frees its nodes by reference counting
+    (``FiBA.clear``): a key left empty by a sweep, a key loaded again, and ``clear`` (a
+    released partition). The worker freezes its state, and a frozen tree dropped linked would
+    never be freed."""
+    config = WindowConfig.from_settings(replace(SETTINGS, max_future_skew=1000))
+    with cyclic_garbage() as garbage:
+        windows = KeyWindows(config)
+        windows.load("reloaded", [(t, config.lift(t)) for t in range(50)])
+        windows.load("reloaded", [(t, config.lift(t)) for t in range(60)])
+        for t in range(0, 200, 2):
+            windows.accept("swept", t, 1)
+        for t in range(500, 510):
+            windows.accept("other", t, 1)
+        assert "swept" in dict(windows.sweep()) and "swept" not in windows
+        windows.clear()
+        assert len(windows) == 0
+    assert not [obj for obj in garbage if isinstance(obj, _Node)]
 
 
 def test_changes_mode_suppresses_events_outside_every_window():
