@@ -19,8 +19,9 @@ occupancy 10^3 runs, range queries are timed while the worker is loaded: sequent
 ``GET /windows/{key}?window=`` requests, and query records sent to the query topic, each timed
 until its answer is read back.
 
-Writes ``bench/results/worker_pipeline.json`` and prints a Markdown table (for
-``bench/RESULTS.md``).
+Prints the command, the machine (load average and code commit included) and, after the
+run, the load average again; writes ``bench/results/worker_pipeline.json`` and prints a
+Markdown table (for ``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from app.clients import client_options
 from app.demo import settings_environ
 from app.settings import Settings, WindowSpec, load_settings
 from app.topics import create_topics
+from bench.machine import describe_machine
 
 KEYS = 100
 SPACING_MS = 100
@@ -476,6 +478,10 @@ def main() -> None:
     micro_parser = sub.add_parser("micro", help="offline CPU cost of the window work")
     micro_parser.add_argument("--occupancies", default="100,1000,10000")
     args = parser.parse_args(sys.argv[1:] or ["run"])
+    if args.command != "child":
+        print("command:", " ".join(["python -m bench.worker_pipeline", *sys.argv[1:]]))
+        for name, value in describe_machine().items():
+            print(f"{name}: {value}")
     if args.command == "micro":
         figures = micro([int(x) for x in args.occupancies.split(",")])
         for name, value in figures.items():
@@ -506,6 +512,8 @@ def main() -> None:
             result = run_scenario(broker.bootstrap, name, occ, n, queries, workdir)
             print(json.dumps(result), flush=True)
             results.append(result)
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"load average after (1, 5, 15 min): {load}")
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(markdown(results))
