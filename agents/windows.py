@@ -62,7 +62,7 @@ from agents.events import BadEvent, EventParser
 from agents.input_reader import InputReader
 from agents.records import AggregateRecord, encode_json
 from app.faust_app import FibaApp
-from stores.gc_pause import freeze_survivors, paused_gc
+from stores.gc_pause import freeze_survivors, freeze_survivors_unless_paused, paused_gc
 from stores.key_windows import Accepted, BatchResult, KeyWindows, Rejected, WindowConfig
 from stores.window_store import WindowStore
 
@@ -449,7 +449,7 @@ def install(fiba: FibaApp, pipeline: WindowsPipeline) -> InputReader:
     app.timer(settings.sweep_interval / 1000, name="fiba-sweep", on_leader=False)(sweep_idle_keys)
 
     async def freeze_long_lived() -> None:
-        freeze_survivors()
+        freeze_survivors_unless_paused()  # a restore in progress freezes its own result
 
     app.timer(FREEZE_INTERVAL_S, name="fiba-gc-freeze", on_leader=False)(freeze_long_lived)
 

@@ -29,8 +29,8 @@ measured: after 40 s of ``emit=batch`` at about 7,000 events/s with a freeze eve
 every 0.5 s), unfreezing found 136 (154) such objects, mostly closed sockets and their
 transports, nearly all from the start-up, out of 150,000 frozen ones). The
 worker freezes after every partition restore and every ``FREEZE_INTERVAL_S`` seconds
-(``agents.windows``), so a collection only ever traverses what was allocated since the last
-freeze.
+(``agents.windows``; not while a restore is building: ``freeze_survivors_unless_paused``), so
+a collection only ever traverses what was allocated since the last freeze.
 """
 
 from __future__ import annotations
@@ -63,3 +63,15 @@ def freeze_survivors(collect: bool = True) -> None:
     if collect:
         gc.collect()
     gc.freeze()
+
+
+def freeze_survivors_unless_paused() -> bool:
+    """``freeze_survivors()``, unless the collector is off (a bulk build under ``paused_gc``
+    in progress, which freezes its own result when it ends): then nothing, as a collection
+    in the middle of the build would traverse everything built so far (in one synchronous
+    pause of about a second per 4*10^5 entries, repeated at every call while the build goes
+    on). Returns whether it froze. For the worker's periodic freeze."""
+    if not gc.isenabled():
+        return False
+    freeze_survivors()
+    return True

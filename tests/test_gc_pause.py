@@ -1,12 +1,13 @@
 """``stores.gc_pause``: ``paused_gc`` turns the collector off inside, restores it after, nests;
-``freeze_survivors`` collects the garbage, then takes the survivors out of later collections."""
+``freeze_survivors`` collects the garbage, then takes the survivors out of later collections;
+``freeze_survivors_unless_paused`` does nothing inside a pause."""
 
 import gc
 import weakref
 
 import pytest
 
-from stores.gc_pause import freeze_survivors, paused_gc
+from stores.gc_pause import freeze_survivors, freeze_survivors_unless_paused, paused_gc
 
 
 def test_pause_disables_and_restores_the_collector() -> None:
@@ -49,5 +50,22 @@ def test_freeze_survivors_collects_garbage_then_freezes_the_living() -> None:
         assert gc.get_freeze_count() >= 100
         assert not any(isinstance(obj, _Cyclic) for obj in gc.get_objects())  # all frozen
         assert all(obj.me is obj for obj in alive)
+    finally:
+        gc.unfreeze()
+
+
+def test_periodic_freeze_waits_for_a_paused_build() -> None:
+    """Inside ``paused_gc`` (a restore building) nothing is collected or frozen: the build's
+    objects would all be traversed. Outside, it is ``freeze_survivors``."""
+    try:
+        with paused_gc():
+            building = [_Cyclic() for _ in range(100)]
+            garbage = weakref.ref(_Cyclic())
+            assert freeze_survivors_unless_paused() is False
+            assert garbage() is not None  # not collected
+            assert any(obj is building[0] for obj in gc.get_objects())  # not frozen
+        assert freeze_survivors_unless_paused() is True
+        assert garbage() is None
+        assert not any(isinstance(obj, _Cyclic) for obj in gc.get_objects())
     finally:
         gc.unfreeze()
