@@ -1,6 +1,7 @@
 """End-to-end worker throughput and query latency on the embedded broker.
 
-``python -m bench.worker_pipeline [--quick]`` starts an embedded broker and, per scenario, a
+``python -m bench.worker_pipeline run [--quick] [--occupancies ...] [--scenarios ...]
+[--rounds N]`` starts an embedded broker and, per scenario, a
 worker subprocess (``child`` mode of this module: the real ``app.worker`` pipeline, window
 store included), over a pre-produced input topic: 100 keys, 20% of the events out of order (up
 to ``MAX_LATENESS_MS`` = 5 s late, about 50 events of their key, at every occupancy: FiBA's
@@ -18,6 +19,11 @@ accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``
 occupancy 10^3 runs, range queries are timed while the worker is loaded: sequential
 ``GET /windows/{key}?window=`` requests, and query records sent to the query topic, each timed
 until its answer is read back.
+
+``--rounds N`` runs every scenario and occupancy N times, every other round in reverse order:
+this VM's speed drifts by tens of percent within minutes, so one run per cell compares cells
+measured at different speeds. The table gives each cell's median (and range), and each emit
+mode's flatness from the medians and within each round.
 
 Prints the command, the machine (load average and code commit included) and, after the
 run, the load average again; writes ``bench/results/worker_pipeline.json`` and prints a
@@ -475,6 +481,12 @@ def main() -> None:
     run.add_argument("--quick", action="store_true")
     run.add_argument("--occupancies", default="100,1000,10000")
     run.add_argument("--scenarios", default="bare,bare-batch,event,batch")
+    run.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every cell this many times, in alternating order (this VM drifts)",
+    )
     micro_parser = sub.add_parser("micro", help="offline CPU cost of the window work")
     micro_parser.add_argument("--occupancies", default="100,1000,10000")
     args = parser.parse_args(sys.argv[1:] or ["run"])
@@ -508,10 +520,14 @@ def main() -> None:
         for name in ("event", "batch"):
             if name in scenarios:
                 plan += [(name, occ, events, occ == 1000) for occ in occupancies]
-        for name, occ, n, queries in plan:
-            result = run_scenario(broker.bootstrap, name, occ, n, queries, workdir)
-            print(json.dumps(result), flush=True)
-            results.append(result)
+        for round_ in range(1, args.rounds + 1):
+            # alternate the order, so that a drift of the machine's speed over the run
+            # weighs on every cell alike
+            for name, occ, n, queries in plan if round_ % 2 else plan[::-1]:
+                result = run_scenario(broker.bootstrap, name, occ, n, queries, workdir)
+                result["round"] = round_
+                print(json.dumps(result), flush=True)
+                results.append(result)
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average after (1, 5, 15 min): {load}")
     RESULTS.parent.mkdir(exist_ok=True)
@@ -520,21 +536,52 @@ def main() -> None:
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
-    """The results as a Markdown table; the ratio columns need the ``bare`` scenario in the
-    same run and read ``-`` without it."""
-    bare = next((r for r in results if r["scenario"] == "bare"), None)
+    """The results as a Markdown table, one row per scenario and occupancy: the median over the
+    rounds (with the range when there are several), the ratio columns against the median bare
+    rate of the same run (``-`` without the ``bare`` scenario); then each mode's flatness (the
+    slowest occupancy's rate as a share of the fastest's), from the medians and within each
+    round, and the query latencies."""
+    cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in results:
+        cells.setdefault((r["scenario"], r["occupancy"]), []).append(r)
+    rate = {cell: statistics.median(r["events_per_s"] for r in rs) for cell, rs in cells.items()}
+    cpu = {cell: statistics.median(r["cpu_us_per_event"] for r in rs) for cell, rs in cells.items()}
+    bare = next((cell for cell in cells if cell[0] == "bare"), None)
+    bare_rate = bare and rate[bare]
+    bare_cpu = bare and cpu[bare]
+    rounds = max(len(rs) for rs in cells.values())
     lines = [
-        "| scenario | events/key in largest window | events/s (wall) | % of bare | "
-        "worker CPU µs/event | bare CPU / worker CPU |",
+        "| scenario | events/key in largest window | events/s (wall"
+        + (f", median of {rounds} [range]" if rounds > 1 else "")
+        + ") | % of bare | worker CPU µs/event | bare CPU / worker CPU |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for r in results:
-        occupancy = "-" if r["scenario"].startswith("bare") else f"{r['occupancy']:,}"
+    for cell, rs in cells.items():
+        name, occupancy = cell
+        spread = ""
+        if len(rs) > 1:
+            low, high = (f(r["events_per_s"] for r in rs) for f in (min, max))
+            spread = f" [{low:,.0f}-{high:,.0f}]"
         lines.append(
-            f"| {r['scenario']} | {occupancy} | {r['events_per_s']:,.0f} | "
-            f"{_percent(r['events_per_s'], bare and bare['events_per_s'])} | "
-            f"{r['cpu_us_per_event']:,.0f} | "
-            f"{_percent(bare and bare['cpu_us_per_event'], r['cpu_us_per_event'])} |"
+            f"| {name} | {'-' if name.startswith('bare') else f'{occupancy:,}'} | "
+            f"{rate[cell]:,.0f}{spread} | {_percent(rate[cell], bare_rate)} | "
+            f"{cpu[cell]:,.0f} | {_percent(bare_cpu, cpu[cell])} |"
+        )
+    for mode in ("event", "batch"):
+        medians = [rate[cell] for cell in cells if cell[0] == mode]
+        if len(medians) < 2:
+            continue
+        per_round = []
+        for round_ in sorted({r.get("round", 1) for r in results}):
+            rates = [
+                r["events_per_s"]
+                for r in results
+                if r["scenario"] == mode and r.get("round", 1) == round_
+            ]
+            per_round.append(_percent(min(rates), max(rates)))
+        lines.append(
+            f"\n{mode}: slowest occupancy at {_percent(min(medians), max(medians))} of the "
+            f"fastest (medians); per round {', '.join(per_round)}"
         )
     for r in results:
         for kind in ("http_query_ms", "topic_query_ms"):
@@ -542,8 +589,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
                 q = r[kind]
                 lines.append(
                     f"\n{kind.split('_')[0]} range queries under load ({r['scenario']}, "
-                    f"{r['occupancy']:,}/key): n={q['n']}, p50 {q['p50']:.1f} ms, "
-                    f"p99 {q['p99']:.1f} ms"
+                    f"{r['occupancy']:,}/key, round {r.get('round', 1)}): n={q['n']}, "
+                    f"p50 {q['p50']:.1f} ms, p99 {q['p99']:.1f} ms"
                 )
     return "\n".join(lines)
 

@@ -155,3 +155,35 @@ def _number(cell: str) -> float | None:
         return float(cell)
     except ValueError:
         return None
+
+
+def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness() -> None:
+    from bench.worker_pipeline import markdown
+
+    def row(scenario: str, occupancy: int, rate: float, round_: int) -> dict:
+        return {
+            "scenario": scenario,
+            "occupancy": occupancy,
+            "events_per_s": rate,
+            "cpu_us_per_event": 1e6 / rate,
+            "round": round_,
+        }
+
+    results = [
+        row("bare", 100, 1000, 1),
+        row("event", 100, 900, 1),
+        row("event", 10000, 600, 1),
+        row("bare", 100, 3000, 2),
+        row("event", 100, 1100, 2),
+        row("event", 10000, 1000, 2),
+        row("bare", 100, 2000, 3),
+        row("event", 100, 1000, 3),
+        row("event", 10000, 800, 3),
+    ]
+    report = markdown(results)
+    assert "| bare | - | 2,000 [1,000-3,000] | 100% | 500 | 100% |" in report
+    assert "| event | 100 | 1,000 [900-1,100] | 50% | 1,000 | 50% |" in report
+    assert "| event | 10,000 | 800 [600-1,000] | 40% | 1,250 | 40% |" in report
+    assert "event: slowest occupancy at 80% of the fastest (medians); per round 67%, 91%, 80%" in (
+        report
+    )
