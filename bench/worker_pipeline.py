@@ -15,8 +15,9 @@ first record arrives.
 Scenarios: ``bare`` — a Faust agent that only consumes the same topic (the framework's floor),
 ``bare-batch`` — the same with ``stream.take_events`` batches as ``emit=batch`` uses;
 ``event``/``batch`` — the worker with that ``emit`` mode at each occupancy. Throughput is the
-accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). In the
-occupancy 10^3 runs, range queries are timed while the worker is loaded: sequential
+accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). One more
+run of each emit mode at occupancy 10^3 (``+ queries``) times range queries while the worker is
+loaded (kept out of the flatness figures, since its clients share the two cores): sequential
 ``GET /windows/{key}?window=`` requests, and query records sent to the query topic, each timed
 until its answer is read back.
 
@@ -66,6 +67,8 @@ OOO_FRACTION = 0.2
 MAX_LATENESS_MS = 5_000
 T0 = 1_700_000_000_000
 RESULTS = Path(__file__).parent / "results" / "worker_pipeline.json"
+QUERY_OCCUPANCY = 1000
+"""The occupancy of the extra run of each emit mode that also times range queries."""
 
 
 def duration_name(ms: int) -> str:
@@ -272,7 +275,12 @@ def backlogged_worker(
 def run_scenario(
     bootstrap: str, name: str, occupancy: int, events: int, with_queries: bool, workdir: Path
 ) -> dict[str, Any]:
-    result: dict[str, Any] = {"scenario": name, "occupancy": occupancy, "events": events}
+    result: dict[str, Any] = {
+        "scenario": name,
+        "occupancy": occupancy,
+        "events": events,
+        "queries": with_queries,
+    }
     with backlogged_worker(bootstrap, name, occupancy, events, workdir) as (
         settings,
         worker,
@@ -519,7 +527,9 @@ def main() -> None:
         ]
         for name in ("event", "batch"):
             if name in scenarios:
-                plan += [(name, occ, events, occ == 1000) for occ in occupancies]
+                plan += [(name, occ, events, False) for occ in occupancies]
+                if QUERY_OCCUPANCY in occupancies:
+                    plan.append((name, QUERY_OCCUPANCY, events, True))
         for round_ in range(1, args.rounds + 1):
             # alternate the order, so that a drift of the machine's speed over the run
             # weighs on every cell alike
@@ -536,14 +546,16 @@ def main() -> None:
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
-    """The results as a Markdown table, one row per scenario and occupancy: the median over the
+    """The results as a Markdown table, one row per scenario, occupancy and query load (``+
+    queries``: the same run with range queries timed meanwhile): the median over the
     rounds (with the range when there are several), the ratio columns against the median bare
     rate of the same run (``-`` without the ``bare`` scenario); then each mode's flatness (the
-    slowest occupancy's rate as a share of the fastest's), from the medians and within each
-    round, and the query latencies."""
-    cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    slowest occupancy's rate as a share of the fastest's, runs without queries: the query
+    clients share the machine's two cores), from the medians and within each round, and the
+    query latencies."""
+    cells: dict[tuple[str, int, bool], list[dict[str, Any]]] = {}
     for r in results:
-        cells.setdefault((r["scenario"], r["occupancy"]), []).append(r)
+        cells.setdefault((r["scenario"], r["occupancy"], r.get("queries", False)), []).append(r)
     rate = {cell: statistics.median(r["events_per_s"] for r in rs) for cell, rs in cells.items()}
     cpu = {cell: statistics.median(r["cpu_us_per_event"] for r in rs) for cell, rs in cells.items()}
     bare = next((cell for cell in cells if cell[0] == "bare"), None)
@@ -557,18 +569,19 @@ def markdown(results: list[dict[str, Any]]) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for cell, rs in cells.items():
-        name, occupancy = cell
+        name, occupancy, queries = cell
         spread = ""
         if len(rs) > 1:
             low, high = (f(r["events_per_s"] for r in rs) for f in (min, max))
             spread = f" [{low:,.0f}-{high:,.0f}]"
         lines.append(
-            f"| {name} | {'-' if name.startswith('bare') else f'{occupancy:,}'} | "
+            f"| {name}{' + queries' if queries else ''} | "
+            f"{'-' if name.startswith('bare') else f'{occupancy:,}'} | "
             f"{rate[cell]:,.0f}{spread} | {_percent(rate[cell], bare_rate)} | "
             f"{cpu[cell]:,.0f} | {_percent(bare_cpu, cpu[cell])} |"
         )
     for mode in ("event", "batch"):
-        medians = [rate[cell] for cell in cells if cell[0] == mode]
+        medians = [rate[cell] for cell in cells if cell[0] == mode and not cell[2]]
         if len(medians) < 2:
             continue
         per_round = []
@@ -576,12 +589,14 @@ def markdown(results: list[dict[str, Any]]) -> str:
             rates = [
                 r["events_per_s"]
                 for r in results
-                if r["scenario"] == mode and r.get("round", 1) == round_
+                if r["scenario"] == mode
+                and r.get("round", 1) == round_
+                and not r.get("queries", False)
             ]
             per_round.append(_percent(min(rates), max(rates)))
         lines.append(
             f"\n{mode}: slowest occupancy at {_percent(min(medians), max(medians))} of the "
-            f"fastest (medians); per round {', '.join(per_round)}"
+            f"fastest (medians, runs without queries); per round {', '.join(per_round)}"
         )
     for r in results:
         for kind in ("http_query_ms", "topic_query_ms"):

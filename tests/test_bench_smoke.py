@@ -179,11 +179,14 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
         row("bare", 100, 2000, 3),
         row("event", 100, 1000, 3),
         row("event", 10000, 800, 3),
+        {**row("event", 1000, 100, 1), "queries": True},  # own row, not in the flatness
     ]
     report = markdown(results)
     assert "| bare | - | 2,000 [1,000-3,000] | 100% | 500 | 100% |" in report
     assert "| event | 100 | 1,000 [900-1,100] | 50% | 1,000 | 50% |" in report
     assert "| event | 10,000 | 800 [600-1,000] | 40% | 1,250 | 40% |" in report
-    assert "event: slowest occupancy at 80% of the fastest (medians); per round 67%, 91%, 80%" in (
-        report
-    )
+    assert "| event + queries | 1,000 | 100 | 5% | 10,000 | 5% |" in report
+    assert (
+        "event: slowest occupancy at 80% of the fastest (medians, runs without queries); "
+        "per round 67%, 91%, 80%"
+    ) in report
