@@ -260,13 +260,21 @@ class KeyWindows:
         self._suffixes.clear()
         self._lateness = 0
 
+    def forget(self, key: str) -> None:
+        """Drop ``key`` and its entries, its tree freed at once (``FiBA.clear``); the stream
+        time stays. O(nodes of the key's tree)."""
+        self._by_oldest.remove((self._oldest.pop(key), key))
+        self._windows.pop(key).clear()
+        self._last_emitted.pop(key, None)
+        self._suffixes.pop(key, None)
+
     def load(self, key: str, pairs: Sequence[tuple[int, Any]]) -> None:
         """Set ``key``'s entries (sorted by time, partials; no entries: nothing) with an O(n)
         bulk build; the stream time becomes at least the youngest of them."""
         if not pairs:
             return
         if key in self._windows:
-            self._forget(key)
+            self.forget(key)
         self._windows[key] = self._type.from_sorted(self.config.partial_monoid, pairs)
         self._set_oldest(key, pairs[0][0])
         youngest = pairs[-1][0]
@@ -418,7 +426,7 @@ class KeyWindows:
         if len(window):
             self._set_oldest(key, window.oldest())
         else:
-            self._forget(key)
+            self.forget(key)
         return times
 
     def _advance(self, t: int) -> None:
@@ -458,13 +466,6 @@ class KeyWindows:
             self._by_oldest.remove((old, key))
         self._oldest[key] = t
         self._by_oldest.add((t, key))
-
-    def _forget(self, key: str) -> None:
-        """Drop ``key``, its tree freed at once (``FiBA.clear``)."""
-        self._by_oldest.remove((self._oldest.pop(key), key))
-        self._windows.pop(key).clear()
-        self._last_emitted.pop(key, None)
-        self._suffixes.pop(key, None)
 
     # --- results ------------------------------------------------------------------------------
 

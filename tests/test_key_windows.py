@@ -345,9 +345,9 @@ def test_sweep_visits_only_keys_with_expired_entries():
 
 def test_dropped_keys_and_cleared_windows_leave_no_cyclic_garbage():
     """Every way ``KeyWindows`` drops a key's tree frees its nodes by reference counting
-    (``FiBA.clear``): a key left empty by a sweep, a key loaded again, and ``clear`` (a
-    released partition). The worker freezes its state, and a frozen tree dropped linked would
-    never be freed."""
+    (``FiBA.clear``): a key left empty by a sweep, a key loaded again, a key forgotten (a
+    released partition's keys), and ``clear``. The worker freezes its state, and a frozen tree
+    dropped linked would never be freed."""
     config = WindowConfig.from_settings(replace(SETTINGS, max_future_skew=1000))
     with cyclic_garbage() as garbage:
         windows = KeyWindows(config)
@@ -358,6 +358,9 @@ def test_dropped_keys_and_cleared_windows_leave_no_cyclic_garbage():
         for t in range(500, 510):
             windows.accept("other", t, 1)
         assert "swept" in dict(windows.sweep()) and "swept" not in windows
+        windows.accept("forgotten", 505, 1)
+        windows.forget("forgotten")
+        assert "forgotten" not in windows and windows.stream_time == 509
         windows.clear()
         assert len(windows) == 0
     assert not [obj for obj in garbage if isinstance(obj, _Node)]
