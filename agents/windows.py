@@ -62,7 +62,7 @@ from agents.events import BadEvent, EventParser
 from agents.input_reader import InputReader
 from agents.records import AggregateRecord, encode_json
 from app.faust_app import FibaApp
-from stores.gc_pause import freeze_survivors, freeze_survivors_unless_paused, paused_gc
+from stores.gc_pause import freeze_survivors_unless_paused, paused_gc
 from stores.key_windows import Accepted, BatchResult, KeyWindows, Rejected, WindowConfig
 from stores.window_store import WindowStore
 
@@ -161,12 +161,13 @@ class WindowsPipeline:
                     self._store_started = True
                 restored = await self.store.restore(partition)
                 windows = KeyWindows(self.config, emit=self.settings.emit)
-                with paused_gc():  # about half the build's time otherwise (stores.gc_pause)
+                # paused: about half the build's time otherwise; then frozen out of every later
+                # collection, before the collector resumes (stores.gc_pause)
+                with paused_gc(freeze=True):
                     for key, pairs in restored.windows.items():
                         windows.load(key, pairs)
                         # a large state takes seconds to index: let heartbeats and queries run
                         await asyncio.sleep(0)
-                freeze_survivors(collect=False)  # out of every later collection
                 state = PartitionState(partition, windows, restored.applied_offset)
                 async with state.lock:
                     for key, times in windows.sweep():

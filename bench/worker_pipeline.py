@@ -361,7 +361,7 @@ def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
     from agents.windows import PartitionState
     from app.faust_app import FibaApp
     from app.worker import build_worker, serve
-    from stores.gc_pause import freeze_survivors, paused_gc
+    from stores.gc_pause import paused_gc
 
     worker = build_worker(settings)
     pipeline = worker.pipeline
@@ -380,12 +380,11 @@ def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
                 state = await restore(p)
                 windows = state.windows
                 windows.clear()
-                with paused_gc():
+                with paused_gc(freeze=True):  # as a restore builds (agents.windows)
                     for key, pairs in prefill(fiba, p, occupancy):
                         windows.load(key, pairs)
-                        # 10^5 events per key take ~0.5 s to build: keep heartbeats going
+                        # 10^5 events per key take ~0.3 s to build: keep heartbeats going
                         await asyncio.sleep(0)
-                freeze_survivors(collect=False)  # as after a restore (agents.windows)
                 windows.sweep()
         return await restore(partition)
 

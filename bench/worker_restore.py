@@ -183,9 +183,9 @@ def traced_growth(out: list[int]) -> Iterator[None]:
 
 def built_index(config: WindowConfig, windows: dict[str, list[tuple[int, Any]]]) -> KeyWindows:
     """The pipeline's index build (``WindowsPipeline.state``): one ``KeyWindows.load`` (FiBA
-    bulk build) per key, with the cyclic garbage collector paused."""
+    bulk build) per key, with the cyclic garbage collector paused, the result frozen."""
     index = KeyWindows(config, emit="event")
-    with paused_gc():
+    with paused_gc(freeze=True):
         for key, pairs in windows.items():
             index.load(key, pairs)
     return index

@@ -429,8 +429,10 @@ class WindowStore:
     ) -> dict[str, list[tuple[int, Any]]]:
         """``_build_windows`` with the cyclic garbage collector paused: it would rescan the
         growing heap of new tuples again and again (10-25% of the time at 10^6 entries). The
-        build is synchronous, so no other code runs meanwhile."""
-        with paused_gc():
+        build is synchronous, so no other code runs meanwhile. Its result is frozen before the
+        collector resumes (``paused_gc(freeze=True)``): else the next allocation would start a
+        young collection over all of it."""
+        with paused_gc(freeze=True):
             return self._build_windows(ids, entries)
 
     async def release(self, partition: int) -> None:

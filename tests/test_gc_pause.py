@@ -69,3 +69,28 @@ def test_periodic_freeze_waits_for_a_paused_build() -> None:
         assert not any(isinstance(obj, _Cyclic) for obj in gc.get_objects())
     finally:
         gc.unfreeze()
+
+
+def test_a_freezing_pause_freezes_the_build_before_the_collector_resumes() -> None:
+    """``paused_gc(freeze=True)``: what was built inside is frozen on the way out, so that no
+    young collection after the pause traverses it; the collector is on again after an outer
+    pause only."""
+    collections: list[int] = []
+
+    def record(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(record)
+    try:
+        with paused_gc():
+            with paused_gc(freeze=True):
+                built = [_Cyclic() for _ in range(10_000)]
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        assert collections == []  # nothing collected on the way out
+        assert not any(obj is built[-1] for obj in gc.get_objects())  # frozen
+        assert gc.get_count()[0] < 100  # the youngest generation was emptied by the freeze
+    finally:
+        gc.callbacks.remove(record)
+        gc.unfreeze()
