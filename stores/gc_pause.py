@@ -51,7 +51,7 @@ def paused_gc(freeze: bool = False) -> Iterator[None]:
     after the pause would start a young collection traversing the whole build (1.6-2.7 s per
     partition of 2.5*10^6 entries, measured in the worker), before any later freeze could
     spare it. Whatever cyclic garbage exists at that moment is frozen too and never
-    reclaimed (``freeze_survivors``)."""
+    reclaimed."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -63,15 +63,12 @@ def paused_gc(freeze: bool = False) -> Iterator[None]:
             gc.enable()
 
 
-def freeze_survivors(collect: bool = True) -> None:
-    """Collect the garbage there is now (unless ``collect`` is False), then freeze every
-    tracked object (``gc.freeze``), so that later collections skip them. The collection
-    traverses the objects allocated since the last freeze only. Without it (right after a bulk
-    build made under ``paused_gc``, whose objects all sit in the youngest generation, so that
-    even a young collection would traverse them all) whatever cyclic garbage exists at that
-    moment is frozen with the rest and never reclaimed."""
-    if collect:
-        gc.collect()
+def freeze_survivors() -> None:
+    """Collect the garbage there is now, then freeze every tracked object (``gc.freeze``), so
+    that later collections skip them. The collection traverses the objects allocated since
+    the last freeze only. (After a bulk build, ``paused_gc(freeze=True)`` freezes without
+    collecting: a collection then would traverse the whole build.)"""
+    gc.collect()
     gc.freeze()
 
 
