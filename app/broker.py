@@ -79,8 +79,10 @@ class EmbeddedBroker:
         self.host = host
         self.port = port or free_port(host)
         self.start_timeout = start_timeout
-        self.log_path = Path(log_path) if log_path else Path(
-            tempfile.mkstemp(prefix="tansu-", suffix=".log")[1]
+        self.log_path = (
+            Path(log_path)
+            if log_path
+            else Path(tempfile.mkstemp(prefix="tansu-", suffix=".log")[1])
         )
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -100,14 +102,21 @@ class EmbeddedBroker:
         cmd = [
             str(tansu_binary()),
             "broker",
-            "--listener-url", url,
-            "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
         ]
         env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
                 start_new_session=True,
             )
         if not wait_for_port(self.host, self.port, self.start_timeout) or not self.running:
