@@ -121,16 +121,15 @@ class WindowSuffix:
                 self._direct = DIRECT_ANSWERS - 1
                 return fiba.aggregate_range(start, stream_time)
             self._answers = 1
-            self._rebuild(fiba, start, stream_time, lateness)
+            cut = self._rebuild(fiba, start, stream_time, lateness)
         elif not self._front_fresh:
             return fiba.aggregate_range(start, stream_time)
-        else:
-            if not self._mid_fresh:
-                self._mid = self._range(fiba, cut, self._split - 1)
-                self._mid_fresh = True
-            if not self._back_fresh:
-                self._back = self._range(fiba, self._split, stream_time)
-                self._back_fresh = True
+        if not self._mid_fresh:  # after a rebuild, or an insert in [cut, split)
+            self._mid = self._range(fiba, cut, self._split - 1)
+            self._mid_fresh = True
+        if not self._back_fresh:  # after a rebuild, or an insert behind the young end
+            self._back = self._range(fiba, self._split, stream_time)
+            self._back_fresh = True
         combine = self._combine
         result = self._back
         mid = self._mid
@@ -160,7 +159,9 @@ class WindowSuffix:
         elif t >= self._floor:
             self._front_fresh = False
 
-    def _rebuild(self, fiba: FiBA, start: int, stream_time: int, lateness: int) -> None:
+    def _rebuild(self, fiba: FiBA, start: int, stream_time: int, lateness: int) -> int:
+        """Set the new ``cut`` and ``split`` and fold the front; ``mid`` and ``back`` are left
+        stale for ``aggregate`` to fold. Returns the new cut."""
         size = self._size
         split = self._split = max(start, stream_time - min(2 * lateness + 1, size // 2))
         span = self._span
@@ -178,12 +179,13 @@ class WindowSuffix:
         for i in range(len(folds) - 2, -1, -1):
             folds[i] = combine(folds[i], folds[i + 1])
         self._front_times, self._front_folds, self._first = times, folds, 0
-        self._mid = self._range(fiba, cut, split - 1) if cut < split else None
-        self._back = self._range(fiba, split, stream_time)
-        self._front_fresh = self._mid_fresh = self._back_fresh = True
+        self._front_fresh = True
+        self._mid_fresh = self._back_fresh = False
+        return cut
 
     def _range(self, fiba: FiBA, t_from: int, t_to: int) -> Any:
         """The fold of the entries with ``t_from <= t <= t_to``; ``None`` for the identity
-        (no entries, or a fold equal to it: leaving it out changes no answer)."""
+        (no entries, ``t_to < t_from``, or a fold equal to it: leaving it out changes no
+        answer)."""
         partial = fiba.aggregate_range(t_from, t_to)
         return None if partial == self._identity else partial
