@@ -15,11 +15,10 @@ first record arrives.
 Scenarios: ``bare`` — a Faust agent that only consumes the same topic (the framework's floor),
 ``bare-batch`` — the same with ``stream.take_events`` batches as ``emit=batch`` uses;
 ``event``/``batch`` — the worker with that ``emit`` mode at each occupancy. Throughput is the
-accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). The stream
-is 30,000 events for ``event`` and three times that for ``bare`` and ``batch``, which run about
-three times as fast, so that every measured part lasts several seconds (at 30,000 events, a
-``batch`` run measured about 2 s, and a single pause of the machine moved it by 20%); ``--quick``
-divides them by about four. One more
+accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). Every
+cell streams 90,000 events, so that every measured part lasts several seconds (at 30,000
+events, a ``batch`` run measured about 2 s and an ``event`` run 4-6 s, and a single pause of the
+machine moved a cell by 20%); ``--quick`` streams 24,000. One more
 run of each emit mode at occupancy 10^3 (``+ queries``) times range queries while the worker is
 loaded (kept out of the flatness figures, since its clients share the two cores): sequential
 ``GET /windows/{key}?window=`` requests, and query records sent to the query topic, each timed
@@ -518,22 +517,21 @@ def main() -> None:
             run_prefilled_worker(settings, args.occupancy)
         return
     occupancies = [int(x) for x in args.occupancies.split(",")]
-    events = 8_000 if args.quick else 30_000
+    events = 24_000 if args.quick else 90_000
     results = []
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
         workdir = Path(tmp)
         scenarios = args.scenarios.split(",")
         plan = [
-            (name, occupancies[0], events * 3, False)
+            (name, occupancies[0], events, False)
             for name in ("bare", "bare-batch")
             if name in scenarios
         ]
         for name in ("event", "batch"):
             if name in scenarios:
-                n = events * 3 if name == "batch" else events
-                plan += [(name, occ, n, False) for occ in occupancies]
+                plan += [(name, occ, events, False) for occ in occupancies]
                 if QUERY_OCCUPANCY in occupancies:
-                    plan.append((name, QUERY_OCCUPANCY, n, True))
+                    plan.append((name, QUERY_OCCUPANCY, events, True))
         for round_ in range(1, args.rounds + 1):
             # alternate the order, so that a drift of the machine's speed over the run
             # weighs on every cell alike
