@@ -36,8 +36,6 @@ EMBEDDED_SESSION_TIMEOUT_S = 5.0
 EMBEDDED_HEARTBEAT_INTERVAL_S = 0.5
 PRODUCER_LINGER_S = 0.005
 PRODUCER_MAX_BATCH_BYTES = 1 << 18
-EVENT_MODE_POLL_RECORDS = 100
-CONSUMER_FETCH_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +67,6 @@ class FibaApp:
 
 def faust_options(settings: Settings) -> dict[str, Any]:
     """The ``faust.App`` keyword arguments of ``settings`` (profile applied)."""
-    queue = settings.batch_max_records if settings.emit == "batch" else EVENT_MODE_POLL_RECORDS
     options: dict[str, Any] = {
         "broker": settings.faust_broker,
         "web_host": settings.web_host,
@@ -87,13 +84,9 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         # flush waits for them before every checkpoint, so lingering loses nothing).
         "producer_linger": PRODUCER_LINGER_S,
         "producer_max_batch_size": PRODUCER_MAX_BATCH_BYTES,
-        # Faust's consumer reads only the (empty) assignment topic in a worker; these keep the
-        # benchmarks' bare Faust agent on the input (bench/worker_pipeline.py) configured as
-        # the worker's Faust stream was: short queues (a batch must still fit) and small
-        # fetched chunks, so that partitions take short turns.
-        "broker_max_poll_records": queue,
-        "stream_buffer_maxsize": 2 * queue,
-        "consumer_max_fetch_size": CONSUMER_FETCH_BYTES,
+        # Faust's consumer settings stay at Faust's defaults: in a worker it reads only the
+        # (empty) assignment topic, and the benchmarks' bare Faust agent on the input
+        # (bench/worker_pipeline.py) is the framework's floor as Faust ships it.
     }
     credentials = _credentials(settings)
     if credentials is not None:
