@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import random
@@ -418,7 +419,9 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
     composed ``combine`` against the sum of its parts' combines, one composed ``lower``, and
     per event ``KeyWindows.accept`` (``emit=event``) and ``accept_batch`` (``emit=batch``, 1000
     events per batch) over windows pre-filled to each occupancy (events as in the end-to-end
-    run, parsed already: no Kafka, JSON or store)."""
+    run, parsed already: no Kafka, JSON or store). Each state is built as the worker builds a
+    restored partition (collector paused, the result frozen)."""
+    from stores.gc_pause import paused_gc
     from stores.key_windows import KeyWindows, WindowConfig
 
     figures: dict[str, float] = {}
@@ -450,14 +453,15 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
             windows = KeyWindows(WindowConfig.from_settings(settings), emit=emit)
             lift = windows.config.lift
             start = T0 - occupancy * SPACING_MS
-            windows.restore(
-                {
-                    f"key-{k}": [
-                        (start + j * SPACING_MS, lift(float(j % 7))) for j in range(occupancy)
-                    ]
-                    for k in range(KEYS)
-                }
-            )
+            with paused_gc(freeze=True):  # as the worker builds a restored partition
+                windows.restore(
+                    {
+                        f"key-{k}": [
+                            (start + j * SPACING_MS, lift(float(j % 7))) for j in range(occupancy)
+                        ]
+                        for k in range(KEYS)
+                    }
+                )
             started = time.process_time()
             if emit == "event":
                 for key, ts, value in stream:
@@ -468,6 +472,8 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
             figures[f"{emit}_{occupancy}_us_per_event"] = (
                 1e6 * (time.process_time() - started) / len(stream)
             )
+            windows.clear()  # unlinks the trees: frozen, they would never be freed otherwise
+            gc.unfreeze()
     return figures
 
 
