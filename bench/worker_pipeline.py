@@ -355,6 +355,14 @@ def run_bare(settings: Settings, batched: bool) -> None:
     faust.Worker(fiba.app, loglevel=settings.log_level, quiet=True).execute_from_commandline()
 
 
+def prefilled_pairs(lift: Any, n: int) -> list[tuple[int, Any]]:
+    """What every key's windows are pre-filled with (end to end and in ``micro``): ``n``
+    sorted ``(time, partial)`` pairs, one every ``SPACING_MS`` up to just before the stream
+    starts, values 0-6 lifted by ``lift``."""
+    start = T0 - n * SPACING_MS
+    return [(start + j * SPACING_MS, lift(float(j % 7))) for j in range(n)]
+
+
 def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
     """The real worker; every assigned partition's windows pre-filled with ``occupancy`` events
     per key (times just before the stream starts) when the first record arrives."""
@@ -393,12 +401,10 @@ def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
     def prefill(fiba: FibaApp, partition: int, n: int) -> Iterator[tuple[str, list]]:
         """``(key, n sorted (time, partial) pairs)`` for each key of ``partition``, one key
         at a time (10^5 events per key and 100 keys take ~5 GB)."""
-        lift = pipeline.config.lift
-        start = T0 - n * SPACING_MS
         for k in range(KEYS):
             key = f"key-{k}"
             if fiba.key_partition(key.encode()) == partition:
-                yield key, [(start + j * SPACING_MS, lift(float(j % 7))) for j in range(n)]
+                yield key, prefilled_pairs(pipeline.config.lift, n)
 
     serve(worker)
 
@@ -452,16 +458,8 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
         for emit in ("event", "batch"):
             windows = KeyWindows(WindowConfig.from_settings(settings), emit=emit)
             lift = windows.config.lift
-            start = T0 - occupancy * SPACING_MS
             with paused_gc(freeze=True):  # as the worker builds a restored partition
-                windows.restore(
-                    {
-                        f"key-{k}": [
-                            (start + j * SPACING_MS, lift(float(j % 7))) for j in range(occupancy)
-                        ]
-                        for k in range(KEYS)
-                    }
-                )
+                windows.restore({f"key-{k}": prefilled_pairs(lift, occupancy) for k in range(KEYS)})
             started = time.process_time()
             if emit == "event":
                 for key, ts, value in stream:
