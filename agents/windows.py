@@ -18,11 +18,14 @@ Per input record, in offset order per partition:
 2. Parsed (``agents.events``) and offered to the key's windows (late/future/bad value checks).
    Rejected -> a dead letter with the original bytes, and ``store.record_skipped(offset)``
    (one applied marker on the changelog after each fetched chunk covers them all).
-3. Accepted -> the aggregate record (``emit`` = ``event``/``changes``) is produced, then
+3. Accepted -> the aggregate record (``emit`` = ``event``/``changes``) is queued, then
    ``store.record(offset, key, time, partial, evicted)`` persists the new entry, the lazily
-   evicted ones and the applied offset atomically. Outputs and the store's changelog go through
-   the Faust app's producer directly (not ``topic.send``, whose per-message machinery costs
-   more than the window update).
+   evicted ones and the applied offset atomically in RocksDB and queues its changelog records.
+
+After each fetched chunk, its aggregate records and then its changelog records are handed to
+the Faust app's aiokafka producer as whole record batches (``app.batched_send``; one
+``producer.send`` per record costs more than the window update): outputs before the state
+that makes a redelivery skip them (at-least-once output).
 
 With ``emit = "batch"`` each fetched batch (up to ``batch_max_records`` records, fetched within
 ``batch_max_wait``) is applied per partition as ``KeyWindows.accept_batch`` would (one bulk
@@ -35,7 +38,7 @@ exactly.
 A timer sweeps idle keys every ``sweep_interval`` (``KeyWindows.sweep`` + ``store.evict``) and
 logs the counters. A per-partition lock orders the records, the sweep and revocation.
 
-Loop fairness: producer sends and RocksDB writes rarely suspend, so applying records and the
+Loop fairness: queueing outputs and RocksDB writes never suspend, so applying records and the
 sweep are long synchronous stretches: they give the event loop a turn themselves
 (``LoopTurns``) once ~0.5 ms of work has passed since the last one (HTTP requests, the query
 consumer and Faust's heartbeats are served in between).
@@ -61,6 +64,7 @@ from agents.dead_letters import DeadLetters
 from agents.events import BadEvent, EventParser
 from agents.input_reader import InputReader
 from agents.records import AggregateRecord, encode_json
+from app.batched_send import KeyedOutputs
 from app.faust_app import FibaApp
 from stores.gc_pause import freeze_survivors_unless_paused, paused_gc
 from stores.key_windows import Accepted, BatchResult, KeyWindows, Rejected, WindowConfig
@@ -142,6 +146,8 @@ class WindowsPipeline:
         """One lock per partition ever restored (created before its state is published)."""
         self._store_started = False
         self.turns = LoopTurns()
+        self.aggregates = KeyedOutputs(fiba.kafka_producer, fiba.settings.aggregates_topic)
+        """Aggregate records queued during a chunk, handed over at its end."""
         self._slice = 64
         """Records per synchronous ``insert_batch`` step in ``emit=batch`` (see ``_fit_slice``)."""
 
@@ -171,7 +177,8 @@ class WindowsPipeline:
                 state = PartitionState(partition, windows, restored.applied_offset)
                 async with state.lock:
                     for key, times in windows.sweep():
-                        await self.store.evict(partition, key, times)
+                        self.store.evict(partition, key, times)
+                    await self.store.send_changes(partition)
                     self._states[partition] = state
                 logger.info(
                     "partition %d restored: %d keys, stream time %s, applied offset %d",
@@ -249,6 +256,7 @@ class WindowsPipeline:
         state = self._states.get(partition)
         if state is None or state.halted:
             return
+        await self.aggregates.start()
         async with state.lock:
             if state.halted or self._states.get(partition) is not state:
                 return
@@ -262,9 +270,10 @@ class WindowsPipeline:
                         await turns.take()
                         if state.halted:
                             break
-            # late or bad records since the last changelog record: not read again after a
-            # crash (no repeated dead letters)
-            await self.store.mark_applied(partition)
+            # the chunk's aggregates, then its changelog records (outputs before the state
+            # that makes a redelivery skip them: at-least-once output)
+            await self.aggregates.send()
+            await self.store.send_changes(partition)
 
     async def _process_one(self, state: PartitionState, record: ConsumerRecord) -> None:
         """Handle one input record (``emit`` = ``event`` or ``changes``)."""
@@ -279,8 +288,8 @@ class WindowsPipeline:
             await self._reject(state, record, rejected.reason, rejected.detail)
             return
         self.counts["accepted"] += 1
-        await self._emit(outcome.record, outcome.key)
-        await self.store.record(
+        self._emit(outcome.record, outcome.key)
+        self.store.record(
             state.partition,
             offset,
             outcome.key,
@@ -326,7 +335,7 @@ class WindowsPipeline:
                 await turns.take()
         for key, event_ts in result.last_ts.items():
             windows.evict_expired(key, result)
-            await self._emit(windows.record_of(key, event_ts), key)
+            self._emit(windows.record_of(key, event_ts), key)
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
         outcomes = iter(result.outcomes)
@@ -341,7 +350,7 @@ class WindowsPipeline:
         await self._flush_accepted(state, pending)
         for key, times in result.evicted.items():
             if times:
-                await self.store.evict(state.partition, key, times)
+                self.store.evict(state.partition, key, times)
                 if time.perf_counter() >= turns.deadline:
                     await turns.take()
 
@@ -362,10 +371,10 @@ class WindowsPipeline:
         partition = state.partition
         for message, accepted in pending:
             self.counts["accepted"] += 1
-            await record(partition, message.offset, accepted.key, accepted.time, accepted.partial)
+            record(partition, message.offset, accepted.key, accepted.time, accepted.partial)
             state.applied_offset = message.offset
             if time.perf_counter() >= turns.deadline:
-                # producer sends rarely suspend: let HTTP queries in between
+                # let HTTP queries in between
                 await turns.take()
         pending.clear()
 
@@ -384,19 +393,13 @@ class WindowsPipeline:
         self.store.record_skipped(state.partition, message.offset)
         state.applied_offset = message.offset
 
-    async def _emit(self, record: AggregateRecord | None, key: str) -> None:
+    def _emit(self, record: AggregateRecord | None, key: str) -> None:
+        """Queue ``record`` for the aggregates topic (handed over after the chunk)."""
         if record is None:
             self.counts["suppressed"] += 1
             return
         self.counts["aggregates"] += 1
-        await self.fiba.app.producer.send(
-            self.settings.aggregates_topic,
-            key.encode(),
-            encode_json(record.to_json()),
-            None,
-            None,
-            None,
-        )
+        self.aggregates.add(key.encode(), encode_json(record.to_json()))
 
     # --- maintenance --------------------------------------------------------------------------
 
@@ -409,9 +412,10 @@ class WindowsPipeline:
                     continue
                 for key, times in state.windows.sweep():
                     evicted += len(times)
-                    await self.store.evict(state.partition, key, times)
+                    self.store.evict(state.partition, key, times)
                     if time.perf_counter() >= self.turns.deadline:
                         await self.turns.take()
+                await self.store.send_changes(state.partition)
         self.counts["swept"] += evicted
         return evicted
 

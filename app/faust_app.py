@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import faust
+from aiokafka import AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 from aiokafka.partitioner import murmur2
 from faust.types import TP
@@ -57,6 +58,11 @@ class FibaApp:
         """The input partition of a record with Kafka key ``key`` (Kafka's murmur2 default
         partitioner over ``partitions`` partitions, the same on every client)."""
         return (murmur2(key) & 0x7FFFFFFF) % self.settings.partitions
+
+    def kafka_producer(self) -> AIOKafkaProducer:
+        """The aiokafka producer under Faust's ``app.producer`` (the one the app starts and
+        flushes), for sending whole record batches (``app.batched_send``)."""
+        return self.app.producer._ensure_producer()
 
     def owned_partitions(self, tps: Iterable[TP]) -> set[int]:
         """The input partitions that the Faust topic partitions ``tps`` (an assignment, or a

@@ -47,6 +47,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.record.memory_records import MemoryRecords
 
+from app.batched_send import send_records
 from app.clients import client_options
 from app.settings import Settings
 
@@ -104,12 +105,14 @@ class ChangelogTruncated(Exception):
 
 
 class ChangelogProducer(Protocol):
-    """What the store needs from a producer: ``send`` returns a delivery awaitable whose result
-    has ``.offset``; ``flush`` returns once every record sent so far is acknowledged."""
+    """What the store needs from a producer. ``send_records`` hands records (key, value; value
+    None: a tombstone) of one partition over in order and returns the delivery of the last one,
+    an awaitable whose result has ``.offset`` (None for no records); ``flush`` returns once
+    every record handed over so far is acknowledged."""
 
-    async def send(
-        self, topic: str, partition: int, key: bytes, value: bytes | None
-    ) -> Awaitable[Any]: ...
+    async def send_records(
+        self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> Awaitable[Any] | None: ...
 
     async def flush(self) -> None: ...
 
@@ -132,23 +135,19 @@ class AiokafkaChangelogProducer:
     async def stop(self) -> None:
         await self._producer.stop()
 
-    async def send(
-        self, topic: str, partition: int, key: bytes, value: bytes | None
-    ) -> Awaitable[Any]:
-        return await self._producer.send(topic, value=value, key=key, partition=partition)
+    async def send_records(
+        self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> Awaitable[Any] | None:
+        return await send_records(self._producer, topic, partition, records)
 
     async def flush(self) -> None:
         await self._producer.flush()
 
 
 class FaustChangelogProducer:
-    """Adapter of a Faust ``app.producer``.
-
-    Sending the changelog through Faust's producer is the hook that orders changelog writes
-    before input-offset commits: Faust's consumer awaits ``app.producer.flush()`` right before
-    committing offsets (``faust.transport.consumer.Consumer._commit_offsets``), so every
-    changelog record of an event is acknowledged before that event's offset is committed.
-    """
+    """Adapter of a Faust ``app.producer``: the changelog goes through the aiokafka producer
+    of the worker's Faust app, which also carries its aggregates, so that one ``flush`` covers
+    both."""
 
     def __init__(self, producer: Any) -> None:
         self._producer = producer
@@ -158,10 +157,11 @@ class FaustChangelogProducer:
         """The Faust app of the producer."""
         return self._producer.app
 
-    async def send(
-        self, topic: str, partition: int, key: bytes, value: bytes | None
-    ) -> Awaitable[Any]:
-        return await self._producer.send(topic, key, value, partition, None, None)
+    async def send_records(
+        self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> Awaitable[Any] | None:
+        # the aiokafka producer under Faust's (Faust's own send takes one record at a time)
+        return await send_records(self._producer._ensure_producer(), topic, partition, records)
 
     async def flush(self) -> None:
         await self._producer.flush()

@@ -14,15 +14,19 @@ does; different partitions may interleave):
 - ``await restore(partition) -> RestoredPartition(partition, applied_offset, windows)``:
   ``windows[key]`` is that key's ``[(time, partial), ...]`` sorted by time; ``applied_offset`` is
   the last input offset whose effect is in the state (-1: none).
-- ``await record(partition, offset, key, time, partial, evicted_times=())``: the effect of ONE
-  accepted input record. Local: one RocksDB WriteBatch (upsert, deletions, applied offset).
-  Changelog: one upsert record carrying the deletions, plus one tombstone per evicted entry
-  (for compaction); O(1 + evicted) per event, amortized O(1) since each entry is evicted once.
-  ``offset`` must exceed ``applied_offset(partition)`` (the pipeline skips redeliveries).
+- ``record(partition, offset, key, time, partial, evicted_times=())``: the effect of ONE
+  accepted input record. Local, at once: one RocksDB WriteBatch (upsert, deletions, applied
+  offset). Changelog, queued: one upsert record carrying the deletions, plus one tombstone per
+  evicted entry (for compaction); O(1 + evicted) per event, amortized O(1) since each entry is
+  evicted once. ``offset`` must exceed ``applied_offset(partition)`` (the pipeline skips
+  redeliveries).
 - ``record_skipped(partition, offset)``: an input record with no state effect; O(1), no
-  changelog record; ``await mark_applied(partition)`` (or the next ``flush``) sends one applied
-  marker covering every such record since the partition's last changelog record.
-- ``await evict(partition, key, times)``: the idle-key sweep; one tombstone per entry.
+  changelog record of its own (see ``send_changes``).
+- ``evict(partition, key, times)``: the idle-key sweep; one queued tombstone per entry.
+- ``await send_changes(partition)``: hands the queued changelog records to the producer as
+  whole record batches (``app.batched_send``: much cheaper per record than one ``send`` each),
+  plus one applied marker covering the records without effect since the last upsert. The
+  pipeline calls it after each fetched chunk; ``flush`` calls it for every partition.
 - ``await flush()``: every changelog record so far acknowledged, local checkpoints written
   (after the local copy a changelog-only restore leaves to the background, see below).
 - ``await release(partition)``: partition revoked: flush, checkpoint, close its RocksDB.
@@ -42,10 +46,11 @@ correct on every broker, so one code path serves the embedded broker and a real 
 Exactness (at-least-once input, SIGKILL at any instant, with or without the data dir). Facts:
 
 1. Each event's whole effect is ONE changelog upsert record (deletions inside it), appended in
-   input-offset order per partition (aiokafka keeps one in-flight batch per partition, so
-   records land in send order). Replaying any prefix of a changelog partition therefore yields
-   the exact state after some prefix of that partition's events; the applied offset it yields is
-   the largest input offset seen (upserts carry theirs; markers cover skipped records).
+   input-offset order per partition (queued in that order, handed over in that order, and
+   aiokafka keeps one in-flight batch per partition, so records land in that order). Replaying
+   any prefix of a changelog partition therefore yields the exact state after some prefix of
+   that partition's events; the applied offset it yields is the largest input offset seen
+   (upserts carry theirs; markers cover skipped records).
 2. The input is read again from where the restored state ends. The worker does exactly that
    (``agents.input_reader`` reads each partition from its applied offset + 1; the progress it
    commits is for monitoring only and never read back). A consumer that resumes at committed
@@ -271,6 +276,10 @@ class _OpenPartition:
     checkpoint_position: int
     """Changelog offset below which every record of the events up to ``sent_applied`` lies,
     as far as known (the restore's end, then the last delivery's offset + 1)."""
+    queued_upto: int = -1
+    """Largest applied offset whose upsert is queued or handed over (markers aside)."""
+    queued: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    """Changelog records written locally but not yet handed to the producer, in order."""
     last_delivery: Awaitable[Any] | None = None
     evictions: int = 0
     """Number of ``evict`` calls: one after a flush's snapshot withholds its checkpoint."""
@@ -400,7 +409,7 @@ class WindowStore:
         ids = sorted(entries)
         if reused and replayed:
             db.flush(True)  # the replay skipped the WAL: make it durable before the checkpoint
-        state = _OpenPartition(db, applied, applied, position)
+        state = _OpenPartition(db, applied, applied, position, queued_upto=applied)
         batch = WriteBatch(raw_mode=True)
         batch.put(_META_APPLIED, _OFFSET.pack(applied))
         if reused or not ids:
@@ -524,7 +533,7 @@ class WindowStore:
 
     # --- writes ----------------------------------------------------------------------------
 
-    async def record(
+    def record(
         self,
         partition: int,
         offset: int,
@@ -535,7 +544,9 @@ class WindowStore:
     ) -> None:
         """The effect of the accepted input record at ``offset``: ``key``'s entry at ``time``
         is now ``partial`` (the new combined partial there) and its entries at
-        ``evicted_times`` (which must not contain ``time``) are gone. O(1 + evicted)."""
+        ``evicted_times`` (which must not contain ``time``) are gone. Written locally at once;
+        its changelog records (the upsert, then one tombstone per evicted entry) are queued
+        for the next ``send_changes``. O(1 + evicted)."""
         state = self._open[partition]
         if offset <= state.applied:
             raise ValueError(
@@ -546,25 +557,23 @@ class WindowStore:
         eid = entry_id_of(prefix, time)
         data = self.codec.encode(partial)
         evicted = list(evicted_times)
+        evicted_ids = [entry_id_of(prefix, t) for t in evicted]
         batch = WriteBatch(raw_mode=True)
         batch.put(eid, data)
-        for t in evicted:
-            batch.delete(entry_id_of(prefix, t))
+        for evicted_id in evicted_ids:
+            batch.delete(evicted_id)
         batch.put(_META_APPLIED, _OFFSET.pack(offset))
         state.db.write(batch)
         state.applied = offset
         if state.backfill is not None:
             since = state.backfill.since
             since[eid] = data
-            for t in evicted:
-                since[entry_id_of(prefix, t)] = None
+            since.update(dict.fromkeys(evicted_ids))
             state.backfill.wanted.set()
-        send = self._producer.send
-        delivery = await send(self.topic, partition, eid, encode_upsert(offset, evicted, data))
-        for t in evicted:
-            delivery = await send(self.topic, partition, entry_id_of(prefix, t), None)
-        state.last_delivery = delivery
-        state.sent_applied = offset
+        queued = state.queued
+        queued.append((eid, encode_upsert(offset, evicted, data)))
+        queued.extend(zip(evicted_ids, repeat(None)))
+        state.queued_upto = offset
 
     def record_skipped(self, partition: int, offset: int) -> None:
         """The input record at ``offset`` has no state effect (late, bad input). O(1)."""
@@ -579,21 +588,9 @@ class WindowStore:
         if state.backfill is not None:
             state.backfill.wanted.set()
 
-    async def mark_applied(self, partition: int) -> None:
-        """Hand ``partition``'s applied marker to the producer if records without effect were
-        recorded (``record_skipped``) since its last changelog record, so that a restore does
-        not read them again (their dead letters are not repeated after a crash). O(1); one
-        compacted record (``APPLIED_KEY``) however many records it covers."""
-        state = self._open[partition]
-        if state.applied > state.sent_applied:
-            applied = state.applied
-            state.last_delivery = await self._producer.send(
-                self.topic, partition, APPLIED_KEY, encode_offset(applied)
-            )
-            state.sent_applied = applied
-
-    async def evict(self, partition: int, key: str, times: Iterable[int]) -> None:
-        """Delete ``key``'s entries at ``times`` (idle-key sweep). O(len(times)).
+    def evict(self, partition: int, key: str, times: Iterable[int]) -> None:
+        """Delete ``key``'s entries at ``times`` (idle-key sweep): locally at once, and one
+        queued tombstone per entry for the next ``send_changes``. O(len(times)).
 
         The local checkpoint is removed in the same WriteBatch (the next ``flush`` writes it
         again): local deletions whose tombstones may not have reached the changelog make the
@@ -612,8 +609,24 @@ class WindowStore:
         if state.backfill is not None:
             state.backfill.since.update(dict.fromkeys(eids))
             state.backfill.wanted.set()
-        for eid in eids:
-            state.last_delivery = await self._producer.send(self.topic, partition, eid, None)
+        state.queued.extend(zip(eids, repeat(None)))
+
+    async def send_changes(self, partition: int) -> None:
+        """Hand ``partition``'s queued changelog records to the producer, in order, as whole
+        record batches (``app.batched_send``), followed by an applied marker if records
+        without effect (``record_skipped``) came after the last upsert, so that a restore does
+        not read them again (their dead letters are not repeated after a crash). O(records)
+        C-level appends plus O(1) Python per batch; one compacted marker (``APPLIED_KEY``)
+        however many records without effect it covers."""
+        state = self._open[partition]
+        records, state.queued = state.queued, []
+        applied = state.applied
+        if applied > state.queued_upto:
+            records.append((APPLIED_KEY, encode_offset(applied)))
+            state.queued_upto = applied
+        if records:
+            state.last_delivery = await self._producer.send_records(self.topic, partition, records)
+        state.sent_applied = applied
 
     async def flush(self) -> None:
         """Hand pending applied markers to the producer, wait until every changelog record sent
@@ -625,7 +638,7 @@ class WindowStore:
                 await asyncio.wait([state.backfill.task])  # it logs its own failure
         snapshot: dict[int, tuple[_OpenPartition, Awaitable[Any] | None, int, int]] = {}
         for partition, state in list(self._open.items()):
-            await self.mark_applied(partition)
+            await self.send_changes(partition)
             snapshot[partition] = (state, state.last_delivery, state.sent_applied, state.evictions)
         await self._producer.flush()
         for partition, (state, delivery, sent_applied, evictions) in snapshot.items():

@@ -151,8 +151,9 @@ async def test_reader_starts_inside_a_batch_and_stops_at_the_end(
     producer = AiokafkaChangelogProducer(settings)
     await producer.start()
     try:
-        for i in range(100):
-            await producer.send(settings.changelog_topic, 0, b"k%d" % i, b"v%d" % i)
+        records = [(b"k%d" % i, b"v%d" % i) for i in range(100)]
+        for at in range(0, 100, 30):  # batches of 30 records (the last of 10)
+            await producer.send_records(settings.changelog_topic, 0, records[at : at + 30])
         await producer.flush()
     finally:
         await producer.stop()
@@ -183,6 +184,7 @@ operation = st.one_of(
     st.tuples(st.just("record"), KEYS, st.integers(-3, 12), st.integers(-5, 5), st.integers(0, 3)),
     st.tuples(st.just("skip")),
     st.tuples(st.just("evict"), KEYS, st.integers(1, 3)),
+    st.tuples(st.just("send")),
     st.tuples(st.just("flush")),
     st.tuples(st.just("restart"), st.booleans()),
     st.tuples(st.just("crash"), st.booleans(), st.integers(0, 1000)),
@@ -197,46 +199,64 @@ class LossyProducer:
         self.inner = AiokafkaChangelogProducer(settings)
         self.held: list[tuple[str, int, bytes, bytes | None, asyncio.Future]] = []
 
-    async def send(self, topic: str, partition: int, key: bytes, value: bytes | None):
-        future = asyncio.get_running_loop().create_future()
-        self.held.append((topic, partition, key, value, future))
-        return future
+    async def send_records(self, topic: str, partition: int, records):
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in records]
+        self.held.extend(
+            (topic, partition, k, v, f) for (k, v), f in zip(records, futures, strict=True)
+        )
+        return futures[-1] if futures else None
 
     async def deliver(self, n: int) -> None:
         batch, self.held = self.held[:n], self.held[n:]
-        deliveries = [(await self.inner.send(*item[:4]), item[4]) for item in batch]
-        await self.inner.flush()
-        for delivery, future in deliveries:
+        for topic, partition, key, value, future in batch:  # one by one: every cut is possible
+            delivery = await self.inner.send_records(topic, partition, [(key, value)])
             future.set_result(await delivery)
+        await self.inner.flush()
 
     async def flush(self) -> None:
         await self.deliver(len(self.held))
 
 
 class Model:
-    """The oracle: entries, applied offset, and per operation since the last flush, its held
-    changelog records and the state after it (what a crash may fall back to)."""
+    """The oracle: entries, applied offset, and per operation since the last flush, its
+    changelog records (queued in the store, then held by the producer once handed over by
+    ``send_changes``) and the state after it (what a crash may fall back to)."""
 
     def __init__(self) -> None:
         self.entries: dict[tuple[str, int], list[int]] = {}
         self.applied = -1
         self.durable = ({}, -1)  # state and applied offset at the last flush
+        # (records, whether a prefix is the whole effect, state after, applied it carries)
+        self.queued: list[tuple[int, bool, dict, int]] = []
+        self.queued_upto = -1  # applied offset of the last queued upsert or marker
         # (first held record index, records, whether a prefix is the whole effect, state after)
         self.unflushed: list[tuple[int, int, bool, dict, int]] = []
         self.held = 0
+        self.local_dirty = False  # written locally since the last checkpoint
 
     def times(self, key: str) -> list[int]:
         return sorted(t for k, t in self.entries if k == key)
 
     def did(self, records: int, atomic_first: bool, changelog_applied: int) -> None:
-        self.unflushed.append(
-            (self.held, records, atomic_first, dict(self.entries), changelog_applied)
-        )
-        self.held += records
+        self.queued.append((records, atomic_first, dict(self.entries), changelog_applied))
+        self.queued_upto = max(self.queued_upto, changelog_applied)
+        self.local_dirty = True
+
+    def handed_over(self) -> None:
+        """``send_changes``: the queued records, then an applied marker if skipped records
+        follow the last upsert, go to the producer."""
+        if self.applied > self.queued_upto:
+            self.did(1, True, self.applied)
+        for records, atomic_first, state, applied in self.queued:
+            self.unflushed.append((self.held, records, atomic_first, state, applied))
+            self.held += records
+        self.queued = []
 
     def flushed(self) -> None:
         self.durable = (dict(self.entries), self.applied)
-        self.unflushed, self.held = [], 0
+        self.unflushed, self.held, self.queued = [], 0, []
+        self.queued_upto, self.local_dirty = self.applied, False
 
     def after_crash(self, delivered: int) -> tuple[dict, int, int]:
         """State and applied offset the changelog holds when the first ``delivered`` held
@@ -271,7 +291,7 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
                 evicted = [t for t in model.times(key) if t != time][:n_evict]
                 old = model.entries.get((key, time), [0, 0])
                 partial = [old[0] + 1, old[1] + value]
-                await store.record(0, offset, key, time, partial, evicted)
+                store.record(0, offset, key, time, partial, evicted)
                 for t in evicted:
                     del model.entries[(key, t)]
                 model.entries[(key, time)] = partial
@@ -281,15 +301,19 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
             elif kind == "skip":
                 store.record_skipped(0, offset)
                 model.applied = offset
+                model.local_dirty = True
                 offset += 1
             elif kind == "evict":
                 _, key, n = op
                 doomed = model.times(key)[:n]
-                await store.evict(0, key, doomed)
+                store.evict(0, key, doomed)
                 for t in doomed:
                     del model.entries[(key, t)]
                 if doomed:
                     model.did(len(doomed), False, -1)
+            elif kind == "send":
+                await store.send_changes(0)
+                model.handed_over()
             elif kind == "flush":
                 await store.flush()
                 model.flushed()
@@ -301,14 +325,13 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
                     expected, expected_applied = model.durable
                 else:
                     # SIGKILL: no flush, no checkpoint, only a prefix of the held records out
+                    # (the queued ones are lost)
                     expected, expected_applied, cut = model.after_crash(op[2] % (model.held + 1))
                     await producer.deliver(cut)
                     producer.held.clear()
                     for p in list(store.partitions):
                         store._close(p)
-                local_was_clean = kind == "restart" or (
-                    model.held == 0 and model.applied == model.durable[1]
-                )
+                local_was_clean = kind == "restart" or not model.local_dirty
                 if not keep_local:
                     shutil.rmtree(store.partition_path(0))
                 store = WindowStore(settings, JsonCodec(), producer)
@@ -331,7 +354,18 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
 @hsettings(max_examples=15)
 @given(ops=st.lists(operation, max_size=25))
 # a crash right after an event's upsert, before the tombstones of the entries it evicted
-@example(ops=[("record", "a", 0, 1, 0), ("record", "a", 1, 1, 1), ("crash", False, 2)])
+@example(ops=[("record", "a", 0, 1, 0), ("record", "a", 1, 1, 1), ("send",), ("crash", False, 2)])
+# events queued and never handed over are lost with the crash; the skips after the handover
+# are covered by the marker
+@example(
+    ops=[
+        ("record", "a", 0, 1, 0),
+        ("skip",),
+        ("send",),
+        ("record", "b", 1, 1, 0),
+        ("crash", False, 9),
+    ]
+)
 # local copy ahead of the changelog after a crash: events, or a sweep, after the last flush
 @example(ops=[("record", "a", 0, 1, 0), ("flush",), ("record", "b", 1, 1, 0), ("crash", True, 0)])
 @example(ops=[("record", "a", 0, 1, 0), ("flush",), ("evict", "a", 1), ("crash", True, 0)])
@@ -360,7 +394,7 @@ async def test_batched_changelog_restores_exactly(
         p = i % 2
         key, t = f"k{i % 7}", i // 2
         evicted = [t - 40] if t >= 40 else []
-        await store.record(p, i // 2, key, t, [1, i], evicted)
+        store.record(p, i // 2, key, t, [1, i], evicted)
         expected[p][(key, t)] = [1, i]
         for e in evicted:
             expected[p].pop((key, e), None)
@@ -398,14 +432,14 @@ async def test_tail_written_by_another_worker_is_replayed_on_top_of_local(
     await create_changelog(a)
     store_a, _ = await open_store(a, 0)
     for i in range(50):
-        await store_a.record(0, i, "k", i, [1, i], [i - 10] if i >= 10 else [])
+        store_a.record(0, i, "k", i, [1, i], [i - 10] if i >= 10 else [])
     await store_a.release(0)
 
     store_b, restored = await open_store(b, 0)
     assert restored[0].applied_offset == 49 and not restored[0].local_entries_reused
     for i in range(50, 80):
-        await store_b.record(0, i, "k", i, [1, i], [i - 10])
-    await store_b.evict(0, "k", [70, 71])
+        store_b.record(0, i, "k", i, [1, i], [i - 10])
+    store_b.evict(0, "k", [70, 71])
     store_b.record_skipped(0, 80)
     await store_b.release(0)
     b_state = (await store_b.restore(0)).windows
@@ -437,7 +471,7 @@ async def test_writes_during_the_background_backfill_survive_it(
     store, _ = await open_store(settings, 0)
     expected = {}
     for i in range(60):
-        await store.record(0, i, f"k{i % 3}", i, [1, i])
+        store.record(0, i, f"k{i % 3}", i, [1, i])
         expected[(f"k{i % 3}", i)] = [1, i]
     await store.stop()
     shutil.rmtree(tmp_path / "a")
@@ -447,12 +481,12 @@ async def test_writes_during_the_background_backfill_survive_it(
     for i in range(60, 80):
         key = f"k{i % 3}"
         evicted = [i - 60] if i % 2 else []  # entries the backfill also writes
-        await store.record(0, i, key, i - 57, [2, i], evicted)  # updates a restored entry
+        store.record(0, i, key, i - 57, [2, i], evicted)  # updates a restored entry
         expected[(key, i - 57)] = [2, i]
         for t in evicted:
             expected.pop((key, t), None)
         await asyncio.sleep(0)
-    await store.evict(0, "k1", [61 - 57])
+    store.evict(0, "k1", [61 - 57])
     expected.pop(("k1", 4), None)
     await store.stop()
 
@@ -466,8 +500,8 @@ async def test_writes_during_the_background_backfill_survive_it(
 async def test_marked_records_without_effect_are_not_read_again(
     kafka_bootstrap, embedded_profile, tmp_path: Path
 ) -> None:
-    """``mark_applied`` puts the applied offset of records without effect (late, bad input)
-    on the changelog at once: another worker restoring the partition from the changelog (the
+    """``send_changes`` puts the applied offset of records without effect (late, bad input)
+    on the changelog: another worker restoring the partition from the changelog (the
     first one never flushed or stopped: a crash) resumes after them."""
     a = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a", partitions=1)
     b = dataclasses.replace(a, state_dir=tmp_path / "b")
@@ -475,11 +509,11 @@ async def test_marked_records_without_effect_are_not_read_again(
     store_a, _ = await open_store(a, 0)
     try:
         for i in range(10):
-            await store_a.record(0, i, "k", i, [1, i])
+            store_a.record(0, i, "k", i, [1, i])
         store_a.record_skipped(0, 10)
         store_a.record_skipped(0, 11)
-        await store_a.mark_applied(0)
-        await store_a._producer.flush()  # delivered; store_a.flush() (which marks) never ran
+        await store_a.send_changes(0)
+        await store_a._producer.flush()  # delivered; store_a.flush() never ran
         store_b, restored = await open_store(b, 0)
         await store_b.stop()
     finally:
@@ -497,7 +531,7 @@ async def test_a_failed_backfill_leaves_no_checkpoint(
     await create_changelog(settings)
     store, _ = await open_store(settings, 0)
     for i in range(10):
-        await store.record(0, i, "k", i, [1, i])
+        store.record(0, i, "k", i, [1, i])
     await store.stop()
     shutil.rmtree(tmp_path / "a")
 
@@ -508,7 +542,7 @@ async def test_a_failed_backfill_leaves_no_checkpoint(
     with monkeypatch.context() as patch:
         patch.setattr(window_store, "SstFileWriter", BrokenWriter)
         store, _ = await open_store(settings, 0)
-        await store.record(0, 10, "k", 10, [1, 10])
+        store.record(0, 10, "k", 10, [1, 10])
         await store.flush()
         await store.stop()
 
@@ -526,9 +560,9 @@ async def test_redelivered_offset_is_rejected(
     await create_changelog(settings)
     store, _ = await open_store(settings, 0)
     try:
-        await store.record(0, 5, "k", 1, [1, 1])
+        store.record(0, 5, "k", 1, [1, 1])
         with pytest.raises(ValueError, match="redelivered"):
-            await store.record(0, 5, "k", 2, [1, 1])
+            store.record(0, 5, "k", 2, [1, 1])
         with pytest.raises(ValueError, match="redelivered"):
             store.record_skipped(0, 3)
     finally:
@@ -549,13 +583,13 @@ async def test_standby_replica_follows_and_takes_over_with_a_short_tail(
         await store_b.follow([0, 1])
         assert store_b.standby_partitions == {0}  # 1 is active on B
         for i in range(400):
-            await store_a.record(0, i, f"k{i % 3}", i, [1, i], [i - 30] if i >= 30 else [])
+            store_a.record(0, i, f"k{i % 3}", i, [1, i], [i - 30] if i >= 30 else [])
         await store_a.flush()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 20
         while store_b.standby_position(0) < 400 + 370 and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        await store_a.evict(0, "k0", [399])
+        store_a.evict(0, "k0", [399])
         store_a.record_skipped(0, 400)
         await store_a.release(0)
         expected = (await store_a.restore(0)).windows
@@ -581,7 +615,7 @@ async def test_local_copy_of_a_longer_changelog_is_discarded(
     await create_changelog(old)
     store, _ = await open_store(old, 0)
     for i in range(20):
-        await store.record(0, i, "k", i, [1, i])
+        store.record(0, i, "k", i, [1, i])
     await store.stop()
 
     new = dataclasses.replace(old, app_id=f"{old.app_id}-recreated")
