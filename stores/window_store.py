@@ -15,15 +15,16 @@ does; different partitions may interleave):
   ``windows[key]`` is that key's ``[(time, partial), ...]`` sorted by time; ``applied_offset`` is
   the last input offset whose effect is in the state (-1: none).
 - ``record(partition, offset, key, time, partial, evicted_times=())``: the effect of ONE
-  accepted input record. Local, at once: one RocksDB WriteBatch (upsert, deletions, applied
-  offset). Changelog, queued: one upsert record carrying the deletions, plus one tombstone per
-  evicted entry (for compaction); O(1 + evicted) per event, amortized O(1) since each entry is
+  accepted input record, queued: locally the upsert, the deletions and the applied offset; on
+  the changelog one upsert record carrying the deletions, plus one tombstone per evicted entry
+  (for compaction); O(1 + evicted) per event, amortized O(1) since each entry is
   evicted once. ``offset`` must exceed ``applied_offset(partition)`` (the pipeline skips
   redeliveries).
 - ``record_skipped(partition, offset)``: an input record with no state effect; O(1), no
   changelog record of its own (see ``send_changes``).
 - ``evict(partition, key, times)``: the idle-key sweep; one queued tombstone per entry.
-- ``await send_changes(partition)``: hands the queued changelog records to the producer as
+- ``await send_changes(partition)``: writes the queued local writes (one RocksDB WriteBatch:
+  one WAL write for the whole chunk), then hands the queued changelog records to the producer as
   whole record batches (``app.batched_send``: much cheaper per record than one ``send`` each),
   plus one applied marker covering the records without effect since the last upsert. The
   pipeline calls it after each fetched chunk; ``flush`` calls it for every partition.
@@ -278,8 +279,10 @@ class _OpenPartition:
     as far as known (the restore's end, then the last delivery's offset + 1)."""
     queued_upto: int = -1
     """Largest applied offset whose upsert is queued or handed over (markers aside)."""
+    local: WriteBatch = field(default_factory=lambda: WriteBatch(raw_mode=True))
+    """Local writes of the records since the last ``send_changes``, written by it at once."""
     queued: list[tuple[bytes, bytes | None]] = field(default_factory=list)
-    """Changelog records written locally but not yet handed to the producer, in order."""
+    """Changelog records of those writes, not yet handed to the producer, in order."""
     last_delivery: Awaitable[Any] | None = None
     evictions: int = 0
     """Number of ``evict`` calls: one after a flush's snapshot withholds its checkpoint."""
@@ -544,9 +547,9 @@ class WindowStore:
     ) -> None:
         """The effect of the accepted input record at ``offset``: ``key``'s entry at ``time``
         is now ``partial`` (the new combined partial there) and its entries at
-        ``evicted_times`` (which must not contain ``time``) are gone. Written locally at once;
-        its changelog records (the upsert, then one tombstone per evicted entry) are queued
-        for the next ``send_changes``. O(1 + evicted)."""
+        ``evicted_times`` (which must not contain ``time``) are gone. Queued for the next
+        ``send_changes``: its local writes (entry, deletions, applied offset) and its changelog
+        records (the upsert, then one tombstone per evicted entry). O(1 + evicted)."""
         state = self._open[partition]
         if offset <= state.applied:
             raise ValueError(
@@ -558,12 +561,11 @@ class WindowStore:
         data = self.codec.encode(partial)
         evicted = list(evicted_times)
         evicted_ids = [entry_id_of(prefix, t) for t in evicted]
-        batch = WriteBatch(raw_mode=True)
-        batch.put(eid, data)
+        local = state.local
+        local.put(eid, data)
         for evicted_id in evicted_ids:
-            batch.delete(evicted_id)
-        batch.put(_META_APPLIED, _OFFSET.pack(offset))
-        state.db.write(batch)
+            local.delete(evicted_id)
+        local.put(_META_APPLIED, _OFFSET.pack(offset))
         state.applied = offset
         if state.backfill is not None:
             since = state.backfill.since
@@ -576,23 +578,24 @@ class WindowStore:
         state.queued_upto = offset
 
     def record_skipped(self, partition: int, offset: int) -> None:
-        """The input record at ``offset`` has no state effect (late, bad input). O(1)."""
+        """The input record at ``offset`` has no state effect (late, bad input): its applied
+        offset is queued for the next ``send_changes``. O(1)."""
         state = self._open[partition]
         if offset <= state.applied:
             raise ValueError(
                 f"offset {offset} of partition {partition} is not after the applied offset "
                 f"{state.applied}: a redelivered record must be skipped"
             )
-        state.db.put(_META_APPLIED, _OFFSET.pack(offset))
+        state.local.put(_META_APPLIED, _OFFSET.pack(offset))
         state.applied = offset
         if state.backfill is not None:
             state.backfill.wanted.set()
 
     def evict(self, partition: int, key: str, times: Iterable[int]) -> None:
-        """Delete ``key``'s entries at ``times`` (idle-key sweep): locally at once, and one
-        queued tombstone per entry for the next ``send_changes``. O(len(times)).
+        """Delete ``key``'s entries at ``times`` (idle-key sweep): the local deletions and one
+        tombstone per entry are queued for the next ``send_changes``. O(len(times)).
 
-        The local checkpoint is removed in the same WriteBatch (the next ``flush`` writes it
+        The local checkpoint is removed in the same local write (the next ``flush`` writes it
         again): local deletions whose tombstones may not have reached the changelog make the
         local copy unusable after a crash."""
         state = self._open[partition]
@@ -600,11 +603,10 @@ class WindowStore:
         eids = [entry_id_of(prefix, t) for t in times]
         if not eids:
             return
-        batch = WriteBatch(raw_mode=True)
+        local = state.local
         for eid in eids:
-            batch.delete(eid)
-        batch.delete(_META_CHECKPOINT)
-        state.db.write(batch)
+            local.delete(eid)
+        local.delete(_META_CHECKPOINT)
         state.evictions += 1
         if state.backfill is not None:
             state.backfill.since.update(dict.fromkeys(eids))
@@ -612,13 +614,22 @@ class WindowStore:
         state.queued.extend(zip(eids, repeat(None)))
 
     async def send_changes(self, partition: int) -> None:
-        """Hand ``partition``'s queued changelog records to the producer, in order, as whole
-        record batches (``app.batched_send``), followed by an applied marker if records
+        """Write ``partition``'s queued local writes (one RocksDB WriteBatch), then hand its
+        queued changelog records to the producer, in order, as whole record batches
+        (``app.batched_send``), followed by an applied marker if records
         without effect (``record_skipped``) came after the last upsert, so that a restore does
         not read them again (their dead letters are not repeated after a crash). O(records)
         C-level appends plus O(1) Python per batch; one compacted marker (``APPLIED_KEY``)
-        however many records without effect it covers."""
+        however many records without effect it covers.
+
+        The local write comes first: a crash in between leaves the local copy ahead of the
+        changelog, which its applied offset then tells (it is discarded on restore); the other
+        way round, a copy that matches its checkpoint could miss records already in the
+        changelog past it, which the replay from the checkpoint brings back anyway."""
         state = self._open[partition]
+        if not state.local.is_empty():
+            local, state.local = state.local, WriteBatch(raw_mode=True)
+            state.db.write(local)
         records, state.queued = state.queued, []
         applied = state.applied
         if applied > state.queued_upto:

@@ -233,6 +233,7 @@ class Model:
         # (first held record index, records, whether a prefix is the whole effect, state after)
         self.unflushed: list[tuple[int, int, bool, dict, int]] = []
         self.held = 0
+        self.local_pending = False  # local writes queued in the store
         self.local_dirty = False  # written locally since the last checkpoint
 
     def times(self, key: str) -> list[int]:
@@ -241,11 +242,13 @@ class Model:
     def did(self, records: int, atomic_first: bool, changelog_applied: int) -> None:
         self.queued.append((records, atomic_first, dict(self.entries), changelog_applied))
         self.queued_upto = max(self.queued_upto, changelog_applied)
-        self.local_dirty = True
+        self.local_pending = True
 
     def handed_over(self) -> None:
         """``send_changes``: the queued records, then an applied marker if skipped records
-        follow the last upsert, go to the producer."""
+        follow the last upsert, go to the producer, after the queued local writes."""
+        self.local_dirty = self.local_dirty or self.local_pending
+        self.local_pending = False
         if self.applied > self.queued_upto:
             self.did(1, True, self.applied)
         for records, atomic_first, state, applied in self.queued:
@@ -256,7 +259,7 @@ class Model:
     def flushed(self) -> None:
         self.durable = (dict(self.entries), self.applied)
         self.unflushed, self.held, self.queued = [], 0, []
-        self.queued_upto, self.local_dirty = self.applied, False
+        self.queued_upto, self.local_dirty, self.local_pending = self.applied, False, False
 
     def after_crash(self, delivered: int) -> tuple[dict, int, int]:
         """State and applied offset the changelog holds when the first ``delivered`` held
@@ -301,7 +304,7 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
             elif kind == "skip":
                 store.record_skipped(0, offset)
                 model.applied = offset
-                model.local_dirty = True
+                model.local_pending = True
                 offset += 1
             elif kind == "evict":
                 _, key, n = op
@@ -344,6 +347,8 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
                     assert restored.changelog_records == 0
                 model.entries, model.applied = dict(expected), expected_applied
                 model.flushed()
+                # a copy rebuilt from the changelog alone gets its checkpoint at the next flush
+                model.local_dirty = not restored.local_entries_reused and bool(expected)
                 offset = model.applied + 1
             assert store.applied_offset(0) == model.applied
     finally:
@@ -351,7 +356,7 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
         await producer.inner.stop()
 
 
-@hsettings(max_examples=15)
+@hsettings(max_examples=25)
 @given(ops=st.lists(operation, max_size=25))
 # a crash right after an event's upsert, before the tombstones of the entries it evicted
 @example(ops=[("record", "a", 0, 1, 0), ("record", "a", 1, 1, 1), ("send",), ("crash", False, 2)])
@@ -366,10 +371,34 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
         ("crash", False, 9),
     ]
 )
-# local copy ahead of the changelog after a crash: events, or a sweep, after the last flush
-@example(ops=[("record", "a", 0, 1, 0), ("flush",), ("record", "b", 1, 1, 0), ("crash", True, 0)])
+# a crash before the first flush after a restore from the changelog alone: no usable copy
+@example(ops=[("record", "a", 0, 0, 0), ("restart", False), ("crash", True, 0)])
+# local copy ahead of the changelog after a crash: events, or a sweep, written after the last
+# flush; and a crash before they were written, which leaves the local copy reusable
+@example(
+    ops=[
+        ("record", "a", 0, 1, 0),
+        ("flush",),
+        ("record", "b", 1, 1, 0),
+        ("send",),
+        ("crash", True, 0),
+    ]
+)
+@example(
+    ops=[("record", "a", 0, 1, 0), ("flush",), ("evict", "a", 1), ("send",), ("crash", True, 0)]
+)
 @example(ops=[("record", "a", 0, 1, 0), ("flush",), ("evict", "a", 1), ("crash", True, 0)])
-@example(ops=[("skip",), ("flush",), ("skip",), ("crash", True, 0), ("skip",), ("crash", True, 0)])
+@example(
+    ops=[
+        ("skip",),
+        ("flush",),
+        ("skip",),
+        ("send",),
+        ("crash", True, 0),
+        ("skip",),
+        ("crash", True, 0),
+    ]
+)
 def test_random_operations_survive_restarts_and_crashes(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path_factory: pytest.TempPathFactory, ops
 ) -> None:
