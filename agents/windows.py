@@ -19,13 +19,14 @@ Per input record, in offset order per partition:
    Rejected -> a dead letter with the original bytes, and ``store.record_skipped(offset)``
    (one applied marker on the changelog after each fetched chunk covers them all).
 3. Accepted -> the aggregate record (``emit`` = ``event``/``changes``) is queued, then
-   ``store.record(offset, key, time, partial, evicted)`` persists the new entry, the lazily
-   evicted ones and the applied offset atomically in RocksDB and queues its changelog records.
+   ``store.record(offset, key, time, partial, evicted)`` queues the new entry, the lazily
+   evicted ones and the applied offset (locally and as changelog records).
 
-After each fetched chunk, its aggregate records and then its changelog records are handed to
-the Faust app's aiokafka producer as whole record batches (``app.batched_send``; one
-``producer.send`` per record costs more than the window update): outputs before the state
-that makes a redelivery skip them (at-least-once output).
+After each fetched chunk, its aggregate records are handed to the Faust app's aiokafka
+producer, then the store writes the chunk's local writes (one RocksDB WriteBatch) and hands its
+changelog records over (``store.send_changes``), all as whole record batches
+(``app.batched_send``; one ``producer.send`` per record cost more than the window update):
+outputs before the state that makes a redelivery skip them (at-least-once output).
 
 With ``emit = "batch"`` each fetched batch (up to ``batch_max_records`` records, fetched within
 ``batch_max_wait``) is applied per partition as ``KeyWindows.accept_batch`` would (one bulk
