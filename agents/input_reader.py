@@ -264,6 +264,7 @@ class InputReader:
                 for (partition, epoch), records in fetched:
                     if epochs.get(partition) == epoch:
                         await self.pipeline.process_records(partition, records)
+                await self.pipeline.hand_over()
                 continue
             for tag, records in fetched:
                 if not gathered:
@@ -277,5 +278,6 @@ class InputReader:
                 for (partition, epoch), records in batch.items():
                     if epochs.get(partition) == epoch:
                         await self.pipeline.process_records(partition, records)
+                await self.pipeline.hand_over()
             elif time.perf_counter() >= turns.deadline:
                 await turns.take()

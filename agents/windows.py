@@ -22,11 +22,12 @@ Per input record, in offset order per partition:
    ``store.record(offset, key, time, partial, evicted)`` queues the new entry, the lazily
    evicted ones and the applied offset (locally and as changelog records).
 
-After each fetched chunk, its aggregate records are handed to the Faust app's aiokafka
-producer, then the store writes the chunk's local writes (one RocksDB WriteBatch) and hands its
-changelog records over (``store.send_changes``), all as whole record batches
-(``app.batched_send``; one ``producer.send`` per record cost more than the window update):
-outputs before the state that makes a redelivery skip them (at-least-once output).
+After each fetched chunk (all its partitions), its aggregate records are handed to the Faust
+app's aiokafka producer, then per partition the store writes the chunk's local writes (one
+RocksDB WriteBatch) and hands its changelog records over (``store.send_changes``), all as whole
+record batches (``app.batched_send``; one ``producer.send`` per record cost more than the
+window update): outputs before the state that makes a redelivery skip them (at-least-once
+output). See ``hand_over``.
 
 With ``emit = "batch"`` each fetched batch (up to ``batch_max_records`` records, fetched within
 ``batch_max_wait``) is applied per partition as ``KeyWindows.accept_batch`` would (one bulk
@@ -244,7 +245,9 @@ class WindowsPipeline:
                 await self.turns.take()
 
     async def stop(self) -> None:
-        """Stop the store (flush, checkpoint, close); the reader must be stopped first."""
+        """Hand over what is queued, then stop the store (flush, checkpoint, close); the reader
+        must be stopped first."""
+        await self.hand_over()
         await self.store.stop()
 
     # --- records ------------------------------------------------------------------------------
@@ -253,7 +256,8 @@ class WindowsPipeline:
         """Apply ``records``, fetched in offset order from the input ``partition``, unless the
         partition is not loaded or halted (revoked). ``emit`` = ``event``/``changes``: one
         record at a time, the event loop getting a turn once ~0.5 ms of work has passed (a halt
-        takes effect at the next record); ``batch``: as one batch (``_process_share``)."""
+        takes effect at the next record); ``batch``: as one batch (``_process_share``). Their
+        outputs and state changes stay queued until ``hand_over``."""
         state = self._states.get(partition)
         if state is None or state.halted:
             return
@@ -271,10 +275,18 @@ class WindowsPipeline:
                         await turns.take()
                         if state.halted:
                             break
-            # the chunk's aggregates, then its changelog records (outputs before the state
-            # that makes a redelivery skip them: at-least-once output)
-            await self.aggregates.send()
-            await self.store.send_changes(partition)
+
+    async def hand_over(self) -> None:
+        """Hand the outputs and state changes queued since the last call to the producer: the
+        aggregate records first, then per loaded partition its local writes and changelog
+        records (``WindowStore.send_changes``): outputs before the state that makes a
+        redelivery skip them (at-least-once output). The reader calls it after each fetched
+        chunk, whatever its partitions: fewer, larger record batches."""
+        await self.aggregates.send()
+        for state in list(self._states.values()):
+            async with state.lock:
+                if self._states.get(state.partition) is state:
+                    await self.store.send_changes(state.partition)
 
     async def _process_one(self, state: PartitionState, record: ConsumerRecord) -> None:
         """Handle one input record (``emit`` = ``event`` or ``changes``)."""
@@ -473,6 +485,7 @@ def install(fiba: FibaApp, pipeline: WindowsPipeline) -> InputReader:
     async def stop_reading_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         reader.pause(fiba.owned_partitions(revoked))
         await pipeline.wait_idle()
+        await pipeline.hand_over()  # the reader may be between a chunk and its hand-over
         await pipeline.store.flush()
 
     @app.on_partitions_assigned.connect
