@@ -622,10 +622,9 @@ class WindowStore:
         C-level appends plus O(1) Python per batch; one compacted marker (``APPLIED_KEY``)
         however many records without effect it covers.
 
-        The local write comes first: a crash in between leaves the local copy ahead of the
-        changelog, which its applied offset then tells (it is discarded on restore); the other
-        way round, a copy that matches its checkpoint could miss records already in the
-        changelog past it, which the replay from the checkpoint brings back anyway."""
+        A crash between the two leaves the local copy ahead of the changelog, which its
+        applied offset tells: the restore discards it and rebuilds from the changelog (see the
+        module doc)."""
         state = self._open[partition]
         if not state.local.is_empty():
             local, state.local = state.local, WriteBatch(raw_mode=True)
@@ -640,9 +639,9 @@ class WindowStore:
         state.sent_applied = applied
 
     async def flush(self) -> None:
-        """Hand pending applied markers to the producer, wait until every changelog record sent
-        so far is acknowledged, then write each open partition's local checkpoint (after its
-        backfill, if one is running)."""
+        """Hand every open partition's queued changes over (``send_changes``), wait until every
+        changelog record handed over so far is acknowledged, then write each open partition's
+        local checkpoint (after its backfill, if one is running)."""
         for state in list(self._open.values()):
             if state.backfill is not None and state.backfill.task is not None:
                 state.backfill.wanted.set()
