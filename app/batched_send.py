@@ -1,8 +1,10 @@
 """Producing many small records cheaply: whole record batches handed to aiokafka at once.
 
-``AIOKafkaProducer.send`` costs about 10 µs of Python per record on this project's machine (a
-coroutine, a delivery future, the accumulator's bookkeeping and, later, resolving that future),
-and a worker with ``emit=event`` produces three records per input event. ``send_records``
+``AIOKafkaProducer.send`` pays per record for a coroutine, a delivery future, the accumulator's
+bookkeeping and, later, resolving that future, and a worker with ``emit=event`` produces three
+records per input event: sent one by one through Faust's producer they took the worker's CPU
+per event to about 400 µs, against 215-240 µs sent as below (same-machine A/B runs in
+``bench/RESULTS.md``, "Worker pipeline end to end"). ``send_records``
 instead appends the records of one partition to aiokafka ``BatchBuilder``s (its C record
 builder, no future per record) and hands each builder over with ``send_batch``, closed (the
 producer sends it without lingering): one delivery future per batch. Records of one partition
