@@ -1,0 +1,109 @@
+"""``app.batched_send`` against a real broker: records handed over as whole batches arrive
+complete and in order, on the partitions Kafka's default partitioner picks, and the delivery
+returned names the last record's offset."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.batched_send import KeyedOutputs, KeyPartitioner, send_records
+from app.clients import client_options
+from app.settings import Settings
+from app.topics import TopicSpec, create_topics
+from tests.test_worker_e2e import read_all
+
+
+def make_settings(bootstrap: str, embedded: bool, tmp_path: Path, partitions: int) -> Settings:
+    return Settings(
+        broker=bootstrap,
+        broker_profile="embedded" if embedded else "kafka",
+        app_id=f"bs-{uuid.uuid4().hex[:10]}",
+        partitions=partitions,
+        state_dir=tmp_path,
+    )
+
+
+async def started_producer(settings: Settings, max_batch_size: int) -> AIOKafkaProducer:
+    producer = AIOKafkaProducer(
+        **client_options(settings), acks="all", max_batch_size=max_batch_size
+    )
+    await producer.start()
+    return producer
+
+
+@given(key=st.binary(min_size=1, max_size=40), partitions=st.integers(1, 12))
+def test_key_partitioner_is_kafkas_default_partitioner(key: bytes, partitions: int) -> None:
+    every = list(range(partitions))
+    partition_of = KeyPartitioner(partitions)
+    assert partition_of(key) == DefaultPartitioner()(key, every, every)
+    assert partition_of(key) == partition_of(key)  # memoised: the same answer
+
+
+async def test_records_beyond_one_batch_arrive_complete_and_in_order(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """300 records of about 60 bytes with 1 KB batches: many batches, one call; tombstones
+    stay tombstones; the delivery is the last record's offset."""
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=1)
+    topic = f"{settings.app_id}-out"
+    await create_topics(settings, [TopicSpec(topic, 1, 1)])
+    producer = await started_producer(settings, max_batch_size=1024)
+    try:
+        records = [
+            (b"key-%03d" % i, None if i % 7 == 0 else b"value-%03d-" % i + b"x" * 40)
+            for i in range(300)
+        ]
+        assert await send_records(producer, topic, 0, []) is None
+        delivery = await send_records(producer, topic, 0, records)
+        await producer.flush()
+        assert delivery is not None
+        last = await delivery
+        assert last == await delivery  # awaitable again
+    finally:
+        await producer.stop()
+    got = await read_all(settings, topic)
+    assert [(r.key, r.value) for r in got] == records
+    assert last.offset == got[-1].offset == 299
+    assert [r.offset for r in got] == list(range(300))  # nothing repeated or lost
+
+
+async def test_keyed_outputs_land_where_producer_send_would_put_them(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=4)
+    topic = f"{settings.app_id}-out"
+    await create_topics(settings, [TopicSpec(topic, 4, 1)])
+    producer = await started_producer(settings, max_batch_size=16384)
+    try:
+        outputs = KeyedOutputs(lambda: producer, topic)
+        with pytest.raises(AssertionError, match="start"):
+            outputs.add(b"k", b"v")
+        await outputs.start()
+        sent = [(b"k%d" % (i % 13), b"%d" % i) for i in range(200)]
+        for key, value in sent[:120]:
+            outputs.add(key, value)
+        await outputs.send()
+        for key, value in sent[120:]:
+            outputs.add(key, value)
+        await outputs.send()
+        await outputs.send()  # nothing queued: nothing sent
+        await producer.flush()
+        expected_partition = {
+            key: (await (await producer.send(topic, b"probe", key=key))).partition
+            for key in {k for k, _ in sent}
+        }
+    finally:
+        await producer.stop()
+    got = [r for r in await read_all(settings, topic) if r.value != b"probe"]
+    assert sorted((r.key, r.value) for r in got) == sorted(sent)
+    for record in got:
+        assert record.partition == expected_partition[record.key]
+    for key in expected_partition:  # each key's records in the order added
+        assert [r.value for r in got if r.key == key] == [v for k, v in sent if k == key]
