@@ -4,7 +4,6 @@ returned names the last record's offset."""
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
@@ -17,17 +16,8 @@ from app.batched_send import KeyedOutputs, KeyPartitioner, send_records
 from app.clients import client_options
 from app.settings import Settings
 from app.topics import TopicSpec, create_topics
+from tests.test_window_store import make_settings
 from tests.test_worker_e2e import read_all
-
-
-def make_settings(bootstrap: str, embedded: bool, tmp_path: Path, partitions: int) -> Settings:
-    return Settings(
-        broker=bootstrap,
-        broker_profile="embedded" if embedded else "kafka",
-        app_id=f"bs-{uuid.uuid4().hex[:10]}",
-        partitions=partitions,
-        state_dir=tmp_path,
-    )
 
 
 async def started_producer(settings: Settings, max_batch_size: int) -> AIOKafkaProducer:
