@@ -73,6 +73,12 @@ async def send_records(
     return BatchDelivery(future, in_builder - 1)
 
 
+def default_partition(key: bytes, partitions: int) -> int:
+    """The partition of Kafka key ``key`` among ``partitions`` under Kafka's default
+    partitioner (murmur2 of the key bytes, the same on every client). O(len(key))."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
 class KeyPartitioner:
     """The partition of a key in a topic of ``partitions`` partitions under Kafka's default
     partitioner (murmur2 of the key bytes), memoised per key: O(1) after a key's first call."""
@@ -86,7 +92,7 @@ class KeyPartitioner:
     def __call__(self, key: bytes) -> int:
         partition = self._cache.get(key)
         if partition is None:
-            partition = self._cache[key] = (murmur2(key) & 0x7FFFFFFF) % self.partitions
+            partition = self._cache[key] = default_partition(key, self.partitions)
         return partition
 
 

@@ -28,9 +28,9 @@ from typing import Any
 import faust
 from aiokafka import AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
-from aiokafka.partitioner import murmur2
 from faust.types import TP
 
+from app.batched_send import default_partition
 from app.settings import Settings
 
 EMBEDDED_SESSION_TIMEOUT_S = 5.0
@@ -57,7 +57,7 @@ class FibaApp:
     def key_partition(self, key: bytes) -> int:
         """The input partition of a record with Kafka key ``key`` (Kafka's murmur2 default
         partitioner over ``partitions`` partitions, the same on every client)."""
-        return (murmur2(key) & 0x7FFFFFFF) % self.settings.partitions
+        return default_partition(key, self.settings.partitions)
 
     def kafka_producer(self) -> AIOKafkaProducer:
         """The aiokafka producer under Faust's ``app.producer`` (the one the app starts and
