@@ -52,9 +52,7 @@ def build_worker(settings: Settings) -> Worker:
     """Create the app and register every agent, timer, view and lifecycle hook."""
     fiba = create_app(settings)
     config = WindowConfig.from_settings(settings)
-    store = WindowStore(
-        settings, MarshalStateCodec(config.composed), FaustChangelogProducer(fiba.app.producer)
-    )
+    store = WindowStore(settings, MarshalStateCodec(config.composed), FaustChangelogProducer(fiba))
     pipeline = WindowsPipeline(fiba, store, DeadLetters(fiba.dead_letter_topic), config)
     service = QueryService(fiba, pipeline)
     reader = windows.install(fiba, pipeline)

@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import struct
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka import errors as kafka_errors
@@ -50,6 +50,9 @@ from aiokafka.record.memory_records import MemoryRecords
 from app.batched_send import send_records
 from app.clients import client_options
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.faust_app import FibaApp
 
 APPLIED_KEY = b"\x00applied"
 """Changelog key of the applied-offset marker; 8 bytes, so it is no entry id (those have at least
@@ -145,26 +148,25 @@ class AiokafkaChangelogProducer:
 
 
 class FaustChangelogProducer:
-    """Adapter of a Faust ``app.producer``: the changelog goes through the aiokafka producer
-    of the worker's Faust app, which also carries its aggregates, so that one ``flush`` covers
-    both."""
+    """The changelog through the aiokafka producer of the worker's Faust app
+    (``FibaApp.kafka_producer``), which also carries its aggregates, so that one ``flush``
+    covers both."""
 
-    def __init__(self, producer: Any) -> None:
-        self._producer = producer
+    def __init__(self, fiba: FibaApp) -> None:
+        self._fiba = fiba
 
     @property
     def app(self) -> Any:
         """The Faust app of the producer."""
-        return self._producer.app
+        return self._fiba.app
 
     async def send_records(
         self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes | None]]
     ) -> Awaitable[Any] | None:
-        # the aiokafka producer under Faust's (Faust's own send takes one record at a time)
-        return await send_records(self._producer._ensure_producer(), topic, partition, records)
+        return await send_records(self._fiba.kafka_producer(), topic, partition, records)
 
     async def flush(self) -> None:
-        await self._producer.flush()
+        await self._fiba.app.producer.flush()
 
 
 def consumer_for(settings: Settings, fetch_max_wait_ms: int = 20) -> AIOKafkaConsumer:

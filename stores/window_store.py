@@ -295,9 +295,9 @@ class _OpenPartition:
 class WindowStore:
     """Durable per-key window contents of the input partitions this worker owns; see module doc.
 
-    ``producer``: ``FaustChangelogProducer(app.producer)`` inside the worker (Faust's commit then
-    flushes the changelog first), any ``ChangelogProducer``, or None: an own aiokafka producer
-    (then call ``flush()`` before committing input offsets).
+    ``producer``: ``FaustChangelogProducer(fiba)`` inside the worker (the Faust app's producer,
+    which also carries the aggregates), any ``ChangelogProducer``, or None: an own aiokafka
+    producer (then call ``flush()`` before committing input offsets).
     """
 
     def __init__(
