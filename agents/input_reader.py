@@ -43,11 +43,10 @@ heartbeats are served in between. ``emit=batch`` gathers chunks into batches of 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
@@ -78,11 +77,23 @@ COMMIT_INTERVAL_S = 5.0
 
 
 class InputReader:
-    """Reads the owned input partitions from their applied offsets into ``pipeline``."""
+    """Reads the owned input partitions from their applied offsets into ``pipeline``.
 
-    def __init__(self, settings: Settings, pipeline: WindowsPipeline) -> None:
+    ``on_failure`` is called with the exception if the reading (or progress-committing) task
+    ends with one, which only a bug or an error the clients gave up on can cause: the worker
+    must not stay up without reading (``agents.windows.install`` makes it crash the app, so
+    that the process exits and its supervisor restarts it from the exact durable state).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        pipeline: WindowsPipeline,
+        on_failure: Callable[[BaseException], None],
+    ) -> None:
         self.settings = settings
         self.pipeline = pipeline
+        self.on_failure = on_failure
         self._consumer: AIOKafkaConsumer | None = None
         self._owned: set[int] = set()
         """Partitions owned now (by the latest assignment)."""
@@ -128,13 +139,13 @@ class InputReader:
     async def stop(self) -> None:
         """Stop reading and close the consumer: the reading loop is cancelled between two
         records (``halt`` first), restores in flight are awaited (they are not cancelled
-        midway: a restore holds its RocksDB open)."""
+        midway: a restore holds its RocksDB open). A task that failed was reported to
+        ``on_failure`` already: its exception is not raised again here."""
         self.pause(set(self._owned))
         for task in (self._loop_task, self._commit_task):
             if task is not None:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await asyncio.wait([task])
         self._loop_task = self._commit_task = None
         if self._committer is not None:
             await self._committer.stop()
@@ -159,7 +170,7 @@ class InputReader:
         )
         await consumer.start()
         self._consumer = consumer
-        self._loop_task = asyncio.create_task(self._read(consumer), name="fiba-input-reader")
+        self._loop_task = self._watched(self._read(consumer), "fiba-input-reader")
         committer = AIOKafkaConsumer(
             **client_options(self.settings),
             group_id=self.settings.input_progress_group,
@@ -167,9 +178,27 @@ class InputReader:
         )
         await committer.start()
         self._committer = committer
-        self._commit_task = asyncio.create_task(
-            self._commit_progress(committer), name="fiba-input-progress"
-        )
+        self._commit_task = self._watched(self._commit_progress(committer), "fiba-input-progress")
+
+    def _watched(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """A task running ``work`` forever: if it ends with an exception, that is logged with
+        its traceback and handed to ``on_failure``."""
+
+        def ended(task: asyncio.Task[None]) -> None:
+            if task.cancelled() or task.exception() is None:
+                return
+            error = task.exception()
+            logger.critical(
+                "%s failed; the worker cannot go on reading its input (its durable state is "
+                "exact: a restart resumes from it)",
+                name,
+                exc_info=error,
+            )
+            self.on_failure(error)
+
+        task = asyncio.create_task(work, name=name)
+        task.add_done_callback(ended)
+        return task
 
     def _assign(self) -> None:
         """Assign the partitions being read, each positioned after its applied offset (an

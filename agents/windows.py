@@ -152,6 +152,8 @@ class WindowsPipeline:
         """Aggregate records queued during a chunk, handed over at its end."""
         self._slice = 64
         """Records per synchronous ``insert_batch`` step in ``emit=batch`` (see ``_fit_slice``)."""
+        self.failure: BaseException | None = None
+        """Set by ``fail``: nothing queued is handed over any more."""
 
     # --- partitions ---------------------------------------------------------------------------
 
@@ -244,9 +246,19 @@ class WindowsPipeline:
             if time.perf_counter() >= self.turns.deadline:
                 await self.turns.take()
 
+    def fail(self, error: BaseException) -> None:
+        """Applying records failed with ``error`` (a bug, or an error the clients gave up on),
+        possibly with a record half applied: from now on nothing queued is handed over or
+        flushed, and ``stop`` closes the store as a crash would (a restart resumes from the
+        durable state, which ends at the last hand-over)."""
+        self.failure = error
+
     async def stop(self) -> None:
-        """Hand over what is queued, then stop the store (flush, checkpoint, close); the reader
-        must be stopped first."""
+        """Hand over what is queued, then stop the store (flush, checkpoint, close); after
+        ``fail``, close the store without either. The reader must be stopped first."""
+        if self.failure is not None:
+            await self.store.stop(flush=False)
+            return
         await self.hand_over()
         await self.store.stop()
 
@@ -281,7 +293,9 @@ class WindowsPipeline:
         aggregate records first, then per loaded partition its local writes and changelog
         records (``WindowStore.send_changes``): outputs before the state that makes a
         redelivery skip them (at-least-once output). The reader calls it after each fetched
-        chunk, whatever its partitions: fewer, larger record batches."""
+        chunk, whatever its partitions: fewer, larger record batches. Nothing after ``fail``."""
+        if self.failure is not None:
+            return
         await self.aggregates.send()
         for state in list(self._states.values()):
             async with state.lock:
@@ -417,8 +431,11 @@ class WindowsPipeline:
     # --- maintenance --------------------------------------------------------------------------
 
     async def sweep(self) -> int:
-        """Evict expired entries of idle keys in every loaded partition; entries evicted."""
+        """Evict expired entries of idle keys in every loaded partition; entries evicted.
+        Nothing after ``fail``."""
         evicted = 0
+        if self.failure is not None:
+            return evicted
         for state in list(self._states.values()):
             async with state.lock:
                 if self._states.get(state.partition) is not state:
@@ -460,7 +477,14 @@ def install(fiba: FibaApp, pipeline: WindowsPipeline) -> InputReader:
     ``InputReader`` read the owned input partitions, and the idle-key sweep timer."""
     app = fiba.app
     settings = fiba.settings
-    reader = InputReader(settings, pipeline)
+    crashing: list[asyncio.Task[None]] = []
+
+    def crash(error: BaseException) -> None:
+        # the app stops (the process exits with the error); the state is closed as by a crash
+        pipeline.fail(error)
+        crashing.append(asyncio.ensure_future(app.crash(error)))
+
+    reader = InputReader(settings, pipeline, on_failure=crash)
 
     async def assignment_agent(stream: faust.StreamT) -> None:
         # the assignment topic stays empty: this agent only makes Faust's consumer join the
@@ -485,8 +509,9 @@ def install(fiba: FibaApp, pipeline: WindowsPipeline) -> InputReader:
     async def stop_reading_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         reader.pause(fiba.owned_partitions(revoked))
         await pipeline.wait_idle()
-        await pipeline.hand_over()  # the reader may be between a chunk and its hand-over
-        await pipeline.store.flush()
+        if pipeline.failure is None:
+            await pipeline.hand_over()  # the reader may be between a chunk and its hand-over
+            await pipeline.store.flush()
 
     @app.on_partitions_assigned.connect
     async def read_assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:

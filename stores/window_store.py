@@ -335,16 +335,19 @@ class WindowStore:
         if self._own_producer is not None:
             await self._own_producer.start()
 
-    async def stop(self) -> None:
+    async def stop(self, flush: bool = True) -> None:
         """Stop following; flush, checkpoint and close every open partition; stop the own
-        producer."""
+        producer. ``flush=False`` (a failure may have left a record half queued): close every
+        open partition as it is on disk, handing nothing more over and writing no checkpoint,
+        as a crash would; the next restore proceeds as after a crash."""
         async with self._follow_lock:
             await self._stop_follower()
             for standby in self._standbys.values():
                 standby.db.close()
             self._standbys.clear()
         try:
-            await self.flush()
+            if flush:
+                await self.flush()
         finally:
             for partition in list(self._open):
                 self._close(partition)

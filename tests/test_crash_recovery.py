@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import shutil
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -21,14 +23,14 @@ import uuid
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from subprocess import Popen
+from subprocess import DEVNULL, STDOUT, Popen, TimeoutExpired
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from app.broker import free_port
 from app.clients import client_options
-from app.demo import log_tail, start_worker, stop_worker
+from app.demo import log_tail, settings_environ, start_worker, stop_worker
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics
 
@@ -170,6 +172,50 @@ def test_sigkill_mid_stream_with_and_without_data_dir(
         worker = start_worker(settings, logs[2])
         wait_until(
             lambda: caught_up(settings, [worker], [logs[2]], last), 120, "everything processed"
+        )
+        check_aggregates(settings, events)
+    finally:
+        stop_worker(worker)
+
+
+def test_a_failing_input_reader_stops_the_worker_and_a_restart_resumes_exactly(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """A bug that kills the input reader mid-record (``tests.faulty_worker``) is logged and
+    stops the worker with an error instead of leaving it up and idle; a restart with the same
+    data dir applies every record once, the half-applied one included."""
+    state_dir = tmp_path / "state"
+    settings = worker_settings(kafka_bootstrap, embedded_profile, state_dir, partitions=2)
+    asyncio.run(create_topics(settings))
+    events = make_events(2_000, seed=11)
+    last = asyncio.run(produce(settings, events))
+    fault_partition = min(last)
+    logs = [tmp_path / "faulty.log", tmp_path / "worker.log"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
+    env.update(settings_environ(settings))
+    env.update(FAULT_PARTITION=str(fault_partition), FAULT_OFFSET=str(last[fault_partition] // 2))
+    with open(logs[0], "wb") as out:
+        faulty = Popen(
+            [sys.executable, "-m", "tests.faulty_worker"],
+            stdout=out,
+            stderr=STDOUT,
+            stdin=DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        faulty.wait(120)
+    except TimeoutExpired:
+        stop_worker(faulty)
+        raise AssertionError("the worker did not stop:\n" + log_tail(logs[0])) from None
+    log = logs[0].read_text(errors="replace")
+    assert faulty.returncode != 0, log_tail(logs[0])
+    assert "fiba-input-reader failed" in log and "InjectedFault" in log, log_tail(logs[0], 40)
+
+    worker = start_worker(settings, logs[1])
+    try:
+        wait_until(
+            lambda: caught_up(settings, [worker], [logs[1]], last), 120, "everything processed"
         )
         check_aggregates(settings, events)
     finally:

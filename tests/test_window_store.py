@@ -328,12 +328,11 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
                     expected, expected_applied = model.durable
                 else:
                     # SIGKILL: no flush, no checkpoint, only a prefix of the held records out
-                    # (the queued ones are lost)
+                    # (the queued ones are lost); the store closed as a failed worker closes it
                     expected, expected_applied, cut = model.after_crash(op[2] % (model.held + 1))
                     await producer.deliver(cut)
                     producer.held.clear()
-                    for p in list(store.partitions):
-                        store._close(p)
+                    await store.stop(flush=False)
                 local_was_clean = kind == "restart" or not model.local_dirty
                 if not keep_local:
                     shutil.rmtree(store.partition_path(0))
