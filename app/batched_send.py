@@ -12,18 +12,23 @@ keep their order (aiokafka keeps one batch of a partition in flight at a time; `
 waits until the partition's previous batch has left the accumulator).
 
 ``KeyPartitioner`` gives the partition that Kafka's default partitioner picks for a key
-(murmur2, as every client does), cached per key, for the explicit partitions ``send_batch``
-needs; ``KeyedOutputs`` queues keyed records of one topic by that partition until ``send``.
+(murmur2, as every client does), memoised for the keys used most recently, for the explicit
+partitions ``send_batch`` needs; ``KeyedOutputs`` queues keyed records of one topic by that
+partition until ``send``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
+
+KEY_CACHE_SIZE = 1 << 16
+"""Keys whose partition ``KeyPartitioner`` memoises (about 10 MB at most)."""
 
 
 class DeliveredRecord(NamedTuple):
@@ -81,19 +86,28 @@ def default_partition(key: bytes, partitions: int) -> int:
 
 class KeyPartitioner:
     """The partition of a key in a topic of ``partitions`` partitions under Kafka's default
-    partitioner (murmur2 of the key bytes), memoised per key: O(1) after a key's first call."""
+    partitioner (murmur2 of the key bytes), memoised for the ``KEY_CACHE_SIZE`` keys used most
+    recently (a C-level LRU): O(1) for a cached key, O(len(key)) otherwise. Bounded, so that
+    keys gone idle, or of partitions moved to another worker, do not accumulate."""
 
-    __slots__ = ("_cache", "partitions")
+    __slots__ = ("_cached", "partitions")
 
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
-        self._cache: dict[bytes, int] = {}
+        self._cached = functools.lru_cache(maxsize=KEY_CACHE_SIZE)(
+            functools.partial(_partition_of, partitions)
+        )
 
     def __call__(self, key: bytes) -> int:
-        partition = self._cache.get(key)
-        if partition is None:
-            partition = self._cache[key] = default_partition(key, self.partitions)
-        return partition
+        return self._cached(key)
+
+    def cached_keys(self) -> int:
+        """How many keys are memoised now (at most ``KEY_CACHE_SIZE``)."""
+        return self._cached.cache_info().currsize
+
+
+def _partition_of(partitions: int, key: bytes) -> int:
+    return default_partition(key, partitions)
 
 
 class KeyedOutputs:

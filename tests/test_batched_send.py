@@ -12,7 +12,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.batched_send import KeyedOutputs, KeyPartitioner, send_records
+from app.batched_send import KEY_CACHE_SIZE, KeyedOutputs, KeyPartitioner, send_records
 from app.clients import client_options
 from app.settings import Settings
 from app.topics import TopicSpec, create_topics
@@ -34,6 +34,17 @@ def test_key_partitioner_is_kafkas_default_partitioner(key: bytes, partitions: i
     partition_of = KeyPartitioner(partitions)
     assert partition_of(key) == DefaultPartitioner()(key, every, every)
     assert partition_of(key) == partition_of(key)  # memoised: the same answer
+
+
+def test_key_partitioner_memoises_a_bounded_number_of_keys() -> None:
+    partition_of = KeyPartitioner(7)
+    keys = [b"key-%d" % i for i in range(KEY_CACHE_SIZE + 100)]
+    every = list(range(7))
+    for key in keys:
+        partition_of(key)
+    assert partition_of.cached_keys() == KEY_CACHE_SIZE
+    for key in keys[:100]:  # evicted first (least recently used), still right
+        assert partition_of(key) == DefaultPartitioner()(key, every, every)
 
 
 async def test_records_beyond_one_batch_arrive_complete_and_in_order(
