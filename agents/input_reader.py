@@ -275,6 +275,8 @@ class InputReader:
                 gathered = 0
                 await asyncio.sleep(0.05)
                 continue
+            if time.perf_counter() >= turns.deadline:
+                await turns.take()
             try:
                 chunk = await consumer.getmany(
                     timeout_ms=0 if gathered else FETCH_WAIT_MS,
@@ -308,5 +310,3 @@ class InputReader:
                     if epochs.get(partition) == epoch:
                         await self.pipeline.process_records(partition, records)
                 await self.pipeline.hand_over()
-            elif time.perf_counter() >= turns.deadline:
-                await turns.take()

@@ -296,8 +296,13 @@ class WindowsPipeline:
         chunk, whatever its partitions: fewer, larger record batches. Nothing after ``fail``."""
         if self.failure is not None:
             return
+        turns = self.turns
+        if time.perf_counter() >= turns.deadline:
+            await turns.take()
         await self.aggregates.send()
         for state in list(self._states.values()):
+            if time.perf_counter() >= turns.deadline:
+                await turns.take()
             async with state.lock:
                 if self._states.get(state.partition) is state:
                     await self.store.send_changes(state.partition)
