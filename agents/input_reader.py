@@ -45,11 +45,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
+from agents.supervision import OnFailure, watched
 from app.clients import client_options
 from app.settings import Settings
 
@@ -80,16 +81,14 @@ class InputReader:
     """Reads the owned input partitions from their applied offsets into ``pipeline``.
 
     ``on_failure`` is called with the exception if the reading (or progress-committing) task
-    ends with one, which only a bug or an error the clients gave up on can cause: the worker
-    must not stay up without reading (``agents.windows.install`` makes it crash the app, so
-    that the process exits and its supervisor restarts it from the exact durable state).
+    ends with one (``agents.supervision``: the worker must not stay up without reading).
     """
 
     def __init__(
         self,
         settings: Settings,
         pipeline: WindowsPipeline,
-        on_failure: Callable[[BaseException], None],
+        on_failure: OnFailure,
     ) -> None:
         self.settings = settings
         self.pipeline = pipeline
@@ -170,7 +169,7 @@ class InputReader:
         )
         await consumer.start()
         self._consumer = consumer
-        self._loop_task = self._watched(self._read(consumer), "fiba-input-reader")
+        self._loop_task = watched(self._read(consumer), "fiba-input-reader", self.on_failure)
         committer = AIOKafkaConsumer(
             **client_options(self.settings),
             group_id=self.settings.input_progress_group,
@@ -178,27 +177,9 @@ class InputReader:
         )
         await committer.start()
         self._committer = committer
-        self._commit_task = self._watched(self._commit_progress(committer), "fiba-input-progress")
-
-    def _watched(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """A task running ``work`` forever: if it ends with an exception, that is logged with
-        its traceback and handed to ``on_failure``."""
-
-        def ended(task: asyncio.Task[None]) -> None:
-            if task.cancelled() or task.exception() is None:
-                return
-            error = task.exception()
-            logger.critical(
-                "%s failed; the worker cannot go on reading its input (its durable state is "
-                "exact: a restart resumes from it)",
-                name,
-                exc_info=error,
-            )
-            self.on_failure(error)
-
-        task = asyncio.create_task(work, name=name)
-        task.add_done_callback(ended)
-        return task
+        self._commit_task = watched(
+            self._commit_progress(committer), "fiba-input-progress", self.on_failure
+        )
 
     def _assign(self) -> None:
         """Assign the partitions being read, each positioned after its applied offset (an

@@ -56,6 +56,7 @@ from agents.records import (
     dumps,
     encode_json,
 )
+from agents.supervision import OnFailure, watched
 from agents.windows import WindowsPipeline
 from app.clients import client_options
 from app.faust_app import FibaApp
@@ -66,6 +67,8 @@ logger = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT_S = 5.0
 QUERY_COMMIT_INTERVAL_S = 1.0
+FETCH_RETRY_S = 0.1
+"""Seconds before fetching again after a failed fetch."""
 KAFKA_QUERY_FETCH_WAIT_MS = 100
 EMBEDDED_QUERY_FETCH_WAIT_MS = 10
 
@@ -193,14 +196,29 @@ class LatencyProducer:
             await self._producer.stop()
 
 
+async def fetch(
+    consumer: AIOKafkaConsumer, timeout_ms: int
+) -> dict[TopicPartition, list[ConsumerRecord]]:
+    """``consumer.getmany``; a failed fetch (e.g. a partition unassigned by a rebalance while
+    its fetch was in flight) is logged and counts as an empty one, after a short pause."""
+    try:
+        return await consumer.getmany(timeout_ms=timeout_ms)
+    except Exception:
+        logger.exception("fetching failed; retrying")
+        await asyncio.sleep(FETCH_RETRY_S)
+        return {}
+
+
 class QueryService:
     """Answers query records of the partitions this worker owns."""
 
-    def __init__(self, fiba: FibaApp, pipeline: WindowsPipeline) -> None:
+    def __init__(self, fiba: FibaApp, pipeline: WindowsPipeline, on_failure: OnFailure) -> None:
         self.fiba = fiba
         self.pipeline = pipeline
+        self.on_failure = on_failure
+        """Called when the query consumer or the answers reader fails (``agents.supervision``)."""
         self.producer = LatencyProducer(fiba.settings)
-        self.forwarder = AnswerForwarder(fiba, self.producer)
+        self.forwarder = AnswerForwarder(fiba, self.producer, on_failure)
         self.dead_letters_sent = False
         """True when a bad query became a dead letter (sent by the app producer) since the
         query consumer's last commit."""
@@ -279,9 +297,10 @@ class AnswerForwarder:
     waiting request by ``query_id`` (a fresh UUID, so old answers never match).
     """
 
-    def __init__(self, fiba: FibaApp, producer: LatencyProducer) -> None:
+    def __init__(self, fiba: FibaApp, producer: LatencyProducer, on_failure: OnFailure) -> None:
         self.fiba = fiba
         self.producer = producer
+        self.on_failure = on_failure
         self._pending: dict[str, asyncio.Future[Answer]] = {}
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -320,11 +339,11 @@ class AnswerForwarder:
                 [TopicPartition(settings.answers_topic, p) for p in range(settings.partitions)]
             )
             self._consumer = consumer
-            self._reader = asyncio.create_task(self._read(consumer))
+            self._reader = watched(self._read(consumer), "fiba-answers-reader", self.on_failure)
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
         while True:
-            batches = await consumer.getmany(timeout_ms=500)
+            batches = await fetch(consumer, 500)
             for records in batches.values():
                 for record in records:
                     if not self._pending:
@@ -381,7 +400,9 @@ class QueryConsumer:
                 fetch_max_wait_ms=query_fetch_wait_ms(settings),
             )
             await self._consumer.start()
-            self._task = asyncio.create_task(self._run(self._consumer))
+            self._task = watched(
+                self._run(self._consumer), "fiba-query-consumer", self.service.on_failure
+            )
         await self.commit()
         self._owned = set(partitions)
         tps = [TopicPartition(settings.queries_topic, p) for p in sorted(partitions)]
@@ -412,7 +433,7 @@ class QueryConsumer:
             if not consumer.assignment():
                 await asyncio.sleep(0.1)
                 continue
-            batches = await consumer.getmany(timeout_ms=100)
+            batches = await fetch(consumer, 100)
             for tp, records in batches.items():
                 if tp.partition not in self._owned:
                     continue
@@ -439,7 +460,8 @@ class QueryConsumer:
 
 
 def install(fiba: FibaApp, service: QueryService) -> None:
-    """Register the query consumer (following the assignment) and the HTTP views."""
+    """Register the query consumer (following the assignment) and the HTTP views. A failure of
+    the consumer's task goes to ``service.on_failure``."""
     app = fiba.app
 
     consumer = QueryConsumer(fiba, service)

@@ -66,6 +66,7 @@ from agents.dead_letters import DeadLetters
 from agents.events import BadEvent, EventParser
 from agents.input_reader import InputReader
 from agents.records import AggregateRecord, encode_json
+from agents.supervision import OnFailure
 from app.batched_send import KeyedOutputs
 from app.faust_app import FibaApp
 from stores.gc_pause import freeze_survivors_unless_paused, paused_gc
@@ -477,19 +478,13 @@ class WindowsPipeline:
         }
 
 
-def install(fiba: FibaApp, pipeline: WindowsPipeline) -> InputReader:
+def install(fiba: FibaApp, pipeline: WindowsPipeline, on_failure: OnFailure) -> InputReader:
     """Register on ``fiba.app`` the assignment agent, the rebalance hooks that make the returned
-    ``InputReader`` read the owned input partitions, and the idle-key sweep timer."""
+    ``InputReader`` read the owned input partitions, and the idle-key sweep timer. A failure
+    of the reader's tasks goes to ``on_failure`` (``agents.supervision.WorkerCrash``)."""
     app = fiba.app
     settings = fiba.settings
-    crashing: list[asyncio.Task[None]] = []
-
-    def crash(error: BaseException) -> None:
-        # the app stops (the process exits with the error); the state is closed as by a crash
-        pipeline.fail(error)
-        crashing.append(asyncio.ensure_future(app.crash(error)))
-
-    reader = InputReader(settings, pipeline, on_failure=crash)
+    reader = InputReader(settings, pipeline, on_failure)
 
     async def assignment_agent(stream: faust.StreamT) -> None:
         # the assignment topic stays empty: this agent only makes Faust's consumer join the

@@ -29,6 +29,7 @@ from agents import queries, windows
 from agents.dead_letters import DeadLetters
 from agents.input_reader import InputReader
 from agents.queries import QueryService
+from agents.supervision import WorkerCrash
 from agents.windows import WindowsPipeline
 from app.faust_app import FibaApp, create_app
 from app.settings import Settings
@@ -54,8 +55,9 @@ def build_worker(settings: Settings) -> Worker:
     config = WindowConfig.from_settings(settings)
     store = WindowStore(settings, MarshalStateCodec(config.composed), FaustChangelogProducer(fiba))
     pipeline = WindowsPipeline(fiba, store, DeadLetters(fiba.dead_letter_topic), config)
-    service = QueryService(fiba, pipeline)
-    reader = windows.install(fiba, pipeline)
+    crash = WorkerCrash(fiba, pipeline)
+    service = QueryService(fiba, pipeline, crash)
+    reader = windows.install(fiba, pipeline, crash)
     queries.install(fiba, service)
 
     @fiba.app.on_before_shutdown.connect

@@ -26,7 +26,7 @@ from pathlib import Path
 from subprocess import DEVNULL, STDOUT, Popen, TimeoutExpired
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from app.broker import free_port
 from app.clients import client_options
@@ -178,23 +178,12 @@ def test_sigkill_mid_stream_with_and_without_data_dir(
         stop_worker(worker)
 
 
-def test_a_failing_input_reader_stops_the_worker_and_a_restart_resumes_exactly(
-    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
-) -> None:
-    """A bug that kills the input reader mid-record (``tests.faulty_worker``) is logged and
-    stops the worker with an error instead of leaving it up and idle; a restart with the same
-    data dir applies every record once, the half-applied one included."""
-    state_dir = tmp_path / "state"
-    settings = worker_settings(kafka_bootstrap, embedded_profile, state_dir, partitions=2)
-    asyncio.run(create_topics(settings))
-    events = make_events(2_000, seed=11)
-    last = asyncio.run(produce(settings, events))
-    fault_partition = min(last)
-    logs = [tmp_path / "faulty.log", tmp_path / "worker.log"]
+def run_faulty_worker(settings: Settings, log: Path, **fault: str) -> str:
+    """Run ``tests.faulty_worker`` with ``fault`` (its environment variables) until it exits,
+    which it must do with an error within 120 s; its log."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
-    env.update(settings_environ(settings))
-    env.update(FAULT_PARTITION=str(fault_partition), FAULT_OFFSET=str(last[fault_partition] // 2))
-    with open(logs[0], "wb") as out:
+    env.update(settings_environ(settings), **fault)
+    with open(log, "wb") as out:
         faulty = Popen(
             [sys.executable, "-m", "tests.faulty_worker"],
             stdout=out,
@@ -207,16 +196,89 @@ def test_a_failing_input_reader_stops_the_worker_and_a_restart_resumes_exactly(
         faulty.wait(120)
     except TimeoutExpired:
         stop_worker(faulty)
-        raise AssertionError("the worker did not stop:\n" + log_tail(logs[0])) from None
-    log = logs[0].read_text(errors="replace")
-    assert faulty.returncode != 0, log_tail(logs[0])
-    assert "fiba-input-reader failed" in log and "InjectedFault" in log, log_tail(logs[0], 40)
+        raise AssertionError("the worker did not stop:\n" + log_tail(log)) from None
+    assert faulty.returncode != 0, log_tail(log)
+    return log.read_text(errors="replace")
 
-    worker = start_worker(settings, logs[1])
+
+def test_a_failing_input_reader_stops_the_worker_and_a_restart_resumes_exactly(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """A bug that kills the input reader mid-record (``tests.faulty_worker``) is logged and
+    stops the worker with an error instead of leaving it up and idle; a restart with the same
+    data dir applies every record once, the half-applied one included."""
+    settings = worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", 2)
+    asyncio.run(create_topics(settings))
+    events = make_events(2_000, seed=11)
+    last = asyncio.run(produce(settings, events))
+    partition = min(last)
+    log = run_faulty_worker(
+        settings,
+        tmp_path / "faulty.log",
+        FAULT_PARTITION=str(partition),
+        FAULT_OFFSET=str(last[partition] // 2),
+    )
+    assert "fiba-input-reader failed" in log and "InjectedFault" in log, log[-4000:]
+
+    worker_log = tmp_path / "worker.log"
+    worker = start_worker(settings, worker_log)
     try:
         wait_until(
-            lambda: caught_up(settings, [worker], [logs[1]], last), 120, "everything processed"
+            lambda: caught_up(settings, [worker], [worker_log], last), 120, "everything processed"
         )
         check_aggregates(settings, events)
+    finally:
+        stop_worker(worker)
+
+
+async def send_query(settings: Settings, query: dict) -> None:
+    producer = AIOKafkaProducer(**client_options(settings))
+    await producer.start()
+    try:
+        await producer.send_and_wait(
+            settings.queries_topic, json.dumps(query).encode(), key=query["key"].encode()
+        )
+    finally:
+        await producer.stop()
+
+
+async def answers_with_id(settings: Settings, query_id: str, timeout: float) -> list[dict]:
+    """The answer records with ``query_id`` on the answers topic, once at least one is there
+    (or ``timeout`` seconds passed)."""
+    consumer = AIOKafkaConsumer(
+        settings.answers_topic, **client_options(settings), auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    answers: list[dict] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while not answers and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                decoded = (json.loads(r.value) for r in records)
+                answers += [a for a in decoded if a["query_id"] == query_id]
+    finally:
+        await consumer.stop()
+    return answers
+
+
+def test_a_failing_query_consumer_stops_the_worker_and_the_query_is_answered_after(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """A bug that kills the query consumer stops the worker with an error (instead of leaving
+    queries unanswered for good); the query's offset was not committed, so the restarted
+    worker answers it."""
+    settings = worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", 2)
+    asyncio.run(create_topics(settings))
+    query = {"query_id": "boom", "key": KEYS[0], "from": 0, "to": BASE * 2}
+    asyncio.run(send_query(settings, query))
+    log = run_faulty_worker(settings, tmp_path / "faulty.log", FAULT_QUERY_ID="boom")
+    assert "fiba-query-consumer failed" in log and "InjectedFault" in log, log[-4000:]
+
+    worker_log = tmp_path / "worker.log"
+    worker = start_worker(settings, worker_log)
+    try:
+        answers = asyncio.run(answers_with_id(settings, "boom", 120))
+        assert answers, "the query was never answered:\n" + log_tail(worker_log)
+        assert answers[0]["key"] == KEYS[0] and answers[0]["count"] == 0
     finally:
         stop_worker(worker)
