@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
 from typing import Any
 
 from app.settings import load_settings
@@ -50,15 +49,8 @@ def inject_query_fault(worker: Worker, query_id: str) -> None:
 def inject_input_fault(worker: Worker, fault_partition: int, fault_offset: int) -> None:
     record = worker.store.record
 
-    def record_then_fail(
-        partition: int,
-        offset: int,
-        key: str,
-        time: int,
-        partial: Any,
-        evicted_times: Iterable[int] = (),
-    ) -> None:
-        record(partition, offset, key, time, partial, evicted_times)
+    def record_then_fail(partition: int, offset: int, *effect: Any) -> None:
+        record(partition, offset, *effect)
         if (partition, offset) == (fault_partition, fault_offset):
             raise InjectedFault(f"injected fault at offset {offset} of partition {partition}")
 
