@@ -248,10 +248,10 @@ class WindowsPipeline:
                 await self.turns.take()
 
     def fail(self, error: BaseException) -> None:
-        """Applying records failed with ``error`` (a bug, or an error the clients gave up on),
-        possibly with a record half applied: from now on nothing queued is handed over or
-        flushed, and ``stop`` closes the store as a crash would (a restart resumes from the
-        durable state, which ends at the last hand-over)."""
+        """A task of the worker failed with ``error`` (``agents.supervision``; a bug, or an
+        error the clients gave up on), possibly with a record half applied: from now on
+        nothing queued is handed over or flushed, and ``stop`` closes the store as a crash
+        would (a restart resumes from the durable state, which ends at the last hand-over)."""
         self.failure = error
 
     async def stop(self) -> None:
