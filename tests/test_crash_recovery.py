@@ -5,6 +5,10 @@ aggregate over its whole retained range equals the oracle (nothing lost, nothing
 All events of a key stay inside the retention, none is late, so the oracle of a key is simply
 the count and the sum of its values. Values are distinct small integers per event, so a lost or
 doubled event changes the sum even when another error kept the count.
+
+A worker whose input reader or query consumer fails (a fault injected by
+``tests.faulty_worker``) must stop with an error rather than stay up without reading; the
+restarted worker applies every record once and answers the query that was being handled.
 """
 
 from __future__ import annotations
