@@ -154,7 +154,8 @@ class WindowsPipeline:
         self._slice = 64
         """Records per synchronous ``insert_batch`` step in ``emit=batch`` (see ``_fit_slice``)."""
         self.failure: BaseException | None = None
-        """Set by ``fail``: nothing queued is handed over any more."""
+        """Set by ``fail``: no queued output is handed over any more (and the store is
+        abandoned)."""
 
     # --- partitions ---------------------------------------------------------------------------
 
@@ -251,15 +252,14 @@ class WindowsPipeline:
         """A task of the worker failed with ``error`` (``agents.supervision``; a bug, or an
         error the clients gave up on), possibly with a record half applied: from now on
         nothing queued is handed over or flushed, and ``stop`` closes the store as a crash
-        would (a restart resumes from the durable state, which ends at the last hand-over)."""
+        would (``WindowStore.abandon``; a restart resumes from the durable state, which ends
+        at the last hand-over)."""
         self.failure = error
+        self.store.abandon()
 
     async def stop(self) -> None:
-        """Hand over what is queued, then stop the store (flush, checkpoint, close); after
-        ``fail``, close the store without either. The reader must be stopped first."""
-        if self.failure is not None:
-            await self.store.stop(flush=False)
-            return
+        """Hand over what is queued, then stop the store (flush, checkpoint, close; after
+        ``fail``, neither: it closes as a crash would). The reader must be stopped first."""
         await self.hand_over()
         await self.store.stop()
 
@@ -437,11 +437,8 @@ class WindowsPipeline:
     # --- maintenance --------------------------------------------------------------------------
 
     async def sweep(self) -> int:
-        """Evict expired entries of idle keys in every loaded partition; entries evicted.
-        Nothing after ``fail``."""
+        """Evict expired entries of idle keys in every loaded partition; entries evicted."""
         evicted = 0
-        if self.failure is not None:
-            return evicted
         for state in list(self._states.values()):
             async with state.lock:
                 if self._states.get(state.partition) is not state:
@@ -509,9 +506,8 @@ def install(fiba: FibaApp, pipeline: WindowsPipeline, on_failure: OnFailure) -> 
     async def stop_reading_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
         reader.pause(fiba.owned_partitions(revoked))
         await pipeline.wait_idle()
-        if pipeline.failure is None:
-            await pipeline.hand_over()  # the reader may be between a chunk and its hand-over
-            await pipeline.store.flush()
+        await pipeline.hand_over()  # the reader may be between a chunk and its hand-over
+        await pipeline.store.flush()
 
     @app.on_partitions_assigned.connect
     async def read_assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:

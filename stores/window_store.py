@@ -318,6 +318,7 @@ class WindowStore:
         self._follower: asyncio.Task[None] | None = None
         self._follow_lock = asyncio.Lock()
         self._restoring: set[int] = set()
+        self._abandoned = False
         if settings.standby_replicas > 0 and isinstance(producer, FaustChangelogProducer):
             producer.app.on_partitions_assigned.connect(self._follow_faust_standbys)
 
@@ -335,24 +336,28 @@ class WindowStore:
         if self._own_producer is not None:
             await self._own_producer.start()
 
-    async def stop(self, flush: bool = True) -> None:
-        """Stop following; flush, checkpoint and close every open partition; stop the own
-        producer. ``flush=False`` (a failure may have left a record half queued): close every
-        open partition as it is on disk, handing nothing more over and writing no checkpoint,
-        as a crash would; the next restore proceeds as after a crash."""
+    async def stop(self) -> None:
+        """Stop following; flush, checkpoint and close every open partition (after
+        ``abandon``: close them as they are on disk); stop the own producer."""
         async with self._follow_lock:
             await self._stop_follower()
             for standby in self._standbys.values():
                 standby.db.close()
             self._standbys.clear()
         try:
-            if flush:
-                await self.flush()
+            await self.flush()
         finally:
             for partition in list(self._open):
                 self._close(partition)
             if self._own_producer is not None:
                 await self._own_producer.stop()
+
+    def abandon(self) -> None:
+        """A failure may have left a record half queued: from now on nothing queued is written
+        locally or handed over, and no checkpoint is written (``send_changes`` and ``flush``,
+        hence ``release`` and ``stop``, do nothing of theirs), so every partition closes as it
+        is on disk, as after a crash, and the next restore proceeds as after a crash."""
+        self._abandoned = True
 
     @property
     def partitions(self) -> frozenset[int]:
@@ -627,7 +632,9 @@ class WindowStore:
 
         A crash between the two leaves the local copy ahead of the changelog, which its
         applied offset tells: the restore discards it and rebuilds from the changelog (see the
-        module doc)."""
+        module doc). Nothing after ``abandon``."""
+        if self._abandoned:
+            return
         state = self._open[partition]
         if not state.local.is_empty():
             local, state.local = state.local, WriteBatch(raw_mode=True)
@@ -644,7 +651,9 @@ class WindowStore:
     async def flush(self) -> None:
         """Hand every open partition's queued changes over (``send_changes``), wait until every
         changelog record handed over so far is acknowledged, then write each open partition's
-        local checkpoint (after its backfill, if one is running)."""
+        local checkpoint (after its backfill, if one is running). Nothing after ``abandon``."""
+        if self._abandoned:
+            return
         for state in list(self._open.values()):
             if state.backfill is not None and state.backfill.task is not None:
                 state.backfill.wanted.set()

@@ -332,7 +332,8 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
                     expected, expected_applied, cut = model.after_crash(op[2] % (model.held + 1))
                     await producer.deliver(cut)
                     producer.held.clear()
-                    await store.stop(flush=False)
+                    store.abandon()
+                    await store.stop()
                 local_was_clean = kind == "restart" or not model.local_dirty
                 if not keep_local:
                     shutil.rmtree(store.partition_path(0))
