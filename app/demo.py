@@ -29,7 +29,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,13 +225,20 @@ def run_demo(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def start_worker(settings: Settings, log_path: Path) -> subprocess.Popen[bytes]:
-    """``fiba worker`` for ``settings`` in a subprocess (own session), output to ``log_path``."""
+def start_worker(
+    settings: Settings,
+    log_path: Path,
+    module: Sequence[str] = ("app.cli", "worker"),
+    extra_env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """``fiba worker`` for ``settings`` in a subprocess (own session), output to ``log_path``;
+    ``module``: another ``python -m`` command line to run with the same environment, plus
+    ``extra_env``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
-    env.update(settings_environ(settings))
+    env.update(settings_environ(settings), **(extra_env or {}))
     with open(log_path, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "worker"],
+            [sys.executable, "-m", *module],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

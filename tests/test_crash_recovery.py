@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import shutil
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -27,14 +25,14 @@ import uuid
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from subprocess import DEVNULL, STDOUT, Popen, TimeoutExpired
+from subprocess import Popen, TimeoutExpired
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from app.broker import free_port
 from app.clients import client_options
-from app.demo import log_tail, settings_environ, start_worker, stop_worker
+from app.demo import log_tail, start_worker, stop_worker
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics
 
@@ -185,17 +183,7 @@ def test_sigkill_mid_stream_with_and_without_data_dir(
 def run_faulty_worker(settings: Settings, log: Path, **fault: str) -> str:
     """Run ``tests.faulty_worker`` with ``fault`` (its environment variables) until it exits,
     which it must do with an error within 120 s; its log."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
-    env.update(settings_environ(settings), **fault)
-    with open(log, "wb") as out:
-        faulty = Popen(
-            [sys.executable, "-m", "tests.faulty_worker"],
-            stdout=out,
-            stderr=STDOUT,
-            stdin=DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
+    faulty = start_worker(settings, log, module=("tests.faulty_worker",), extra_env=fault)
     try:
         faulty.wait(120)
     except TimeoutExpired:
