@@ -582,11 +582,22 @@ def distinct_count(precision: int = 12) -> FunctionMonoid:
 def compose(parts: Mapping[str, Any]) -> FunctionMonoid:
     """One monoid computing several aggregations of the same input at once.
 
-    ``parts`` maps result names to monoids (any objects with the monoid members). The partial is
-    the tuple of the parts' partials in ``parts`` order, combine combines component-wise, and
-    lower returns ``{name: part.lower(...)}``. Each part's input is the whole input (wrap a part
-    with :func:`premap` to feed it one field). State round-trips through each part's
-    ``to_state``/``from_state`` when it has them.
+    ``parts`` maps result names to monoids (any objects with the monoid members). Combine
+    combines component-wise, and lower returns ``{name: part.lower(...)}``. Each part's input is
+    the whole input (wrap a part with :func:`premap` to feed it one field). State round-trips
+    through each part's ``to_state``/``from_state`` when it has them: ``to_state`` gives the
+    list of the parts' states, whatever the partial's layout.
+
+    The partial is one flat tuple: the parts' partials in ``parts`` order, except that the
+    three fields of each triple partial (``mean``, ``geomean``, ``sample_stddev``,
+    ``pop_stddev``: the parts combined by their ``(n, s, c)`` or ``(n, mean, M2)`` combine) are
+    spliced in place of the triple. ``compose({"count": ..., "mean": ...})`` keeps
+    ``(count, n, s, c)``, not ``(count, (n, s, c))``. A tuple of numbers only is untracked by
+    CPython's cyclic collector at its first young collection; a nested one is not (the
+    collector meets the outer tuple before its inner ones and keeps it tracked for one more,
+    older, collection), so the spliced layout keeps the windows' partials out of the older
+    generations, where they made every generation-1 and full collection long. It also saves
+    two tuple objects per partial and their allocation per combine.
 
     The five functions are generated (``exec``) for the given parts: tuples are unpacked and
     built directly, the parts' functions are bound as default arguments, and the bodies of the
@@ -599,28 +610,40 @@ def compose(parts: Mapping[str, Any]) -> FunctionMonoid:
         raise ValueError("compose needs at least one monoid")
     names = tuple(parts)
     monoids = tuple(parts.values())
+    identity: list[Any] = []
+    for m in monoids:
+        if _spliced_width(m):
+            identity.extend(m.identity)
+        else:
+            identity.append(m.identity)
     return FunctionMonoid(
         "compose(" + ",".join(names) + ")",
-        tuple(m.identity for m in monoids),
+        tuple(identity),
         _generated_lift(monoids),
         _generated_combine(monoids),
         _generated_lower(names, monoids),
-        _generated_state_map([getattr(m, "to_state", _same) for m in monoids], "list"),
-        _generated_state_map([getattr(m, "from_state", _same) for m in monoids], "tuple"),
+        _generated_to_state(monoids),
+        _generated_from_state(monoids),
         all(getattr(m, "commutative", False) for m in monoids),
     )
 
 
 # Inline bodies of built-in functions, by identity. Expressions use {x} (the argument) or {a},
 # {b} (the two partials); statement blocks assign {r} and name their temporaries {t}*. Each is
-# the same arithmetic, in the same order, as the function it stands for.
+# the same arithmetic, in the same order, as the function it stands for. The parts of
+# ``_SPLICED_WIDTHS`` are written over their fields: {x0}, {x1}, ... (one partial), {a0}...,
+# {b0}... (two partials), {r0}... (the result).
+_SPLICED_WIDTHS: dict[Any, int] = {_compensated_combine: 3, _moments_combine: 3}
+"""Combines of fixed-size tuple partials, by identity: compose splices their fields."""
 _INLINE_LIFTS: dict[Any, str] = {
     _same: "{x}",
     _one: "1",
-    _mean_lift: "(1, {x}, 0)",
-    _moments_lift: "(1, float({x}), 0.0)",
     _singleton: "({x},)",
     _count_lift: "({x}, 1)",
+}
+_INLINE_SPLICED_LIFTS: dict[Any, str] = {
+    _mean_lift: "1, {x}, 0",
+    _moments_lift: "1, float({x}), 0.0",
 }
 _INLINE_COMBINES: dict[Any, str] = {
     operator.add: "{a} + {b}",
@@ -630,37 +653,59 @@ _INLINE_COMBINES: dict[Any, str] = {
     _first_combine: "{a} or {b}",
     _last_combine: "{b} or {a}",
 }
-_INLINE_COMBINE_BLOCKS: dict[Any, tuple[str, ...]] = {
+_INLINE_SPLICED_COMBINES: dict[Any, tuple[str, ...]] = {
     _compensated_combine: (
-        "{t}n1, {t}s1, {t}c1 = {a}",
-        "{t}n2, {t}s2, {t}c2 = {b}",
-        "{t}s = {t}s1 + {t}s2",
-        "{r} = ({t}n1 + {t}n2, {t}s, {t}c1 + {t}c2 + (({t}s1 - {t}s) + {t}s2 "
-        "if abs({t}s1) >= abs({t}s2) else ({t}s2 - {t}s) + {t}s1))",
+        "{r1} = {a1} + {b1}",
+        "{r0} = {a0} + {b0}",
+        "{r2} = {a2} + {b2} + (({a1} - {r1}) + {b1} "
+        "if abs({a1}) >= abs({b1}) else ({b1} - {r1}) + {a1})",
     ),
     _moments_combine: (
-        "{t}na, {t}ma, {t}qa = {a}",
-        "{t}nb, {t}mb, {t}qb = {b}",
-        "if not {t}na:",
-        "    {r} = {b}",
-        "elif not {t}nb:",
-        "    {r} = {a}",
+        "if not {a0}:",
+        "    {r0}, {r1}, {r2} = {b0}, {b1}, {b2}",
+        "elif not {b0}:",
+        "    {r0}, {r1}, {r2} = {a0}, {a1}, {a2}",
         "else:",
-        "    {t}n = {t}na + {t}nb",
-        "    {t}d = {t}mb - {t}ma",
-        "    {r} = ({t}n, {t}ma + {t}d * {t}nb / {t}n, "
-        "{t}qa + {t}qb + {t}d * {t}d * {t}na * {t}nb / {t}n)",
+        "    {r0} = {a0} + {b0}",
+        "    {t}d = {b1} - {a1}",
+        "    {r1} = {a1} + {t}d * {b0} / {r0}",
+        "    {r2} = {a2} + {b2} + {t}d * {t}d * {a0} * {b0} / {r0}",
     ),
 }
 _INLINE_LOWERS: dict[Any, str] = {
     _same: "{x}",
-    _mean_lower: "(({x}[1] + {x}[2]) / {x}[0] if {x}[0] else None)",
-    _pop_stddev_lower: "(sqrt(max({x}[2], 0.0) / {x}[0]) if {x}[0] else None)",
-    _sample_stddev_lower: "(sqrt(max({x}[2], 0.0) / ({x}[0] - 1)) if {x}[0] > 1 else None)",
     _only_or_none: "({x}[0] if {x} else None)",
     _second: "{x}[1]",
 }
+_INLINE_SPLICED_LOWERS: dict[Any, str] = {
+    _mean_lower: "(({x1} + {x2}) / {x0} if {x0} else None)",
+    _pop_stddev_lower: "(sqrt(max({x2}, 0.0) / {x0}) if {x0} else None)",
+    _sample_stddev_lower: "(sqrt(max({x2}, 0.0) / ({x0} - 1)) if {x0} > 1 else None)",
+}
 _GLOBALS = {"sqrt": math.sqrt}
+
+
+def _spliced_width(m: Any) -> int:
+    """How many fields part ``m``'s partial is spliced into (0: it is kept whole)."""
+    return _SPLICED_WIDTHS.get(m.combine, 0)
+
+
+def _fields(prefix: str, index: int, m: Any) -> list[str]:
+    """The names of part ``index``'s field(s) in the composed partial (one if kept whole)."""
+    width = _spliced_width(m)
+    if not width:
+        return [f"{prefix}{index}"]
+    return [f"{prefix}{index}_{j}" for j in range(width)]
+
+
+def _flat(fields: list[list[str]]) -> list[str]:
+    """Every part's field names in order: the composed partial's layout."""
+    return [name for part in fields for name in part]
+
+
+def _packed(fields: list[str]) -> str:
+    """The part's own partial built back from its fields: ``(a1_0, a1_1, a1_2)``."""
+    return f"({', '.join(fields)},)"
 
 
 def _generate(name: str, params: str, bound: list[Any], body: list[str]) -> Callable[..., Any]:
@@ -672,73 +717,102 @@ def _generate(name: str, params: str, bound: list[Any], body: list[str]) -> Call
     return namespace[name]
 
 
-def _unpack(tuple_name: str, prefix: str, n: int) -> str:
-    """``a0, a1, = a``: unpacking raises ``ValueError`` unless ``a`` has exactly ``n`` items."""
-    return "".join(f"{prefix}{i}, " for i in range(n)) + f"= {tuple_name}"
+def _unpack(source: str, names: list[str]) -> str:
+    """``a0, a1_0, a1_1, = a``: raises ``ValueError`` unless ``a`` has exactly those items."""
+    return "".join(f"{name}, " for name in names) + f"= {source}"
+
+
+def _bind(bound: list[Any], f: Any) -> str:
+    """The name under which the generated function calls ``f``."""
+    bound.append(f)
+    return f"_f{len(bound) - 1}"
 
 
 def _generated_lift(monoids: tuple[Any, ...]) -> Callable[[Any], tuple]:
     bound: list[Any] = []
     items = []
     for m in monoids:
-        template = _INLINE_LIFTS.get(m.lift)
-        if template is None:
-            bound.append(m.lift)
-            template = f"_f{len(bound) - 1}({{x}})"
+        if _spliced_width(m):
+            template = _INLINE_SPLICED_LIFTS.get(m.lift) or f"*{_bind(bound, m.lift)}({{x}})"
+        else:
+            template = _INLINE_LIFTS.get(m.lift) or f"{_bind(bound, m.lift)}({{x}})"
         items.append(template.format(x="x"))
     return _generate("lift", "x", bound, [f"return ({', '.join(items)},)"])
 
 
 def _generated_combine(monoids: tuple[Any, ...]) -> Callable[[Any, Any], tuple]:
-    n = len(monoids)
     bound: list[Any] = []
-    body = [_unpack("a", "a", n), _unpack("b", "b", n)]
+    a_fields = [_fields("a", i, m) for i, m in enumerate(monoids)]
+    b_fields = [_fields("b", i, m) for i, m in enumerate(monoids)]
+    body = [_unpack("a", _flat(a_fields)), _unpack("b", _flat(b_fields))]
     items = []
     for i, m in enumerate(monoids):
-        names = {"a": f"a{i}", "b": f"b{i}", "r": f"r{i}", "t": f"t{i}_"}
-        block = _INLINE_COMBINE_BLOCKS.get(m.combine)
-        if block is not None:
+        if _spliced_width(m):
+            r_fields = _fields("r", i, m)
+            block = _INLINE_SPLICED_COMBINES.get(m.combine)
+            if block is None:  # a spliced combine always has its inline block
+                raise AssertionError(f"no inline combine for {m!r}")
+            names = {"t": f"t{i}_"}
+            for prefix, fields in (("a", a_fields[i]), ("b", b_fields[i]), ("r", r_fields)):
+                names.update({f"{prefix}{j}": field for j, field in enumerate(fields)})
             body += [line.format(**names) for line in block]
-            items.append(names["r"])
+            items.extend(r_fields)
             continue
-        template = _INLINE_COMBINES.get(m.combine)
-        if template is None:
-            bound.append(m.combine)
-            template = f"_f{len(bound) - 1}({{a}}, {{b}})"
-        items.append(f"({template.format(**names)})")
+        template = _INLINE_COMBINES.get(m.combine) or f"{_bind(bound, m.combine)}({{a}}, {{b}})"
+        items.append(f"({template.format(a=a_fields[i][0], b=b_fields[i][0])})")
     return _generate("combine", "a, b", bound, [*body, f"return ({', '.join(items)},)"])
 
 
 def _generated_lower(names: tuple[str, ...], monoids: tuple[Any, ...]) -> Callable[[tuple], dict]:
     bound: list[Any] = []
+    fields = [_fields("a", i, m) for i, m in enumerate(monoids)]
     items = []
     for i, m in enumerate(monoids):
-        template = _INLINE_LOWERS.get(m.lower)
-        if template is None:
-            bound.append(m.lower)
-            template = f"_f{len(bound) - 1}({{x}})"
-        bound.append(names[i])
-        items.append(f"_f{len(bound) - 1}: {template.format(x=f'a{i}')}")
-    body = [_unpack("a", "a", len(monoids)), f"return {{{', '.join(items)}}}"]
+        if _spliced_width(m):
+            template = _INLINE_SPLICED_LOWERS.get(m.lower)
+            if template is None:
+                value = f"{_bind(bound, m.lower)}({_packed(fields[i])})"
+            else:
+                value = template.format(**{f"x{j}": field for j, field in enumerate(fields[i])})
+        else:
+            template = _INLINE_LOWERS.get(m.lower) or f"{_bind(bound, m.lower)}({{x}})"
+            value = template.format(x=fields[i][0])
+        items.append(f"{_bind(bound, names[i])}: {value}")
+    body = [_unpack("a", _flat(fields)), f"return {{{', '.join(items)}}}"]
     return _generate("lower", "a", bound, body)
 
 
-def _generated_state_map(functions: list[Any], container: str) -> Callable[[Any], Any]:
-    """``[f0(a0), f1(a1), ...]`` (``container`` ``list``) or the same as a tuple; identity
-    functions are left out."""
+def _generated_to_state(monoids: tuple[Any, ...]) -> Callable[[tuple], list]:
+    """``[to_state0(part0), to_state1(part1), ...]``, spliced parts packed back first;
+    identity functions are left out."""
+    bound: list[Any] = []
+    fields = [_fields("a", i, m) for i, m in enumerate(monoids)]
+    items = []
+    for i, m in enumerate(monoids):
+        part = _packed(fields[i]) if _spliced_width(m) else fields[i][0]
+        f = getattr(m, "to_state", _same)
+        items.append(part if f is _same else f"{_bind(bound, f)}({part})")
+    body = [_unpack("a", _flat(fields)), f"return [{', '.join(items)}]"]
+    return _generate("to_state", "a", bound, body)
+
+
+def _generated_from_state(monoids: tuple[Any, ...]) -> Callable[[list], tuple]:
+    """The partial of ``[state0, state1, ...]``: ``from_state`` per part, spliced parts'
+    fields spliced in; identity functions are left out."""
     bound: list[Any] = []
     items = []
-    for i, f in enumerate(functions):
-        if f is _same:
-            items.append(f"a{i}")
-            continue
-        bound.append(f)
-        items.append(f"_f{len(bound) - 1}(a{i})")
-    joined = ", ".join(items)
-    value = f"[{joined}]" if container == "list" else f"({joined},)"
-    return _generate(
-        f"to_{container}", "a", bound, [_unpack("a", "a", len(functions)), f"return {value}"]
-    )
+    for i, m in enumerate(monoids):
+        f = getattr(m, "from_state", _same)
+        value = f"a{i}" if f is _same else f"{_bind(bound, f)}(a{i})"
+        items.append(f"*{value}" if _spliced_width(m) else value)
+    body = [
+        _unpack("a", [f"a{i}" for i in range(len(monoids))]),
+        f"r = ({', '.join(items)},)",
+        f"if len(r) != {sum(max(1, _spliced_width(m)) for m in monoids)}:",
+        "    raise ValueError(f'a state of {len(r)} fields, not the partial of its parts')",
+        "return r",
+    ]
+    return _generate("from_state", "a", bound, body)
 
 
 def premap(inner: Any, transform: Callable[[Any], Any] | Hashable) -> FunctionMonoid:
