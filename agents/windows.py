@@ -69,7 +69,7 @@ from agents.records import AggregateRecord, encode_json
 from agents.supervision import OnFailure
 from app.batched_send import KeyedOutputs
 from app.faust_app import FibaApp
-from stores.gc_pause import freeze_survivors_unless_paused, paused_gc
+from stores.gc_pause import PacedYoungCollections, freeze_survivors_unless_paused, paused_gc
 from stores.key_windows import Accepted, BatchResult, KeyWindows, Rejected, WindowConfig
 from stores.window_store import WindowStore
 
@@ -149,6 +149,8 @@ class WindowsPipeline:
         """One lock per partition ever restored (created before its state is published)."""
         self._store_started = False
         self.turns = LoopTurns()
+        self.young_collections = PacedYoungCollections()
+        """Young collections after every few hundred records, at hand-overs (see there)."""
         self.aggregates = KeyedOutputs(fiba.kafka_producer, fiba.settings.aggregates_topic)
         """Aggregate records queued during a chunk, handed over at its end."""
         self._slice = 64
@@ -278,6 +280,7 @@ class WindowsPipeline:
         async with state.lock:
             if state.halted or self._states.get(partition) is not state:
                 return
+            self.young_collections.add(len(records))
             if self.settings.emit == "batch":
                 await self._process_share(state, records)
             else:
@@ -294,9 +297,13 @@ class WindowsPipeline:
         aggregate records first, then per loaded partition its local writes and changelog
         records (``WindowStore.send_changes``): outputs before the state that makes a
         redelivery skip them (at-least-once output). The reader calls it after each fetched
-        chunk, whatever its partitions: fewer, larger record batches. Nothing after ``fail``."""
+        chunk, whatever its partitions: fewer, larger record batches. Nothing after ``fail``.
+
+        First, when due, a young collection of the cyclic collector (``PacedYoungCollections``):
+        here it runs between two chunks, and the event loop gets its turn right after it."""
         if self.failure is not None:
             return
+        self.young_collections.collect_if_due()
         turns = self.turns
         if time.perf_counter() >= turns.deadline:
             await turns.take()

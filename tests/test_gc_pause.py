@@ -1,13 +1,19 @@
 """``stores.gc_pause``: ``paused_gc`` turns the collector off inside, restores it after, nests;
 ``freeze_survivors`` collects the garbage, then takes the survivors out of later collections;
-``freeze_survivors_unless_paused`` does nothing inside a pause."""
+``freeze_survivors_unless_paused`` does nothing inside a pause;
+``PacedYoungCollections`` collects the young generation when due, outside pauses."""
 
 import gc
 import weakref
 
 import pytest
 
-from stores.gc_pause import freeze_survivors, freeze_survivors_unless_paused, paused_gc
+from stores.gc_pause import (
+    PacedYoungCollections,
+    freeze_survivors,
+    freeze_survivors_unless_paused,
+    paused_gc,
+)
 
 
 def test_pause_disables_and_restores_the_collector() -> None:
@@ -94,3 +100,31 @@ def test_a_freezing_pause_freezes_the_build_before_the_collector_resumes() -> No
     finally:
         gc.callbacks.remove(record)
         gc.unfreeze()
+
+
+def test_paced_young_collections_collect_generation_0_when_due_and_never_in_a_pause() -> None:
+    collected: list[int] = []
+
+    def record(phase: str, info: dict) -> None:
+        if phase == "stop":
+            collected.append(info["generation"])
+
+    young = PacedYoungCollections(every=200)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(10**9)  # no automatic collection during the test
+    gc.callbacks.append(record)
+    try:
+        young.add(150)
+        assert young.collect_if_due() is False
+        assert collected == []
+        young.add(50)
+        with paused_gc():  # a bulk build: due, but not now
+            assert young.collect_if_due() is False
+        assert collected == []
+        assert young.collect_if_due() is True
+        assert collected == [0]
+        assert young.collect_if_due() is False  # the count starts again
+        assert collected == [0]
+    finally:
+        gc.callbacks.remove(record)
+        gc.set_threshold(*thresholds)
