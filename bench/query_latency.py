@@ -64,7 +64,7 @@ from bench.worker_pipeline import (
 OCCUPANCY = 1000
 WARM_FRACTION = 0.05
 RESULTS = Path(__file__).parent / "results" / "query_latency.json"
-EVENTS_PER_SECOND = {"event": 4500, "batch": 14000}
+EVENTS_PER_SECOND = {"event": 6500, "batch": 18000}
 IDLE_BACKLOG = 2000
 """Backlog size per measured second: above the fastest rate seen for each mode (worker_pipeline
 runs), so that the backlog outlasts the measurement."""
