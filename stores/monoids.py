@@ -630,11 +630,10 @@ def compose(parts: Mapping[str, Any]) -> FunctionMonoid:
 
 # Inline bodies of built-in functions, by identity. Expressions use {x} (the argument) or {a},
 # {b} (the two partials); statement blocks assign {r} and name their temporaries {t}*. Each is
-# the same arithmetic, in the same order, as the function it stands for. The parts of
-# ``_SPLICED_WIDTHS`` are written over their fields: {x0}, {x1}, ... (one partial), {a0}...,
-# {b0}... (two partials), {r0}... (the result).
-_SPLICED_WIDTHS: dict[Any, int] = {_compensated_combine: 3, _moments_combine: 3}
-"""Combines of fixed-size tuple partials, by identity: compose splices their fields."""
+# the same arithmetic, in the same order, as the function it stands for. The parts whose
+# combine is in ``_SPLICED_COMBINES`` (fixed-size tuple partials: their width and block) are
+# spliced: written over their fields, {x0}, {x1}, ... (one partial), {a0}..., {b0}... (two
+# partials), {r0}... (the result).
 _INLINE_LIFTS: dict[Any, str] = {
     _same: "{x}",
     _one: "1",
@@ -653,23 +652,29 @@ _INLINE_COMBINES: dict[Any, str] = {
     _first_combine: "{a} or {b}",
     _last_combine: "{b} or {a}",
 }
-_INLINE_SPLICED_COMBINES: dict[Any, tuple[str, ...]] = {
+_SPLICED_COMBINES: dict[Any, tuple[int, tuple[str, ...]]] = {
     _compensated_combine: (
-        "{r1} = {a1} + {b1}",
-        "{r0} = {a0} + {b0}",
-        "{r2} = {a2} + {b2} + (({a1} - {r1}) + {b1} "
-        "if abs({a1}) >= abs({b1}) else ({b1} - {r1}) + {a1})",
+        3,
+        (
+            "{r1} = {a1} + {b1}",
+            "{r0} = {a0} + {b0}",
+            "{r2} = {a2} + {b2} + (({a1} - {r1}) + {b1} "
+            "if abs({a1}) >= abs({b1}) else ({b1} - {r1}) + {a1})",
+        ),
     ),
     _moments_combine: (
-        "if not {a0}:",
-        "    {r0}, {r1}, {r2} = {b0}, {b1}, {b2}",
-        "elif not {b0}:",
-        "    {r0}, {r1}, {r2} = {a0}, {a1}, {a2}",
-        "else:",
-        "    {r0} = {a0} + {b0}",
-        "    {t}d = {b1} - {a1}",
-        "    {r1} = {a1} + {t}d * {b0} / {r0}",
-        "    {r2} = {a2} + {b2} + {t}d * {t}d * {a0} * {b0} / {r0}",
+        3,
+        (
+            "if not {a0}:",
+            "    {r0}, {r1}, {r2} = {b0}, {b1}, {b2}",
+            "elif not {b0}:",
+            "    {r0}, {r1}, {r2} = {a0}, {a1}, {a2}",
+            "else:",
+            "    {r0} = {a0} + {b0}",
+            "    {t}d = {b1} - {a1}",
+            "    {r1} = {a1} + {t}d * {b0} / {r0}",
+            "    {r2} = {a2} + {b2} + {t}d * {t}d * {a0} * {b0} / {r0}",
+        ),
     ),
 }
 _INLINE_LOWERS: dict[Any, str] = {
@@ -687,7 +692,8 @@ _GLOBALS = {"sqrt": math.sqrt}
 
 def _spliced_width(m: Any) -> int:
     """How many fields part ``m``'s partial is spliced into (0: it is kept whole)."""
-    return _SPLICED_WIDTHS.get(m.combine, 0)
+    spliced = _SPLICED_COMBINES.get(m.combine)
+    return 0 if spliced is None else spliced[0]
 
 
 def _fields(prefix: str, index: int, m: Any) -> list[str]:
@@ -749,9 +755,7 @@ def _generated_combine(monoids: tuple[Any, ...]) -> Callable[[Any, Any], tuple]:
     for i, m in enumerate(monoids):
         if _spliced_width(m):
             r_fields = _fields("r", i, m)
-            block = _INLINE_SPLICED_COMBINES.get(m.combine)
-            if block is None:  # a spliced combine always has its inline block
-                raise AssertionError(f"no inline combine for {m!r}")
+            block = _SPLICED_COMBINES[m.combine][1]
             names = {"t": f"t{i}_"}
             for prefix, fields in (("a", a_fields[i]), ("b", b_fields[i]), ("r", r_fields)):
                 names.update({f"{prefix}{j}": field for j, field in enumerate(fields)})

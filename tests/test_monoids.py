@@ -409,12 +409,13 @@ def test_premap_and_compose_serve_json_records() -> None:
     m = compose(
         {
             "total": premap(monoid("sum"), "qty"),
+            "avg": premap(monoid("mean"), "qty"),  # a spliced part with a called lift
             "top": monoid("argmax", value_field="qty", arg_field="sku"),
             "skus": premap(monoid("distinct_count"), "sku"),
         }
     )
     records = [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 5}, {"sku": "a", "qty": 1}]
-    assert m.lower(fold(m, records)) == {"total": 8, "top": "b", "skus": 2}
+    assert m.lower(fold(m, records)) == {"total": 8, "avg": 8 / 3, "top": "b", "skus": 2}
     with pytest.raises(ValueError, match="at least one"):
         compose({})
 
