@@ -23,8 +23,9 @@ does; different partitions may interleave):
 - ``record_skipped(partition, offset)``: an input record with no state effect; O(1), no
   changelog record of its own (see ``send_changes``).
 - ``evict(partition, key, times)``: the idle-key sweep; one queued tombstone per entry.
-- ``await send_changes(partition)``: writes the queued local writes (one RocksDB WriteBatch:
-  one WAL write for the whole chunk), then hands the queued changelog records to the producer as
+- ``await send_changes(partition)``: writes the queued local writes (RocksDB WriteBatches of
+  about ``LOCAL_PIECE_OPS`` operations, one WAL write each, the event loop getting a turn
+  between two), then hands the queued changelog records to the producer as
   whole record batches (``app.batched_send``: much cheaper per record than one ``send`` each),
   plus one applied marker covering the records without effect since the last upsert. The
   pipeline calls it after each fetched chunk; ``flush`` calls it for every partition.
@@ -167,6 +168,10 @@ _NO_WAL = WriteOptions()
 _NO_WAL.disable_wal = True
 _KEY_PREFIX = itemgetter(slice(None, -8))
 """``entry_id -> key_prefix``: an entry id is its key's prefix plus 8 bytes of time."""
+LOCAL_PIECE_OPS = 192
+"""Operations after which a partition's queued local writes are cut into a piece of their own
+(between two ``record``/``evict`` calls): one RocksDB WriteBatch each, about half a
+millisecond of writing."""
 _BACKFILL_CHUNK = 20_000
 """Entries the background backfill writes between two event-loop turns (about 25 ms)."""
 _BACKFILL_IDLE_S = 10.0
@@ -265,6 +270,12 @@ class _Backfill:
     task: asyncio.Task[None] | None = None
 
 
+def _cut_piece(state: _OpenPartition) -> None:
+    """Close ``state``'s current local WriteBatch as a piece (between two calls)."""
+    state.pieces.append(state.local)
+    state.local = WriteBatch(raw_mode=True)
+
+
 @dataclass(slots=True)
 class _OpenPartition:
     """Bookkeeping of one open partition."""
@@ -280,7 +291,12 @@ class _OpenPartition:
     queued_upto: int = -1
     """Largest applied offset whose upsert is queued or handed over (markers aside)."""
     local: WriteBatch = field(default_factory=lambda: WriteBatch(raw_mode=True))
-    """Local writes of the records since the last ``send_changes``, written by it at once."""
+    """Local writes of the records since the last ``send_changes`` (or the last piece cut)."""
+    pieces: list[WriteBatch] = field(default_factory=list)
+    """Earlier local writes since the last ``send_changes``, cut between calls once
+    ``LOCAL_PIECE_OPS`` long, in order."""
+    sending: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held by ``send_changes``: one call per partition at a time, so pieces land in order."""
     queued: list[tuple[bytes, bytes | None]] = field(default_factory=list)
     """Changelog records of those writes, not yet handed to the producer, in order."""
     last_delivery: Awaitable[Any] | None = None
@@ -575,6 +591,8 @@ class WindowStore:
             local.delete(evicted_id)
         local.put(_META_APPLIED, _OFFSET.pack(offset))
         state.applied = offset
+        if len(local) >= LOCAL_PIECE_OPS:
+            _cut_piece(state)
         if state.backfill is not None:
             since = state.backfill.since
             since[eid] = data
@@ -615,6 +633,8 @@ class WindowStore:
         for eid in eids:
             local.delete(eid)
         local.delete(_META_CHECKPOINT)
+        if len(local) >= LOCAL_PIECE_OPS:
+            _cut_piece(state)
         state.evictions += 1
         if state.backfill is not None:
             state.backfill.since.update(dict.fromkeys(eids))
@@ -622,31 +642,50 @@ class WindowStore:
         state.queued.extend(zip(eids, repeat(None)))
 
     async def send_changes(self, partition: int) -> None:
-        """Write ``partition``'s queued local writes (one RocksDB WriteBatch), then hand its
-        queued changelog records to the producer, in order, as whole record batches
-        (``app.batched_send``), followed by an applied marker if records
-        without effect (``record_skipped``) came after the last upsert, so that a restore does
-        not read them again (their dead letters are not repeated after a crash). O(records)
-        C-level appends plus O(1) Python per batch; one compacted marker (``APPLIED_KEY``)
-        however many records without effect it covers.
+        """Write ``partition``'s queued local writes, then hand its queued changelog records to
+        the producer, in order, as whole record batches (``app.batched_send``), followed by an
+        applied marker if records without effect (``record_skipped``) came after the last
+        upsert, so that a restore does not read them again (their dead letters are not repeated
+        after a crash). O(records) C-level appends plus O(1) Python per batch; one compacted
+        marker (``APPLIED_KEY``) however many records without effect it covers.
 
-        A crash between the two leaves the local copy ahead of the changelog, which its
-        applied offset tells: the restore discards it and rebuilds from the changelog (see the
-        module doc). Nothing after ``abandon``."""
+        The local writes go as RocksDB WriteBatches of about ``LOCAL_PIECE_OPS`` operations,
+        cut between two calls of ``record`` or ``evict``, with a turn of the event loop between
+        two: rocksdict holds the GIL while it writes, and one WriteBatch for an ``emit=batch``
+        batch's share held the loop for up to 8 ms. A record's writes end with its applied
+        offset, so the local copy is always a state the store has been in, and one whose
+        applied offset says how far it goes. Calls for one partition
+        run one at a time (``sending``): a ``flush`` in between cannot write newer pieces
+        before older ones.
+
+        A crash before the changelog records are handed over leaves the local copy ahead of
+        the changelog, which its applied offset tells: the restore discards it and rebuilds
+        from the changelog (see the module doc). Nothing after ``abandon``."""
         if self._abandoned:
             return
         state = self._open[partition]
-        if not state.local.is_empty():
-            local, state.local = state.local, WriteBatch(raw_mode=True)
-            state.db.write(local)
-        records, state.queued = state.queued, []
-        applied = state.applied
-        if applied > state.queued_upto:
-            records.append((APPLIED_KEY, encode_offset(applied)))
-            state.queued_upto = applied
-        if records:
-            state.last_delivery = await self._producer.send_records(self.topic, partition, records)
-        state.sent_applied = applied
+        async with state.sending:
+            if self._abandoned or self._open.get(partition) is not state:
+                return  # abandoned, or released (and flushed) while this call waited
+            if not state.local.is_empty():
+                _cut_piece(state)
+            pieces, state.pieces = state.pieces, []
+            records, state.queued = state.queued, []
+            applied = state.applied
+            if applied > state.queued_upto:
+                records.append((APPLIED_KEY, encode_offset(applied)))
+                state.queued_upto = applied
+            for index, piece in enumerate(pieces):
+                if index:
+                    await asyncio.sleep(0)  # the event loop's turn between two writes
+                    if self._abandoned:
+                        return
+                state.db.write(piece)
+            if records:
+                state.last_delivery = await self._producer.send_records(
+                    self.topic, partition, records
+                )
+            state.sent_applied = applied
 
     async def flush(self) -> None:
         """Hand every open partition's queued changes over (``send_changes``), wait until every

@@ -582,6 +582,47 @@ async def test_a_failed_backfill_leaves_no_checkpoint(
     assert as_entries(again[0]) == {("k", i): [1, i] for i in range(11)}
 
 
+async def test_local_writes_go_in_pieces_in_order_with_the_loops_turns_between(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """A long queue of local writes is written in pieces of ``LOCAL_PIECE_OPS`` operations
+    with the event loop's turns in between; a ``flush`` that comes meanwhile waits for them,
+    so newer writes never land before older ones: a clean restart reads the local copy back
+    exactly."""
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a", partitions=1)
+    await create_changelog(settings)
+    store, _ = await open_store(settings, 0)
+    expected: dict[tuple[str, int], Any] = {}
+    offset = 0
+
+    def record(records: range, version: int) -> None:
+        nonlocal offset
+        for i in records:  # 2 local operations each
+            key, t = f"k{i % 5}", i // 5
+            store.record(0, offset, key, t, [version, i])
+            expected[(key, t)] = [version, i]
+            offset += 1
+
+    record(range(1000), 1)  # about ten pieces
+    sending = asyncio.create_task(store.send_changes(0))
+    await asyncio.sleep(0)  # the send has written its first piece and given the loop a turn
+    record(range(950, 1000), 2)  # newer partials of the entries of its last piece
+    flushing = asyncio.create_task(store.flush())
+    turns = 0
+    while not sending.done():
+        turns += 1
+        await asyncio.sleep(0)
+    await flushing
+    assert turns >= 2 * 1000 // window_store.LOCAL_PIECE_OPS - 3
+    await store.stop()
+
+    store, restored = await open_store(settings, 0)  # a clean restart: the local copy
+    await store.stop()
+    assert restored[0].local_entries_reused
+    assert restored[0].applied_offset == offset - 1
+    assert as_entries(restored[0]) == expected
+
+
 async def test_redelivered_offset_is_rejected(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
 ) -> None:
