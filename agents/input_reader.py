@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from agents.supervision import OnFailure, watched
-from app.clients import client_options
+from app.clients import client_options, fetch
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -258,15 +258,13 @@ class InputReader:
                 continue
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
-            try:
-                chunk = await consumer.getmany(
-                    timeout_ms=0 if gathered else FETCH_WAIT_MS,
-                    max_records=min(FETCH_CHUNK, batch_max) if emit_batch else FETCH_CHUNK,
-                )
-            except Exception:
-                # e.g. a partition unassigned while its fetch was in flight
-                logger.exception("fetching input records failed; retrying")
-                await asyncio.sleep(0.1)
+            chunk = await fetch(
+                consumer,
+                "input records",
+                timeout_ms=0 if gathered else FETCH_WAIT_MS,
+                max_records=min(FETCH_CHUNK, batch_max) if emit_batch else FETCH_CHUNK,
+            )
+            if chunk is None:
                 continue
             # the records match the consumer's positions now: tag them with the epochs now
             fetched = [

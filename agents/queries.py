@@ -58,7 +58,7 @@ from agents.records import (
 )
 from agents.supervision import OnFailure, watched
 from agents.windows import WindowsPipeline
-from app.clients import client_options
+from app.clients import client_options, fetch
 from app.faust_app import FibaApp
 from app.settings import Settings
 from stores.key_windows import KeyWindows
@@ -67,8 +67,6 @@ logger = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT_S = 5.0
 QUERY_COMMIT_INTERVAL_S = 1.0
-FETCH_RETRY_S = 0.1
-"""Seconds before fetching again after a failed fetch."""
 KAFKA_QUERY_FETCH_WAIT_MS = 100
 EMBEDDED_QUERY_FETCH_WAIT_MS = 10
 
@@ -194,19 +192,6 @@ class LatencyProducer:
         """Deliver what was sent and stop."""
         if self._producer is not None:
             await self._producer.stop()
-
-
-async def fetch(
-    consumer: AIOKafkaConsumer, timeout_ms: int
-) -> dict[TopicPartition, list[ConsumerRecord]]:
-    """``consumer.getmany``; a failed fetch (e.g. a partition unassigned by a rebalance while
-    its fetch was in flight) is logged and counts as an empty one, after a short pause."""
-    try:
-        return await consumer.getmany(timeout_ms=timeout_ms)
-    except Exception:
-        logger.exception("fetching failed; retrying")
-        await asyncio.sleep(FETCH_RETRY_S)
-        return {}
 
 
 class QueryService:
@@ -343,7 +328,7 @@ class AnswerForwarder:
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
         while True:
-            batches = await fetch(consumer, 500)
+            batches = await fetch(consumer, "answers", timeout_ms=500) or {}
             for records in batches.values():
                 for record in records:
                     if not self._pending:
@@ -433,7 +418,7 @@ class QueryConsumer:
             if not consumer.assignment():
                 await asyncio.sleep(0.1)
                 continue
-            batches = await fetch(consumer, 100)
+            batches = await fetch(consumer, "queries", timeout_ms=100) or {}
             for tp, records in batches.items():
                 if tp.partition not in self._owned:
                     continue

@@ -1,4 +1,5 @@
-"""Kafka client plumbing shared by the CLI tools: connection options, reachability, end offsets.
+"""Kafka client plumbing shared by the CLI tools and the worker: connection options, reachability,
+end offsets, fetches that survive a failure.
 
 - ``client_options(settings)``: the aiokafka keyword arguments for the bootstrap servers and the
   security passthrough (SSL files, SASL) of ``Settings``.
@@ -8,20 +9,28 @@
   partition. On a real Kafka this is ListOffsets(latest); the embedded profile takes the Fetch
   high watermark instead, because the embedded broker's ListOffsets is wrong (it hides the tail
   of a multi-record batch).
+- ``fetch(consumer, what, **getmany_args)``: ``getmany`` for the worker's own reading loops;
+  a failed fetch is logged and retried after a pause instead of ending the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.helpers import create_ssl_context
 
 from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+FETCH_RETRY_S = 0.1
+"""Seconds before fetching again after a failed fetch (``fetch``)."""
 
 
 class BrokerUnreachable(Exception):
@@ -84,3 +93,17 @@ async def end_offsets(
         await consumer.getmany(*partitions, timeout_ms=200, max_records=1)
         await asyncio.sleep(0)
     return {tp: int(consumer.highwater(tp)) for tp in partitions}
+
+
+async def fetch(
+    consumer: AIOKafkaConsumer, what: str, **getmany_args: Any
+) -> dict[TopicPartition, list[ConsumerRecord]] | None:
+    """``consumer.getmany(**getmany_args)``, or ``None`` after a failed fetch (e.g. a partition
+    unassigned by a rebalance while its fetch was in flight): the failure is logged as a
+    failed fetch of ``what`` and ``FETCH_RETRY_S`` pass before the caller fetches again."""
+    try:
+        return await consumer.getmany(**getmany_args)
+    except Exception:
+        logger.exception("fetching %s failed; retrying", what)
+        await asyncio.sleep(FETCH_RETRY_S)
+        return None
