@@ -95,7 +95,7 @@ class KeyPartitioner:
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
         self._cached = functools.lru_cache(maxsize=KEY_CACHE_SIZE)(
-            functools.partial(_partition_of, partitions)
+            functools.partial(default_partition, partitions=partitions)
         )
 
     def __call__(self, key: bytes) -> int:
@@ -104,10 +104,6 @@ class KeyPartitioner:
     def cached_keys(self) -> int:
         """How many keys are memoised now (at most ``KEY_CACHE_SIZE``)."""
         return self._cached.cache_info().currsize
-
-
-def _partition_of(partitions: int, key: bytes) -> int:
-    return default_partition(key, partitions)
 
 
 class KeyedOutputs:
