@@ -57,6 +57,37 @@ class Event:
     value: Any
 
 
+SHOWN_CHARS = 80
+"""Longest rendering of an offending input value in a rejection's detail."""
+
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+
+
+def shown(raw: Any) -> str:
+    """``raw`` (a decoded JSON value) as JSON text for a rejection's detail, cut to
+    ``SHOWN_CHARS``; a number too large for a double (JSON allows it) is named so. Never a Python
+    repr: the detail is read by people who sent JSON."""
+    if isinstance(raw, float) and not math.isfinite(raw):
+        return "a number too large (beyond 1.8e308)"
+    text = json.dumps(raw, ensure_ascii=False)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def json_type(raw: Any) -> str:
+    """The JSON type of a decoded value, with its article: "an array", "null", "a number"."""
+    if raw is None:
+        return "null"
+    return _JSON_TYPES.get(type(raw), "a number")
+
+
+def json_error(exc: UnicodeDecodeError | json.JSONDecodeError) -> str:
+    """A rejection's detail for bytes that do not decode as JSON text: where the JSON breaks,
+    or that the bytes are not Unicode text."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not JSON: byte {exc.start} is not valid {exc.encoding.upper()} text"
+    return f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+
+
 def _reject_constant(name: str) -> Any:
     raise BadEvent(REASON_BAD_VALUE, f"{name} is not a finite number")
 
@@ -67,13 +98,13 @@ def parse_event_time(raw: Any) -> int:
     Raises ``BadEvent(bad_timestamp)`` for anything else (booleans, fractions of a ms, text).
     """
     if isinstance(raw, bool):
-        raise BadEvent(REASON_BAD_TIMESTAMP, f"not a time: {raw!r}")
+        raise BadEvent(REASON_BAD_TIMESTAMP, f"not a time: {shown(raw)}")
     if isinstance(raw, int):
         return raw
     if isinstance(raw, float):
         if math.isfinite(raw) and raw.is_integer():
             return int(raw)
-        raise BadEvent(REASON_BAD_TIMESTAMP, f"not a whole number of ms: {raw!r}")
+        raise BadEvent(REASON_BAD_TIMESTAMP, f"not a whole number of ms: {shown(raw)}")
     if isinstance(raw, str):
         text = raw.strip()
         if text.lstrip("-").isdigit():
@@ -81,26 +112,28 @@ def parse_event_time(raw: Any) -> int:
         try:
             moment = datetime.fromisoformat(text)
         except ValueError:
-            raise BadEvent(REASON_BAD_TIMESTAMP, f"not epoch ms nor ISO-8601: {raw!r}") from None
+            raise BadEvent(
+                REASON_BAD_TIMESTAMP, f"not epoch ms nor ISO-8601: {shown(raw)}"
+            ) from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
         return (moment - _EPOCH) // _ONE_MS
-    raise BadEvent(REASON_BAD_TIMESTAMP, f"not a time: {raw!r}")
+    raise BadEvent(REASON_BAD_TIMESTAMP, f"not a time: {shown(raw)}")
 
 
 def check_value(raw: Any) -> Any:
     """``raw`` if it is a finite number (not a bool) or a JSON object; else ``BadEvent``."""
     if isinstance(raw, bool) or raw is None:
-        raise BadEvent(REASON_BAD_VALUE, f"not a number: {raw!r}")
+        raise BadEvent(REASON_BAD_VALUE, f"not a number: {shown(raw)}")
     if isinstance(raw, int):
         return raw
     if isinstance(raw, float):
         if math.isfinite(raw):
             return raw
-        raise BadEvent(REASON_BAD_VALUE, f"not a finite number: {raw!r}")
+        raise BadEvent(REASON_BAD_VALUE, f"not a finite number: {shown(raw)}")
     if isinstance(raw, dict):
         return raw
-    raise BadEvent(REASON_BAD_VALUE, f"not a number or an object: {raw!r}")
+    raise BadEvent(REASON_BAD_VALUE, f"not a number or an object: {shown(raw)}")
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
@@ -142,11 +175,11 @@ class EventParser:
         try:
             obj = _DECODER.decode(value.decode(json.detect_encoding(value), "surrogatepass"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BadEvent(REASON_MALFORMED_JSON, f"not JSON: {exc}") from None
+            raise BadEvent(REASON_MALFORMED_JSON, json_error(exc)) from None
         except RecursionError:
             raise BadEvent(REASON_MALFORMED_JSON, "JSON nested too deeply") from None
         if not isinstance(obj, dict):
-            raise BadEvent(REASON_MALFORMED_JSON, f"not a JSON object: {type(obj).__name__}")
+            raise BadEvent(REASON_MALFORMED_JSON, f"not a JSON object but {json_type(obj)}")
         return Event(self._key(key, obj), self._time(obj, kafka_ts), self._value(obj))
 
     def _key(self, key: bytes | None, obj: dict[str, Any]) -> str:
@@ -162,10 +195,10 @@ class EventParser:
             except UnicodeDecodeError:
                 raise BadEvent(REASON_BAD_KEY, "Kafka key is not UTF-8") from None
         if self._key_field not in obj:
-            raise BadEvent(REASON_MISSING_FIELD, f"no {self._key_field!r} field")
+            raise BadEvent(REASON_MISSING_FIELD, f"no {shown(self._key_field)} field")
         raw = obj[self._key_field]
         if isinstance(raw, bool) or not isinstance(raw, str | int):
-            raise BadEvent(REASON_BAD_KEY, f"key field is not a string: {raw!r}")
+            raise BadEvent(REASON_BAD_KEY, f"key field is not a string: {shown(raw)}")
         text = str(raw)
         if len(text.encode()) > self._max_key:
             raise BadEvent(REASON_OVERSIZE, f"key longer than max_key_bytes {self._max_key}")
@@ -177,10 +210,10 @@ class EventParser:
                 raise BadEvent(REASON_BAD_TIMESTAMP, "record has no Kafka timestamp")
             return kafka_ts
         if self._ts_field not in obj:
-            raise BadEvent(REASON_MISSING_FIELD, f"no {self._ts_field!r} field")
+            raise BadEvent(REASON_MISSING_FIELD, f"no {shown(self._ts_field)} field")
         return parse_event_time(obj[self._ts_field])
 
     def _value(self, obj: dict[str, Any]) -> Any:
         if self._value_field not in obj:
-            raise BadEvent(REASON_MISSING_FIELD, f"no {self._value_field!r} field")
+            raise BadEvent(REASON_MISSING_FIELD, f"no {shown(self._value_field)} field")
         return check_value(obj[self._value_field])

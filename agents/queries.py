@@ -42,7 +42,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from faust.types import TP, Message
 from faust.web import Request, Response, View
 
-from agents.events import BadEvent, parse_event_time
+from agents.events import BadEvent, json_error, parse_event_time
 from agents.records import (
     AGGREGATIONS,
     FROM,
@@ -232,7 +232,7 @@ class QueryService:
             self.dead_letters_sent = True
             await self.pipeline.dead_letters.send(
                 REASON_BAD_QUERY,
-                str(exc),
+                str(exc) if isinstance(exc, BadQuery) else json_error(exc),
                 message.topic,
                 message.partition,
                 message.offset,

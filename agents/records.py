@@ -219,14 +219,45 @@ REASON_OVERSIZE = "oversize"
 REASON_BAD_QUERY = "bad_query"
 
 
+# Kafka Connect's own DLQ headers (``errors.deadletterqueue.context.headers.enable``), beside ours,
+# so that Connect tooling reads fiba's dead letters as it reads its own.
+CONNECT_TOPIC = "__connect.errors.topic"
+CONNECT_PARTITION = "__connect.errors.partition"
+CONNECT_OFFSET = "__connect.errors.offset"
+CONNECT_EXCEPTION_CLASS = "__connect.errors.exception.class.name"
+CONNECT_EXCEPTION_MESSAGE = "__connect.errors.exception.message"
+CONNECT_STAGE = "__connect.errors.stage"
+
+CONNECT_STAGES = {
+    REASON_BAD_KEY: "KEY_CONVERTER",
+    REASON_LATE: "TASK_PUT",
+    REASON_FUTURE: "TASK_PUT",
+}
+"""Connect's processing stage of a reason code; every other reason fails while reading the
+value (``VALUE_CONVERTER``)."""
+
+
+def connect_exception_class(reason: str) -> str:
+    """The ``__connect.errors.exception.class.name`` of a reason code: a stable name of the
+    rejection (``malformed_json`` -> ``fiba.errors.MalformedJson``), not a Python class."""
+    return "fiba.errors." + "".join(part.title() for part in reason.split("_"))
+
+
 def dead_letter_headers(
     reason: str, detail: str, topic: str, partition: int, offset: int
 ) -> list[tuple[str, bytes]]:
-    """The headers of a dead-letter record, in the order of the constants above."""
+    """The headers of a dead-letter record: ours (``fiba.error.*``, in the order of the
+    constants above), then Kafka Connect's (``__connect.errors.*``) with the same facts."""
     return [
         (DLQ_REASON, reason.encode()),
         (DLQ_DETAIL, detail.encode()),
         (DLQ_TOPIC, topic.encode()),
         (DLQ_PARTITION, str(partition).encode()),
         (DLQ_OFFSET, str(offset).encode()),
+        (CONNECT_TOPIC, topic.encode()),
+        (CONNECT_PARTITION, str(partition).encode()),
+        (CONNECT_OFFSET, str(offset).encode()),
+        (CONNECT_EXCEPTION_CLASS, connect_exception_class(reason).encode()),
+        (CONNECT_EXCEPTION_MESSAGE, detail.encode()),
+        (CONNECT_STAGE, CONNECT_STAGES.get(reason, "VALUE_CONVERTER").encode()),
     ]

@@ -2,6 +2,7 @@
 
 import calendar
 import json
+import re
 from dataclasses import replace
 from datetime import UTC
 
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.events import BadEvent, Event, EventParser, parse_event_time
+from agents.records import dead_letter_headers
 from app.settings import Settings
 
 PARSER = EventParser(Settings())
@@ -95,6 +97,45 @@ def test_rejections_carry_their_reason(key, value, reason):
         PARSER.parse(key, value, None)
     assert info.value.reason == reason
     assert info.value.detail
+    assert not PYTHON_INTERNALS.search(info.value.detail), info.value.detail
+
+
+PYTHON_INTERNALS = re.compile(r"\b(True|False|None|inf|nan|list|dict|str|int|float|codec)\b|'")
+"""What a Python repr, type name or codec error would put into a rejection's detail."""
+
+
+@pytest.mark.parametrize(
+    ("value", "detail"),
+    [
+        (b"[1, 2]", "not a JSON object but an array"),
+        (b'{"ts": 1, "value": 1e400}', "not a finite number: a number too large (beyond 1.8e308)"),
+        (b'{"ts": "noon", "value": 1}', 'not epoch ms nor ISO-8601: "noon"'),
+        (b'{"ts": 1, "value": null}', "not a number: null"),
+        (b'{"ts": 1, "value": [true]}', "not a number or an object: [true]"),
+        (b"{not json", "not JSON: Expecting property name enclosed in double quotes at line 1"),
+        (b"\x80abc", "not JSON: byte 0 is not valid UTF-8 text"),
+    ],
+)
+def test_rejection_details_show_json_not_python(value, detail):
+    with pytest.raises(BadEvent) as info:
+        PARSER.parse(b"k", value, None)
+    assert info.value.detail.startswith(detail)
+
+
+def test_dead_letters_carry_kafka_connect_headers_beside_ours():
+    headers = dict(dead_letter_headers("malformed_json", "not JSON: x", "events", 2, 41))
+    assert headers["fiba.error.reason"] == b"malformed_json"
+    assert headers["__connect.errors.topic"] == b"events"
+    assert headers["__connect.errors.partition"] == b"2"
+    assert headers["__connect.errors.offset"] == b"41"
+    assert headers["__connect.errors.exception.class.name"] == b"fiba.errors.MalformedJson"
+    assert headers["__connect.errors.exception.message"] == b"not JSON: x"
+    assert headers["__connect.errors.stage"] == b"VALUE_CONVERTER"
+    stages = {
+        r: dict(dead_letter_headers(r, "d", "t", 0, 0))["__connect.errors.stage"]
+        for r in ("late", "bad_key")
+    }
+    assert stages == {"late": b"TASK_PUT", "bad_key": b"KEY_CONVERTER"}
 
 
 def test_oversize_value_and_key_field_problems():
