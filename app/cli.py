@@ -16,6 +16,7 @@ import functools
 import importlib
 import json
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -25,7 +26,14 @@ from typing import IO, Any, TypeVar
 
 import click
 
-from app.settings import SETTINGS_HELP, ConfigError, Settings, load_settings, parse_duration
+from app.settings import (
+    SETTINGS_HELP,
+    ConfigError,
+    Settings,
+    load_settings_with_sources,
+    parse_duration,
+    setting_text,
+)
 
 T = TypeVar("T")
 
@@ -107,18 +115,22 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def load(config: str | None, overrides: dict[str, Any]) -> Settings:
-    """``load_settings`` with a ``ConfigError`` turned into exit code 2."""
+def load(config: str | None, overrides: dict[str, Any]) -> tuple[Settings, dict[str, str]]:
+    """``load_settings_with_sources`` with a ``ConfigError`` turned into exit code 2."""
     try:
-        return load_settings(config, overrides)
+        return load_settings_with_sources(config, overrides)
     except ConfigError as exc:
         raise CliFailure(str(exc), exit_code=2) from None
 
 
-def with_settings(*names: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+def with_settings(
+    *names: str, sources: bool = False
+) -> Callable[[Callable[..., T]], Callable[..., T]]:
     """Decorate a command with ``--config`` and the flags of settings ``names``.
 
-    The command receives the loaded ``Settings`` as its first argument instead of the flags.
+    The command receives the loaded ``Settings`` as its first argument instead of the flags
+    (with ``sources``, also the layer of each setting as its second, see
+    ``app.settings.load_settings_with_sources``).
     """
 
     def decorate(command: Callable[..., T]) -> Callable[..., T]:
@@ -127,15 +139,20 @@ def with_settings(*names: str) -> Callable[[Callable[..., T]], Callable[..., T]]
             if config is None:
                 config = (click.get_current_context().find_root().obj or {}).get("config")
             overrides = {name: kwargs.pop(name) for name in names}
-            return command(load(config, overrides), *args, **kwargs)
+            settings, layers = load(config, overrides)
+            if sources:
+                return command(settings, layers, *args, **kwargs)
+            return command(settings, *args, **kwargs)
 
+        defaults = Settings()
         for name in reversed(names):
+            default = setting_text(name, getattr(defaults, name))
             run = click.option(
                 flag(name),
                 name,
                 default=None,
                 metavar="VALUE",
-                help=f"{SETTINGS_HELP[name]} [env FIBA_{name.upper()}]",
+                help=f"{SETTINGS_HELP[name]} [env FIBA_{name.upper()}; default: {default}]",
             )(run)
         return click.option(
             "--config",
@@ -155,6 +172,20 @@ def require_broker(settings: Settings) -> None:
         check_reachable(settings)
     except BrokerUnreachable as exc:
         raise CliFailure(f"{exc}; is it running? (`fiba broker` starts one)", 2) from None
+
+
+def require_free_port(host: str, port: int, what: str) -> None:
+    """Stop with exit code 2 when ``host:port`` cannot be listened on (another process holds
+    it, or the address is not this machine's), before anything is started. The probe socket
+    sets SO_REUSEADDR like the real servers do, so a port in TIME_WAIT is not a false alarm."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+            probe.listen(1)
+    except OSError as exc:
+        raise CliFailure(f"cannot listen on {host}:{port} for {what}: {exc.strerror}", 2) from None
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
@@ -218,7 +249,11 @@ def interrupt(signum: int, frame: Any) -> None:
 # --- the group ---------------------------------------------------------------------------------
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+HELP_OPTIONS = ["-h", "--help"]
+
+
+@click.group(context_settings={"help_option_names": HELP_OPTIONS, "max_content_width": 100})
+@click.version_option(None, "-V", "--version", package_name="fiba-stream", prog_name="fiba")
 @click.option(
     "--config",
     type=click.Path(dir_okay=False),
@@ -244,6 +279,7 @@ def broker(settings: Settings, port: int | None) -> None:
 
     if port is None:
         port = int(settings.bootstrap_servers[0].rpartition(":")[2])
+    require_free_port("127.0.0.1", port, "the embedded broker")
     server = EmbeddedBroker(port=port)
     try:
         server.start()
@@ -289,6 +325,7 @@ def worker(settings: Settings) -> None:
     """Run a stream-processing worker (topics must exist: `fiba topics create`)."""
     from app.topics import missing_or_mismatched
 
+    require_free_port(settings.web_host, settings.web_port, "the worker's HTTP server")
     require_broker(settings)
     problems = run_async(missing_or_mismatched(settings))
     if problems:
@@ -374,7 +411,9 @@ def produce(
     try:
         sent = run_async(send_records(settings, records, total=count, rate=rate))
     except BadInputLine as exc:
-        raise CliFailure(f"{file.name}: {exc} (records before it were sent)") from None
+        raise CliFailure(
+            f"{file.name}: {exc} ({exc.sent} records before it were sent; nothing after it)"
+        ) from None
     click.echo(f"sent {sent} records to {settings.input_topic}", err=True)
 
 
@@ -517,6 +556,25 @@ def demo(settings: Settings, events: int, keys: int, seed: int, timeout: int) ->
         raise CliFailure("some results differ from the brute-force check (see above)")
 
 
+# --- config ------------------------------------------------------------------------------------
+
+
+@cli.group()
+def config() -> None:
+    """Inspect the effective configuration."""
+
+
+@config.command("show")
+@with_settings(*SETTINGS_HELP, sources=True)
+def config_show(settings: Settings, sources: dict[str, str]) -> None:
+    """Print every setting's effective value and the layer it came from (default, the TOML
+    file, environment FIBA_*, or a flag); secrets are masked."""
+    width = max(map(len, SETTINGS_HELP))
+    for name in SETTINGS_HELP:
+        value = setting_text(name, getattr(settings, name))
+        click.echo(f"{name:<{width}}  {value}  ({sources[name]})")
+
+
 # --- commands of other modules -----------------------------------------------------------------
 
 
@@ -534,7 +592,12 @@ def _delegate(name: str, target: str, short_help: str) -> click.Command:
         module, _, attr = target.partition(":")
         real: click.Command = getattr(importlib.import_module(module), attr)
         # obj carries `fiba --config PATH` to commands built with `with_settings`.
-        real.main(list(args), prog_name=f"fiba {name}", obj=click.get_current_context().obj)
+        real.main(
+            list(args),
+            prog_name=f"fiba {name}",
+            obj=click.get_current_context().obj,
+            help_option_names=HELP_OPTIONS,
+        )
 
     return command
 

@@ -32,7 +32,11 @@ class MissingTopic(Exception):
 
 
 class BadInputLine(ValueError):
-    """A line of an input file that is not a JSON object with a string key."""
+    """A line of an input file that is not a JSON object with a string key, or holds a number
+    that is not finite; ``sent`` is how many records before it were sent (set by
+    ``send_records``)."""
+
+    sent: int = 0
 
 
 class NoAnswer(TimeoutError):
@@ -72,7 +76,13 @@ def file_records(lines: Iterable[str], settings: Settings) -> Iterator[InputReco
         key = obj[key_field] if settings.key_field else obj.pop(key_field)
         ts = obj.get(settings.ts_field)
         timestamp = ts if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0 else None
-        yield key.encode(), dumps(obj), timestamp
+        try:
+            value = dumps(obj)
+        except ValueError:  # NaN, Infinity, or a number beyond the double range (1e400)
+            raise BadInputLine(
+                f"line {number}: a number that is not finite (NaN, Infinity or beyond 1.8e308)"
+            ) from None
+        yield key.encode(), value, timestamp
 
 
 async def start_producer(settings: Settings) -> AIOKafkaProducer:
@@ -109,17 +119,23 @@ async def send_records(
         with tqdm(
             total=total, unit="ev", desc="produce", file=sys.stderr, disable=not progress
         ) as bar:
-            for key, value, timestamp in records:
-                if rate is not None:
-                    ahead = began + sent / rate - time.monotonic()
-                    if ahead > 0:
-                        await asyncio.sleep(ahead)
-                pending.append(await producer.send(target, value, key=key, timestamp_ms=timestamp))
-                sent += 1
-                if len(pending) >= chunk:
-                    await asyncio.gather(*pending)
-                    bar.update(len(pending))
-                    pending.clear()
+            try:
+                for key, value, timestamp in records:
+                    if rate is not None:
+                        ahead = began + sent / rate - time.monotonic()
+                        if ahead > 0:
+                            await asyncio.sleep(ahead)
+                    pending.append(
+                        await producer.send(target, value, key=key, timestamp_ms=timestamp)
+                    )
+                    sent += 1
+                    if len(pending) >= chunk:
+                        await asyncio.gather(*pending)
+                        bar.update(len(pending))
+                        pending.clear()
+            except BadInputLine as exc:  # raised by file_records, the source of records
+                exc.sent = sent
+                raise
             await asyncio.gather(*pending)
             bar.update(len(pending))
     finally:

@@ -222,6 +222,38 @@ SETTINGS_HELP: dict[str, str] = {
 }
 
 
+SECRET_SETTINGS = frozenset({"sasl_password"})
+"""Settings never shown in clear (logs, ``fiba config show``)."""
+
+ENV_PREFIX = "FIBA_"
+CONFIG_ENV = "FIBA_CONFIG"
+"""The one ``FIBA_*`` variable that is not a setting: the path of the TOML file."""
+
+
+def format_duration(ms: int) -> str:
+    """A duration in the largest unit that divides it exactly: 3600000 -> "1h", 250 -> "250ms"."""
+    for unit, size in sorted(_DURATION_UNITS_MS.items(), key=lambda item: -item[1]):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def setting_text(name: str, value: Any) -> str:
+    """``value`` of setting ``name`` written as it would be configured (durations with a unit,
+    lists comma-separated, ``unset`` for None, secrets masked)."""
+    if value is None:
+        return "unset"
+    if name in SECRET_SETTINGS:
+        return "****"
+    if name == "windows":
+        return ",".join(w.name for w in value)
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if _PARSERS[name] in (parse_duration, _optional_duration):
+        return format_duration(value)
+    return str(value)
+
+
 def load_settings(
     config_file: str | os.PathLike[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
@@ -229,16 +261,38 @@ def load_settings(
 ) -> Settings:
     """Build and validate ``Settings`` from defaults, TOML, environment and CLI overrides.
 
-    Raises ``ConfigError`` (one clear message) on an unreadable file, an unknown TOML key or
-    override, or any invalid value.
+    Raises ``ConfigError`` (one clear message) on an unreadable file, an unknown TOML key,
+    ``FIBA_*`` variable or override, or any invalid value.
     """
+    return load_settings_with_sources(config_file, overrides, environ)[0]
+
+
+def load_settings_with_sources(
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> tuple[Settings, dict[str, str]]:
+    """``load_settings`` plus, per setting, the layer its value came from: ``default``,
+    ``<file>: <key>``, ``environment FIBA_<NAME>`` or ``--<flag>``."""
     raw: dict[str, tuple[Any, str]] = {}
-    path = config_file if config_file is not None else environ.get("FIBA_CONFIG") or None
+    path = config_file if config_file is not None else environ.get(CONFIG_ENV) or None
     if path is not None:
         for name, value in _read_toml(Path(path)).items():
             raw[name] = (value, f"{path}: {name}")
+    unknown = sorted(
+        variable
+        for variable in environ
+        if variable.startswith(ENV_PREFIX)
+        and variable != CONFIG_ENV
+        and variable[len(ENV_PREFIX) :].lower() not in SETTINGS_HELP
+    )
+    if unknown:
+        raise ConfigError(
+            f"environment: unknown setting(s) {', '.join(unknown)} (every {ENV_PREFIX}* variable"
+            f" but {CONFIG_ENV} must name a setting)"
+        )
     for name in SETTINGS_HELP:
-        env_name = f"FIBA_{name.upper()}"
+        env_name = f"{ENV_PREFIX}{name.upper()}"
         if env_name in environ:
             raw[name] = (environ[env_name], f"environment {env_name}")
     for flag, value in (overrides or {}).items():
@@ -255,8 +309,9 @@ def load_settings(
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
     settings = Settings(**values)
-    _validate(settings, {name: source for name, (_, source) in raw.items()})
-    return settings
+    sources = {name: source for name, (_, source) in raw.items()}
+    _validate(settings, sources)
+    return settings, {name: sources.get(name, "default") for name in SETTINGS_HELP}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@ sent to the query topic, and the properties of the built-in event generator."""
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from agents.records import DLQ_DETAIL, DLQ_REASON
 from app.broker import free_port, wait_for_port
-from app.cli import cli
+from app.cli import cli, command_names
 from app.demo import run_demo
 from app.generator import MAX_VALUE, generate_events, key_name, ooo_count
 from app.settings import SETTINGS_HELP
@@ -64,6 +65,7 @@ def broker_env(kafka_bootstrap, embedded_profile) -> dict[str, str]:
         (["worker", "--aggregations", "count,nosuch"], {}, "nosuch"),
         (["produce", "--generate", "1", "--broker-profile", "fast"], {}, "'fast' is not one"),
         (["tail", "--config", "/nonexistent/fiba.toml"], {}, "cannot read config file"),
+        (["worker"], {"FIBA_WINDOW": "5m"}, "unknown setting(s) FIBA_WINDOW"),
     ],
 )
 def test_a_config_error_is_one_line_on_stderr_with_exit_code_2(args, env, fragment):
@@ -110,6 +112,50 @@ def test_the_console_script_reports_without_a_traceback():
     assert done.stdout == ""
     assert done.stderr.startswith("fiba: --windows: bad window 'oops'")
     assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["worker", "broker"])
+def test_a_port_in_use_is_one_line_and_exit_2_before_anything_starts(command):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        unreachable = f"127.0.0.1:{free_port()}"  # the port is checked before the broker
+        flags = ["--web-port", str(port)] if command == "worker" else ["--port", str(port)]
+        result = fiba(command, *flags, "--broker", unreachable)
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "in use" in result.stderr
+
+
+def test_version_and_short_help_everywhere_with_setting_defaults():
+    version = fiba("--version")
+    assert version.exit_code == 0 and version.stdout.startswith("fiba, version ")
+    for name in sorted(command_names()):
+        result = fiba(*name.split(), "-h")
+        assert result.exit_code == 0, (name, result.stderr)
+        assert "Usage: " in result.stdout and "-h, --help" in result.stdout, name
+    worker_help = " ".join(fiba("worker", "-h").stdout.split())
+    assert "[env FIBA_WINDOWS; default: 1m,5m,1h]" in worker_help
+    assert "[env FIBA_RETENTION; default: 1h]" in worker_help
+    assert "[env FIBA_RESOLUTION; default: unset]" in worker_help
+
+
+def test_config_show_prints_each_setting_with_its_layer(tmp_path):
+    config = tmp_path / "fiba.toml"
+    config.write_text('retention = "2h"\nsasl_password = "hunter2"\n')
+    env = {"FIBA_WINDOWS": "1m,30m", "FIBA_CONFIG": str(config)}
+    result = fiba("config", "show", "--emit", "batch", env=env)
+    assert result.exit_code == 0, result.stderr
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in result.stdout.splitlines()}
+    assert set(rows) == set(SETTINGS_HELP)
+    assert rows["retention"] == f"2h  ({config}: retention)"
+    assert rows["windows"] == "1m,30m  (environment FIBA_WINDOWS)"
+    assert rows["emit"] == "batch  (--emit)"
+    assert rows["web_host"] == "127.0.0.1  (default)"
+    assert rows["sasl_password"] == f"****  ({config}: sasl_password)"
+    assert "hunter2" not in result.stdout
 
 
 def test_help_lists_every_command():
@@ -214,6 +260,23 @@ def test_produce_file_stops_at_a_bad_line(broker_env, tmp_path):
     result = fiba("produce", str(path), env=broker_env)
     assert result.exit_code == 1
     assert "line 2: not a JSON object with a string 'key'" in result.stderr
+
+
+@pytest.mark.kafka
+def test_produce_file_stops_at_a_non_finite_number_and_says_what_was_sent(broker_env, tmp_path):
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    path = tmp_path / "events.jsonl"
+    lines = ['{"key": "a", "ts": 1, "value": 1}', '{"key": "b", "ts": 2, "value": 3}']
+    path.write_text("\n".join([*lines, '{"key": "a", "ts": 3, "value": 1e400}', *lines]) + "\n")
+    result = fiba("produce", str(path), env=broker_env)
+    assert result.exit_code == 1
+    last = result.stderr.splitlines()[-1]  # after the progress bar
+    assert last.startswith(f"fiba: {path}: line 3: a number that is not finite")
+    assert "2 records before it were sent" in last
+    tailed = fiba(
+        "tail", "--topic", "input", "--from-beginning", "--idle-timeout", "3s", env=broker_env
+    )
+    assert len(tailed.stdout.splitlines()) == 2
 
 
 @pytest.mark.kafka
