@@ -49,6 +49,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import IllegalStateError
 
 from agents.supervision import OnFailure, watched
 from app.clients import client_options, fetch
@@ -106,6 +107,49 @@ class InputReader:
         self._committer: AIOKafkaConsumer | None = None
         self._commit_task: asyncio.Task[None] | None = None
         self._committed: dict[int, int] = {}
+        self._assigned = False
+        """True once a first assignment arrived (owning no partition is then a state)."""
+        self.restore_began: dict[int, float] = {}
+        """Per owned partition whose restore is in flight, when it began (monotonic s)."""
+        self.restore_seconds: dict[int, float] = {}
+        """Per partition, how long its latest finished restore took (s)."""
+
+    @property
+    def owned(self) -> set[int]:
+        """The partitions owned by the latest assignment."""
+        return set(self._owned)
+
+    @property
+    def reading(self) -> set[int]:
+        """The owned partitions restored and being read."""
+        return set(self._reading)
+
+    def not_ready(self) -> str | None:
+        """Why this reader is not serving every owned partition yet (None when it is): no
+        assignment received yet, or partitions still restoring. O(owned partitions)."""
+        if not self._assigned:
+            return "no partition assignment received yet"
+        restoring = sorted(self._owned - self._reading)
+        if restoring:
+            return f"restoring partition(s) {', '.join(map(str, restoring))}"
+        return None
+
+    def input_lag(self) -> dict[int, int]:
+        """Per partition being read whose log end is known (the high watermark of the latest
+        fetch, right on every broker): records after the applied offset. O(partitions)."""
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        topic = self.settings.input_topic
+        lags = {}
+        for partition in sorted(self._reading):
+            try:
+                end = consumer.highwater(TopicPartition(topic, partition))
+            except IllegalStateError:  # left the assignment since
+                continue
+            if end is not None:
+                lags[partition] = max(0, end - self.pipeline.applied_offset(partition) - 1)
+        return lags
 
     async def follow(self, partitions: Iterable[int]) -> None:
         """Own exactly ``partitions``: stop reading the others, restore and then read the new
@@ -113,6 +157,7 @@ class InputReader:
         owned = set(partitions)
         self.pause(self._owned - owned)
         self._owned = owned
+        self._assigned = True
         await self._ensure_started()
         for partition in sorted(owned - self._reading):
             task = self._restores.get(partition)
@@ -194,21 +239,28 @@ class InputReader:
             self._consumer.seek(tp, self.pipeline.applied_offset(partition) + 1)
 
     async def _restore_then_read(self, partition: int) -> None:
-        while partition in self._owned:
-            try:
-                state = await self.pipeline.state(partition)
-            except Exception:
-                logger.exception(
-                    "restore of partition %d failed; retrying in %.0f s", partition, RESTORE_RETRY_S
-                )
-                await asyncio.sleep(RESTORE_RETRY_S)
-                continue
-            if partition in self._owned and self._consumer is not None:
-                self.pipeline.resume(state.partition)
-                self._epochs[partition] = self._epochs.get(partition, 0) + 1
-                self._reading.add(partition)
-                self._assign()
-            return
+        began = self.restore_began[partition] = time.monotonic()
+        try:
+            while partition in self._owned:
+                try:
+                    state = await self.pipeline.state(partition)
+                except Exception:
+                    logger.exception(
+                        "restore of partition %d failed; retrying in %.0f s",
+                        partition,
+                        RESTORE_RETRY_S,
+                    )
+                    await asyncio.sleep(RESTORE_RETRY_S)
+                    continue
+                self.restore_seconds[partition] = time.monotonic() - began
+                if partition in self._owned and self._consumer is not None:
+                    self.pipeline.resume(state.partition)
+                    self._epochs[partition] = self._epochs.get(partition, 0) + 1
+                    self._reading.add(partition)
+                    self._assign()
+                return
+        finally:
+            self.restore_began.pop(partition, None)
 
     async def _commit_progress(self, committer: AIOKafkaConsumer) -> None:
         """Every ``COMMIT_INTERVAL_S``: commit applied offset + 1 of each partition being read

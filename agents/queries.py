@@ -33,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -62,6 +63,9 @@ from app.clients import client_options, fetch
 from app.faust_app import FibaApp
 from app.settings import Settings
 from stores.key_windows import KeyWindows
+
+OnAnswered = Callable[[str, float], None]
+"""Told how a query came ("topic" or "http") and how many seconds answering it took."""
 
 logger = logging.getLogger(__name__)
 
@@ -197,9 +201,17 @@ class LatencyProducer:
 class QueryService:
     """Answers query records of the partitions this worker owns."""
 
-    def __init__(self, fiba: FibaApp, pipeline: WindowsPipeline, on_failure: OnFailure) -> None:
+    def __init__(
+        self,
+        fiba: FibaApp,
+        pipeline: WindowsPipeline,
+        on_failure: OnFailure,
+    ) -> None:
         self.fiba = fiba
         self.pipeline = pipeline
+        self.on_answered: OnAnswered | None = None
+        """Called with ``"topic"`` or ``"http"`` and the seconds a query took to answer
+        (the worker's metrics)."""
         self.on_failure = on_failure
         """Called when the query consumer or the answers reader fails (``agents.supervision``)."""
         self.producer = LatencyProducer(fiba.settings)
@@ -223,6 +235,7 @@ class QueryService:
     async def handle(self, message: Message | ConsumerRecord) -> None:
         """One query record -> one answer record (or a dead letter if it has no id/key)."""
         self.pipeline.counts["queries"] += 1
+        began = time.perf_counter()
         try:
             obj = json.loads(message.value or b"")
             if not isinstance(obj, dict):
@@ -259,6 +272,14 @@ class QueryService:
         await self.producer.send(
             self.fiba.settings.answers_topic, query.key.encode(), encode_json(result.to_json())
         )
+        self.pipeline.counts["answers"] += 1
+        self.answered("topic", began)
+
+    def answered(self, via: str, began: float) -> None:
+        """Report a query answered ``via`` "topic" or "http", asked at ``began``
+        (``time.perf_counter``), to ``on_answered``."""
+        if self.on_answered is not None:
+            self.on_answered(via, time.perf_counter() - began)
 
     async def flush(self) -> None:
         """Wait until the answers (and the dead letters of bad queries) sent so far are
@@ -477,6 +498,7 @@ def install(fiba: FibaApp, service: QueryService) -> None:
             except BadQuery as exc:
                 return self.json({"error": str(exc)}, status=400)
             service.pipeline.counts["http_queries"] += 1
+            began = time.perf_counter()
             if service.owns(fiba.key_partition(key.encode())):
                 result = await service.ask(query)
             else:
@@ -489,6 +511,7 @@ def install(fiba: FibaApp, service: QueryService) -> None:
                     )
                 result = forwarded
             status = 400 if result.error else 200
+            service.answered("http", began)
             return self.bytes(
                 encode_json(result.to_json()), content_type="application/json", status=status
             )

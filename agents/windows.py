@@ -202,6 +202,10 @@ class WindowsPipeline:
         """The partitions whose state is loaded."""
         return sorted(self._states)
 
+    def loaded_windows(self) -> dict[int, KeyWindows]:
+        """The window state of each loaded partition (for metrics: read, never change)."""
+        return {partition: state.windows for partition, state in self._states.items()}
+
     def applied_offset(self, partition: int) -> int:
         """The last input offset of the loaded ``partition`` whose effect is in its state."""
         return self._states[partition].applied_offset

@@ -94,6 +94,8 @@ DELEGATED_COMMANDS = {
     ),
 }
 """Commands implemented elsewhere: name -> ("module:click_command", short help)."""
+EXTRAS = {"bench": "bench", "spark-join": "spark", "spark-read": "spark"}
+"""The optional dependency set (pyproject extra) each delegated command needs."""
 
 
 class CliFailure(click.ClickException):
@@ -590,7 +592,15 @@ def _delegate(name: str, target: str, short_help: str) -> click.Command:
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def command(args: tuple[str, ...]) -> None:
         module, _, attr = target.partition(":")
-        real: click.Command = getattr(importlib.import_module(module), attr)
+        try:
+            real: click.Command = getattr(importlib.import_module(module), attr)
+        except ImportError as exc:
+            extra = EXTRAS[name]
+            raise CliFailure(
+                f"`fiba {name}` needs the [{extra}] extra ({exc.name} is missing):"
+                f" pip install 'fiba-stream[{extra}]'",
+                2,
+            ) from None
         # obj carries `fiba --config PATH` to commands built with `with_settings`.
         real.main(
             list(args),

@@ -76,6 +76,8 @@ def faust_options(settings: Settings) -> dict[str, Any]:
     options: dict[str, Any] = {
         "broker": settings.faust_broker,
         "web_host": settings.web_host,
+        # Faust listens on web_bind (default 0.0.0.0, every interface), not on web_host
+        "web_bind": settings.web_host,
         "web_port": settings.web_port,
         "web_enabled": True,
         "datadir": str(settings.state_dir / "faust"),

@@ -31,7 +31,9 @@ from agents.input_reader import InputReader
 from agents.queries import QueryService
 from agents.supervision import WorkerCrash
 from agents.windows import WindowsPipeline
+from app import health
 from app.faust_app import FibaApp, create_app
+from app.health import WorkerHealth
 from app.settings import Settings
 from stores.changelog import FaustChangelogProducer
 from stores.key_windows import WindowConfig
@@ -59,13 +61,17 @@ def build_worker(settings: Settings) -> Worker:
     service = QueryService(fiba, pipeline, crash)
     reader = windows.install(fiba, pipeline, crash)
     queries.install(fiba, service)
+    worker = Worker(fiba, store, pipeline, service, reader)
+    checks = WorkerHealth(worker)
+    service.on_answered = checks.observe_query
+    health.install(worker, checks)
 
     @fiba.app.on_before_shutdown.connect
     async def stop_store(sender: Any, **kwargs: Any) -> None:
         await reader.stop()  # no record half applied, restores in flight done
         await pipeline.stop()
 
-    return Worker(fiba, store, pipeline, service, reader)
+    return worker
 
 
 def run_worker(settings: Settings) -> None:

@@ -221,6 +221,10 @@ class KeyWindows:
         """Number of keys holding at least one entry."""
         return len(self._windows)
 
+    def entry_count(self) -> int:
+        """Number of entries over all keys (retained or not yet swept). O(keys)."""
+        return sum(map(len, self._windows.values()))
+
     def __iter__(self) -> Iterator[str]:
         """The keys holding at least one entry."""
         return iter(self._windows)

@@ -1,0 +1,139 @@
+"""A real worker's health and metrics endpoints, its HTTP bind address and its start-up log.
+
+One ``tests.impatient_worker`` subprocess (Faust's livelock checks every few seconds) on the
+session broker: ``/ready`` answers 503 with a reason until its partitions are restored and
+read, then 200; ``/metrics`` (Prometheus text) counts what the worker did; the HTTP server
+listens on ``web_host`` only (not on the machine's other address); the log shows the
+effective settings (secrets masked) and the HTTP address, and no Faust false alarm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import replace
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.broker import free_port
+from app.demo import start_worker, stop_worker
+from app.topics import create_topics
+from tests.impatient_worker import STREAM_PROCESSING_TIMEOUT_S
+from tests.test_worker_e2e import BASE, make_settings, produce
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+FAUST_FALSE_ALARM = "has not sent fetch request"
+
+
+def get(port: int, path: str, host: str = "127.0.0.1") -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def other_address() -> str | None:
+    """This machine's primary non-loopback IPv4 address (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+def metrics(port: int) -> dict[tuple[str, tuple], float]:
+    status, body = get(port, "/metrics")
+    assert status == 200
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+    }
+
+
+def test_health_metrics_bind_and_startup_log(kafka_bootstrap, embedded_profile, tmp_path):
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", "event")
+    settings = replace(settings, sasl_password="hunter2", web_port=free_port())
+    asyncio.run(create_topics(settings))
+    log = tmp_path / "worker.log"
+    worker = start_worker(settings, log, module=("tests.impatient_worker",))
+    port = settings.web_port
+    try:
+        not_ready, deadline = [], time.monotonic() + 90
+        while True:
+            assert worker.poll() is None, "the worker exited"
+            assert time.monotonic() < deadline, ("never ready", not_ready[-3:])
+            try:
+                status, body = get(port, "/ready")
+            except OSError:
+                time.sleep(0.2)
+                continue
+            if status == 200:
+                assert json.loads(body) == {"ready": True}
+                break
+            assert status == 503
+            not_ready.append(json.loads(body)["reason"])
+            time.sleep(0.2)
+        assert not_ready, "the worker was ready before it had its partitions"
+        assert get(port, "/live") == (200, b'{"live":true}')
+
+        records = [
+            (f"k{i % 4}".encode(), json.dumps({"ts": BASE + i, "value": i}).encode(), None)
+            for i in range(40)
+        ]
+        records += [(b"k0", b"{oops", None), (b"k1", b'{"ts": 1, "value": "x"}', None)]
+        asyncio.run(produce(settings, settings.input_topic, records))
+        status, _ = get(port, f"/windows/k1?from={BASE}&to={BASE + 100}")
+        assert status == 200
+        deadline = time.monotonic() + 60
+        while (m := metrics(port)).get(("fiba_events_accepted_total", ())) != 40:
+            assert time.monotonic() < deadline, m
+            time.sleep(0.5)
+        partitions = [str(p) for p in range(settings.partitions)]
+        assert m[("fiba_events_rejected_total", (("reason", "malformed_json"),))] == 1
+        assert m[("fiba_events_rejected_total", (("reason", "bad_value"),))] == 1
+        assert m[("fiba_output_records_total", (("topic", "aggregates"),))] == 40
+        assert m[("fiba_partitions_owned", ())] == m[("fiba_partitions_restored", ())] == 3
+        keys = sum(m[("fiba_window_keys", (("partition", p),))] for p in partitions)
+        entries = sum(m[("fiba_window_entries", (("partition", p),))] for p in partitions)
+        assert (keys, entries) == (4, 40)
+        for p in partitions:
+            assert m[("fiba_restore_seconds", (("partition", p),))] >= 0
+        deadline = time.monotonic() + 30  # the lag needs a fetch after the last record
+        while any(m.get(("fiba_input_lag_records", (("partition", p),))) != 0 for p in partitions):
+            assert time.monotonic() < deadline, m
+            time.sleep(0.5)
+            m = metrics(port)
+        assert m[("fiba_query_seconds_count", (("via", "http"),))] == 1
+        deadline = time.monotonic() + 30  # the probe observes every 0.25 s once the app runs
+        while not m.get(("fiba_event_loop_lag_seconds_count", ())):
+            assert time.monotonic() < deadline, m
+            time.sleep(0.5)
+            m = metrics(port)
+
+        address = other_address()
+        if address is None:
+            pytest.skip("this machine has no non-loopback IPv4 address to test the bind on")
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((address, port), timeout=5).close()
+
+        time.sleep(3 * STREAM_PROCESSING_TIMEOUT_S)  # Faust's livelock checks ran meanwhile
+        text = log.read_text(errors="replace")
+        assert FAUST_FALSE_ALARM not in text
+        assert f"HTTP on http://127.0.0.1:{port}" in text
+        assert "effective settings: broker=" in text
+        assert "sasl_password=****" in text and "hunter2" not in text
+    except BaseException:
+        print(log.read_text(errors="replace")[-5000:])
+        raise
+    finally:
+        stop_worker(worker)
