@@ -1,18 +1,18 @@
-# fiba-stream: the `fiba` CLI (worker, topic creation, Spark join job) in one image.
-# Python 3.11 on Debian bookworm, plus Java 17 for PySpark.
-FROM python:3.11-slim-bookworm
+# fiba-stream: the `fiba` CLI in two images (multi-stage).
+#
+#   docker build -t fiba-stream:latest .                          # worker (last stage): no Java,
+#                                                                 # no PySpark/pyarrow/pandas
+#   docker build --target spark -t fiba-stream-spark:latest .     # + Java 17, [spark], [bench]
+#
+# Both hold the same code; the worker image installs only the core dependencies, so
+# `fiba spark-join` there says which extra it needs.
+
+FROM python:3.11-slim-bookworm AS core
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-
-# Java 17 for Spark (found on PATH); procps because Spark's launcher scripts call `ps`.
-# (man1 must exist for the JRE's update-alternatives in slim images.)
-RUN mkdir -p /usr/share/man/man1 \
-    && apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
-    && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/fiba
 COPY pyproject.toml README.md ./
@@ -32,3 +32,17 @@ EXPOSE 6066
 
 ENTRYPOINT ["fiba"]
 CMD ["worker"]
+
+# The batch side: Java 17 for Spark (found on PATH); procps because Spark's launcher scripts
+# call `ps` (man1 must exist for the JRE's update-alternatives in slim images).
+FROM core AS spark
+USER root
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/*
+RUN pip install '.[spark,bench]'
+USER fiba
+
+# The default image (the last stage): the worker, small.
+FROM core AS worker

@@ -176,6 +176,11 @@ class Settings:
         return f"{self.app_id}-assignment"
 
     @property
+    def leader_topic(self) -> str:
+        """Faust's leader-election topic (``faust.assignor.LeaderAssignor``), always empty."""
+        return f"{self.app_id}-__assignor-__leader"
+
+    @property
     def window_sizes(self) -> dict[str, int]:
         """Window name -> size in ms, in configured order."""
         return {w.name: w.size_ms for w in self.windows}

@@ -14,7 +14,10 @@ Topics of ``Settings`` (all with ``partitions`` partitions and ``replication_fac
 - aggregates, answers, dead letters;
 - the assignment topic ``<app_id>-assignment``, co-partitioned with the input and always
   empty: the workers' Faust consumers subscribe to it, and owning its partition i means owning
-  input partition i (``agents.input_reader``).
+  input partition i (``agents.input_reader``);
+- Faust's leader topic ``<app_id>-__assignor-__leader`` (always empty; the owner of its
+  partition 0 is the leader). Faust would declare it with one partition; any count works, and
+  it gets ``partitions`` like the others so that one count describes every topic.
 
 Data topics keep their records ``DATA_RETENTION_MS`` (7 days); the changelog keeps them forever
 (``cleanup.policy=compact``: its latest record per store entry is the state).
@@ -89,6 +92,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         settings.answers_topic,
         settings.dead_letter_topic,
         settings.assignment_topic,
+        settings.leader_topic,
     )
     specs = [
         TopicSpec(name, settings.partitions, settings.replication_factor, DATA_TOPIC_CONFIGS)

@@ -174,11 +174,11 @@ def test_help_lists_every_command():
 def test_topics_create_is_idempotent_and_rejects_another_partition_count(broker_env):
     first = fiba("topics", "create", env=broker_env)
     assert first.exit_code == 0, first.stderr
-    assert [line.split()[0] for line in first.stdout.splitlines()] == ["created"] * 7
+    assert [line.split()[0] for line in first.stdout.splitlines()] == ["created"] * 8
     assert all(line.endswith("(3 partitions)") for line in first.stdout.splitlines())
     second = fiba("topics", "create", env=broker_env)
     assert second.exit_code == 0
-    assert [line.split()[0] for line in second.stdout.splitlines()] == ["exists"] * 7
+    assert [line.split()[0] for line in second.stdout.splitlines()] == ["exists"] * 8
     mismatch = fiba("topics", "create", "--partitions", "5", env=broker_env)
     assert mismatch.exit_code == 1
     assert mismatch.stderr.count("\n") == 1

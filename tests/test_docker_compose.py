@@ -8,6 +8,10 @@ right order on a KRaft single-node Apache Kafka that never auto-creates topics.
 import importlib
 import json
 import re
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import click
@@ -21,8 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
-FIBA_IMAGE = "fiba-stream:latest"
-FIBA_SERVICES = sorted(name for name, s in SERVICES.items() if s.get("image") == FIBA_IMAGE)
+FIBA_IMAGES = {"fiba-stream:latest": "worker", "fiba-stream-spark:latest": "spark"}
+"""The images built from the Dockerfile -> their build target."""
+FIBA_SERVICES = sorted(name for name, s in SERVICES.items() if s.get("image") in FIBA_IMAGES)
 
 
 def environment(service: dict) -> dict[str, str]:
@@ -45,6 +50,9 @@ def test_the_expected_services_exist():
     assert {"topics", "worker", "spark-join"} <= set(FIBA_SERVICES)
     for name in FIBA_SERVICES:
         assert SERVICES[name]["build"]["dockerfile"] == "Dockerfile"
+        assert SERVICES[name]["build"]["target"] == FIBA_IMAGES[SERVICES[name]["image"]]
+    assert SERVICES["worker"]["image"] == SERVICES["topics"]["image"] == "fiba-stream:latest"
+    assert SERVICES["spark-join"]["image"] == "fiba-stream-spark:latest"
 
 
 def test_kafka_is_a_single_node_kraft_apache_kafka_without_auto_creation():
@@ -96,20 +104,81 @@ def test_startup_order_kafka_then_topics_then_the_rest():
         }
 
 
-def test_the_worker_keeps_its_state_in_a_volume_and_serves_http_on_all_interfaces():
+def test_kafka_keeps_its_data_in_a_volume():
+    kafka = SERVICES["kafka"]
+    log_dir = environment(kafka)["KAFKA_LOG_DIRS"]
+    mounts = dict(reversed(v.split(":", 1)) for v in kafka["volumes"])
+    assert mounts[log_dir] in COMPOSE["volumes"]
+
+
+def test_the_worker_scales_no_fixed_host_port_and_one_state_volume_per_replica():
     worker = SERVICES["worker"]
     env = environment(worker)
     assert env["FIBA_WEB_HOST"] == "0.0.0.0"
-    assert f"{env['FIBA_WEB_PORT']}:{env['FIBA_WEB_PORT']}" in worker["ports"]
-    volume, _, path = worker["volumes"][0].partition(":")
-    assert path == env["FIBA_STATE_DIR"]
-    assert volume in COMPOSE["volumes"]
+    assert worker["ports"] == [env["FIBA_WEB_PORT"]]  # a container port: Docker picks the host's
+    assert "container_name" not in worker
+    state_dir = env["FIBA_STATE_DIR"]
+    named = [v for v in worker.get("volumes", []) if v.split(":")[-1] == state_dir and ":" in v]
+    assert not named, "a named state volume would be shared by the replicas"
+    assert f'VOLUME ["{state_dir}"]' in DOCKERFILE  # an anonymous volume per container
 
 
-def test_the_image_runs_fiba_with_java_17():
+class ReadyStub(BaseHTTPRequestHandler):
+    """Answers GET /ready with the status in ``ReadyStub.status``."""
+
+    status = 200
+
+    def do_GET(self) -> None:
+        self.send_response(self.status if self.path == "/ready" else 404)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_the_worker_healthcheck_passes_only_when_ready():
+    worker = SERVICES["worker"]
+    check = worker["healthcheck"]["test"]
+    port = environment(worker)["FIBA_WEB_PORT"]
+    assert check[:3] == ["CMD", "python", "-c"]
+    assert f"127.0.0.1:{port}/ready" in check[3]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ReadyStub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        code = check[3].replace(f":{port}/", f":{server.server_address[1]}/")
+        outcomes = {}
+        for status in (200, 503):
+            ReadyStub.status = status
+            run = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30)
+            outcomes[status] = run.returncode
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert outcomes[200] == 0 and outcomes[503] != 0
+
+
+def dockerfile_stages() -> dict[str, str]:
+    """Stage name -> its text (from its FROM line to the next)."""
+    parts = re.split(r"^FROM\s+", DOCKERFILE, flags=re.MULTILINE)[1:]
+    return {part.split()[2]: "FROM " + part for part in parts}
+
+
+def test_the_default_image_is_the_small_worker_and_spark_has_java_17():
+    stages = dockerfile_stages()
+    assert list(stages)[-1] == "worker"  # `docker build .` builds the last stage
+    assert stages["core"].startswith("FROM python:3.11")
+    assert stages["worker"].startswith("FROM core AS worker")
+    assert stages["spark"].startswith("FROM core AS spark")
+    for small in ("core", "worker"):
+        assert "openjdk" not in stages[small] and "[spark" not in stages[small]
+    assert "openjdk-17-jre-headless" in stages["spark"]
+    assert "pip install '.[spark,bench]'" in stages["spark"]
+    assert "RUN pip install .\n" in stages["core"]
+
+
+def test_the_image_runs_fiba():
     assert json.loads(dockerfile_instruction("ENTRYPOINT")) == ["fiba"]
-    assert dockerfile_instruction("FROM").startswith("python:3.11")
-    assert "openjdk-17-jre-headless" in DOCKERFILE
     for package in ("app", "agents", "stores", "spark_bridge", "bench"):
         assert f"COPY {package} ./{package}" in DOCKERFILE
     ignored = (ROOT / ".dockerignore").read_text().split()

@@ -55,6 +55,7 @@ def test_specs_cover_every_topic_co_partitioned_with_explicit_configs():
         "fiba-dead-letters",
         "shop-windows-changelog",
         "shop-assignment",
+        "shop-__assignor-__leader",
     }
     assert settings.changelog_topic == "shop-windows-changelog"
     assert settings.assignment_topic == "shop-assignment"
