@@ -21,6 +21,7 @@ exactness of the state comes from the window store's applied offsets (``agents.w
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -128,11 +129,32 @@ def _credentials(settings: Settings) -> faust.auth.Credentials | None:
     )
 
 
+def measure_fetch_checks_from_assignment(app: faust.App) -> None:
+    """Make Faust's livelock checks count from the latest assignment, not from the start.
+
+    Faust logs ``Aiokafka has not sent fetch request for TP(...) since start`` for a partition
+    whose aiokafka fetch state has no fetch yet, once ``stream_processing_timeout`` has passed
+    since its consumer started. But aiokafka renews the fetch state of every partition at
+    each rebalance, so the first check after any rebalance of a worker that has run that long
+    finds every partition "never fetched": a false alarm for each (the assignment and leader
+    topics included), however healthy the worker. Restarting the consumer thread's clock at
+    each assignment keeps the check meaning what it says: no fetch for that long since the
+    partition was (re)assigned. O(1) per rebalance.
+    """
+
+    @app.on_partitions_assigned.connect
+    async def restart_fetch_clock(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
+        thread = getattr(app.consumer, "_thread", None)  # faust's AIOKafkaConsumerThread
+        if thread is not None:
+            thread.time_started = time.monotonic()
+
+
 def create_app(settings: Settings) -> FibaApp:
     """A new Faust app for ``settings`` (agents are added by ``agents.*.install``); the state
     directory is created if missing (Faust's data dir lives inside it)."""
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     app = faust.App(settings.app_id, **faust_options(settings))
+    measure_fetch_checks_from_assignment(app)
 
     def raw_topic(name: str) -> faust.TopicT:
         return app.topic(

@@ -137,3 +137,52 @@ def test_health_metrics_bind_and_startup_log(kafka_bootstrap, embedded_profile, 
         raise
     finally:
         stop_worker(worker)
+
+
+def wait_ready(port: int, worker, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert worker.poll() is None, "the worker exited"
+        assert time.monotonic() < deadline, "the worker never became ready"
+        try:
+            if get(port, "/ready")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+
+
+def test_no_faust_false_alarm_after_a_rebalance(kafka_bootstrap, embedded_profile, tmp_path):
+    """A second worker joins once the first has run longer than Faust's check period: the
+    rebalance renews aiokafka's fetch states, which Faust's check used to take for partitions
+    never fetched since the start."""
+    first = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a", "event")
+    second = replace(first, state_dir=tmp_path / "b", web_port=free_port())
+    asyncio.run(create_topics(first))
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    workers = [start_worker(first, logs[0], module=("tests.impatient_worker",))]
+    try:
+        wait_ready(first.web_port, workers[0])
+        time.sleep(2 * STREAM_PROCESSING_TIMEOUT_S)
+        workers.append(start_worker(second, logs[1], module=("tests.impatient_worker",)))
+        deadline = time.monotonic() + 90
+        while True:  # both ready with the partitions split
+            assert time.monotonic() < deadline, "the workers never shared the partitions"
+            owned = []
+            for settings, worker in zip((first, second), workers, strict=True):
+                wait_ready(settings.web_port, worker)
+                owned.append(set(json.loads(get(settings.web_port, "/stats")[1])["assigned"]))
+            if all(owned) and not owned[0] & owned[1]:
+                break
+            time.sleep(0.5)
+        time.sleep(3 * STREAM_PROCESSING_TIMEOUT_S)  # Faust's checks ran meanwhile
+        for log in logs:
+            assert FAUST_FALSE_ALARM not in log.read_text(errors="replace"), log.name
+    except BaseException:
+        for log in logs:
+            if log.exists():
+                print(log.read_text(errors="replace")[-4000:])
+        raise
+    finally:
+        for worker in workers:
+            stop_worker(worker)
