@@ -2,10 +2,12 @@
 
 Kafka Connect DLQ convention (``agents.records``): a dead letter's key and value are the
 ORIGINAL bytes of the rejected record, and its headers carry the reason code, a human detail
-and the source topic, partition and offset. Nothing is dropped: every rejected record, whatever
-the reason (bad JSON, missing fields, NaN, late, future, oversize, bad queries), becomes one
-dead letter. The first rejection of each reason is logged as a warning with its detail, the
-others at debug level; ``counts`` (reason -> number) is served by ``GET /stats``.
+and the source topic, partition and offset, once as ``fiba.error.*`` and once as Kafka
+Connect's own ``__connect.errors.*`` (with its exception class name and stage). Nothing is
+dropped: every rejected record, whatever the reason (bad JSON, missing fields, NaN, late,
+future, oversize, bad queries), becomes one dead letter. The first rejection of each reason
+is logged as a warning with its detail, the others at debug level; ``counts`` (reason ->
+number) is served by ``GET /stats`` and ``GET /metrics``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``build_worker(settings)`` wires the pieces: the Faust app and topics (``app.faust_app``), the
 durable window store (``stores.window_store``, its changelog sent through the Faust producer so
 that Faust's pre-commit flush covers it), the dead-letter sender, the windows pipeline and agent
-(``agents.windows``), the query agent and HTTP views (``agents.queries``). ``run_worker`` runs
+(``agents.windows``), the query agent and HTTP views (``agents.queries``), the health and
+metrics views (``app.health``: ``/live``, ``/ready``, ``/metrics``). ``run_worker`` runs
 it in the foreground until SIGTERM/SIGINT; on shutdown the store is flushed and checkpointed
 after the consumer stopped and before the producer is flushed.
 
