@@ -31,6 +31,7 @@ from agents.input_reader import InputReader
 from agents.queries import QueryService
 from agents.supervision import WorkerCrash
 from agents.windows import WindowsPipeline
+from app.batched_send import KeyedOutputs
 from app.faust_app import FibaApp, create_app
 from app.settings import Settings
 from stores.changelog import FaustChangelogProducer
@@ -54,7 +55,8 @@ def build_worker(settings: Settings) -> Worker:
     fiba = create_app(settings)
     config = WindowConfig.from_settings(settings)
     store = WindowStore(settings, MarshalStateCodec(config.composed), FaustChangelogProducer(fiba))
-    pipeline = WindowsPipeline(fiba, store, DeadLetters(fiba.dead_letter_topic), config)
+    dead_letters = DeadLetters(KeyedOutputs(fiba.kafka_producer, settings.dead_letter_topic))
+    pipeline = WindowsPipeline(fiba, store, dead_letters, config)
     crash = WorkerCrash(fiba, pipeline)
     service = QueryService(fiba, pipeline, crash)
     reader = windows.install(fiba, pipeline, crash)
