@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint bench bench-quick clean
+.PHONY: install demo test lint bench bench-quick chaos clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(PY) -m bench all --quick
+
+# random SIGKILLs of workers, every output checked (KAFKA_BOOTSTRAP: that cluster); not in `test`
+CHAOS_ARGS ?= --events 100000 --kills 20 --workers 2
+chaos: $(STAMP)
+	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache

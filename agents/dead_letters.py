@@ -1,13 +1,17 @@
 """Rejected input -> the dead-letter topic, counted by reason.
 
 Kafka Connect DLQ convention (``agents.records``): a dead letter's key and value are the
-ORIGINAL bytes of the rejected record, and its headers carry the reason code, a human detail
-and the source topic, partition and offset, once as ``fiba.error.*`` and once as Kafka
-Connect's own ``__connect.errors.*`` (with its exception class name and stage). Nothing is
-dropped: every rejected record, whatever the reason (bad JSON, missing fields, NaN, late,
-future, oversize, bad queries), becomes one dead letter. The first rejection of each reason
-is logged as a warning with its detail, the others at debug level; ``counts`` (reason ->
-number) is served by ``GET /stats`` and ``GET /metrics``.
+ORIGINAL bytes of the rejected record, its Kafka timestamp is the rejected record's, and its
+headers carry the reason code, a human detail and the source topic, partition and offset, once
+as ``fiba.error.*`` and once as Kafka Connect's own ``__connect.errors.*`` (with its exception
+class name and stage). Nothing is dropped: every rejected record, whatever the reason (bad JSON,
+missing fields, NaN, late, future, oversize, bad queries), becomes one dead letter. Dead letters
+are queued (``app.batched_send.KeyedOutputs``: on the partition of their key, or of their source
+partition when they have none) and handed over with the other outputs of the worker
+(``agents.windows.WindowsPipeline.deliver_outputs``), acknowledged before the state that makes
+a redelivery skip their record. The first rejection of each reason is logged as a warning with
+its detail, the others at debug level; ``counts`` (reason -> number) is served by
+``GET /stats`` and ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -15,21 +19,21 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-import faust
-
 from agents.records import dead_letter_headers
+from app.batched_send import KeyedOutputs
 
 logger = logging.getLogger(__name__)
 
 
 class DeadLetters:
-    """Sends dead letters to ``topic`` and counts them per reason code."""
+    """Queues dead letters in ``outputs`` (the dead-letter topic's) and counts them per
+    reason code."""
 
-    def __init__(self, topic: faust.TopicT) -> None:
-        self.topic = topic
+    def __init__(self, outputs: KeyedOutputs) -> None:
+        self.outputs = outputs
         self.counts: Counter[str] = Counter()
 
-    async def send(
+    async def add(
         self,
         reason: str,
         detail: str,
@@ -38,8 +42,11 @@ class DeadLetters:
         offset: int,
         key: bytes | None,
         value: bytes | None,
+        timestamp: int | None,
     ) -> None:
-        """Publish one dead letter (original ``key``/``value``) and count it."""
+        """Queue one dead letter (original ``key``/``value``, Kafka ``timestamp`` in epoch ms)
+        and count it. O(1) after the first call (which learns the topic's partitions)."""
+        await self.outputs.start()
         self.counts[reason] += 1
         level = logging.WARNING if self.counts[reason] == 1 else logging.DEBUG
         logger.log(
@@ -51,8 +58,10 @@ class DeadLetters:
             offset,
             detail,
         )
-        await self.topic.send(
-            key=key,
-            value=value,
-            headers=dead_letter_headers(reason, detail, source_topic, partition, offset),
+        self.outputs.add(
+            key,
+            value,
+            timestamp,
+            dead_letter_headers(reason, detail, source_topic, partition, offset),
+            partition=partition,
         )

@@ -40,7 +40,7 @@ from dataclasses import replace
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from faust.types import TP, Message
+from faust.types import TP
 from faust.web import Request, Response, View
 
 from agents.events import BadEvent, json_error, parse_event_time
@@ -59,6 +59,7 @@ from agents.records import (
 )
 from agents.supervision import OnFailure, watched
 from agents.windows import WindowsPipeline
+from app.batched_send import kafka_timestamp
 from app.clients import client_options, fetch
 from app.faust_app import FibaApp
 from app.settings import Settings
@@ -175,8 +176,11 @@ class LatencyProducer:
         self._producer: AIOKafkaProducer | None = None
         self._starting = asyncio.Lock()
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> None:
-        """Hand one record to the producer (delivery is awaited by ``flush``)."""
+    async def send(
+        self, topic: str, key: bytes, value: bytes, timestamp: int | None = None
+    ) -> None:
+        """Hand one record to the producer (delivery is awaited by ``flush``), with Kafka
+        ``timestamp`` (epoch ms, ``app.batched_send.kafka_timestamp``; None: the clock)."""
         if self._producer is None:
             async with self._starting:
                 if self._producer is None:
@@ -185,7 +189,7 @@ class LatencyProducer:
                     )
                     await producer.start()
                     self._producer = producer
-        await self._producer.send(topic, value, key=key)
+        await self._producer.send(topic, value, key=key, timestamp_ms=kafka_timestamp(timestamp))
 
     async def flush(self) -> None:
         """Wait until every record sent so far is acknowledged."""
@@ -216,9 +220,6 @@ class QueryService:
         """Called when the query consumer or the answers reader fails (``agents.supervision``)."""
         self.producer = LatencyProducer(fiba.settings)
         self.forwarder = AnswerForwarder(fiba, self.producer, on_failure)
-        self.dead_letters_sent = False
-        """True when a bad query became a dead letter (sent by the app producer) since the
-        query consumer's last commit."""
 
     def owns(self, partition: int) -> bool:
         """True when the input partition is assigned to this worker right now (its partition
@@ -232,8 +233,9 @@ class QueryService:
         state = await self.pipeline.state(partition)
         return answer(state.windows, query)
 
-    async def handle(self, message: Message | ConsumerRecord) -> None:
-        """One query record -> one answer record (or a dead letter if it has no id/key)."""
+    async def handle(self, message: ConsumerRecord) -> None:
+        """One query record -> one answer record (or a dead letter if it has no id/key), with
+        the query record's Kafka timestamp (the record that caused it, Kafka Streams' rule)."""
         self.pipeline.counts["queries"] += 1
         began = time.perf_counter()
         try:
@@ -242,8 +244,7 @@ class QueryService:
                 raise BadQuery("not a JSON object")
             query = query_from_json(obj)
         except (BadQuery, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            self.dead_letters_sent = True
-            await self.pipeline.dead_letters.send(
+            await self.pipeline.dead_letters.add(
                 REASON_BAD_QUERY,
                 str(exc) if isinstance(exc, BadQuery) else json_error(exc),
                 message.topic,
@@ -251,6 +252,7 @@ class QueryService:
                 message.offset,
                 message.key,
                 message.value,
+                message.timestamp,
             )
             return
         if message.key != query.key.encode():
@@ -270,7 +272,10 @@ class QueryService:
         if result.error:
             self.pipeline.counts["query_errors"] += 1
         await self.producer.send(
-            self.fiba.settings.answers_topic, query.key.encode(), encode_json(result.to_json())
+            self.fiba.settings.answers_topic,
+            query.key.encode(),
+            encode_json(result.to_json()),
+            message.timestamp,
         )
         self.pipeline.counts["answers"] += 1
         self.answered("topic", began)
@@ -282,12 +287,10 @@ class QueryService:
             self.on_answered(via, time.perf_counter() - began)
 
     async def flush(self) -> None:
-        """Wait until the answers (and the dead letters of bad queries) sent so far are
-        acknowledged."""
+        """Wait until the answers sent so far and the dead letters of bad queries (queued with
+        the pipeline's outputs) are acknowledged."""
         await self.producer.flush()
-        if self.dead_letters_sent:
-            self.dead_letters_sent = False
-            await self.fiba.app.producer.flush()
+        await self.pipeline.deliver_outputs()
 
     async def forward(self, query: RangeQuery, timeout: float) -> Answer | None:
         """Ask the owner of ``query.key`` through the query topic and wait for its answer

@@ -22,12 +22,16 @@ Per input record, in offset order per partition:
    ``store.record(offset, key, time, partial, evicted)`` queues the new entry, the lazily
    evicted ones and the applied offset (locally and as changelog records).
 
-After each fetched chunk (all its partitions), its aggregate records are handed to the Faust
-app's aiokafka producer, then per partition the store writes the chunk's local writes (one
-RocksDB WriteBatch) and hands its changelog records over (``store.send_changes``), all as whole
-record batches (``app.batched_send``; one ``producer.send`` per record cost more than the
-window update): outputs before the state that makes a redelivery skip them (at-least-once
-output). See ``hand_over``.
+After each fetched chunk (all its partitions), its outputs (aggregate records and dead
+letters) are handed to the Faust app's aiokafka producer and their acknowledgement awaited
+(``deliver_outputs``), then per partition the store writes the chunk's local writes and hands
+its changelog records over (``store.send_changes``), all as whole record batches
+(``app.batched_send``; one ``producer.send`` per record cost more than the window update). The
+store itself awaits ``deliver_outputs`` before it hands any changelog record over, on every
+path (hand-over, sweep, restore, flush on revocation or stop): an offset is marked applied only
+once every output it caused is acknowledged (acks=all), whatever broker leads which partition
+(at-least-once output by construction). Outputs carry the event time as their Kafka timestamp
+(Kafka Streams' rule): an aggregate its ``event_ts``, a dead letter its input record's.
 
 With ``emit = "batch"`` each fetched batch (up to ``batch_max_records`` records, fetched within
 ``batch_max_wait``) is applied per partition as ``KeyWindows.accept_batch`` would (one bulk
@@ -153,6 +157,9 @@ class WindowsPipeline:
         """Young collections after every few hundred records, at hand-overs (see there)."""
         self.aggregates = KeyedOutputs(fiba.kafka_producer, fiba.settings.aggregates_topic)
         """Aggregate records queued during a chunk, handed over at its end."""
+        self._delivering = asyncio.Lock()
+        """Held by ``deliver_outputs``: one delivery round at a time."""
+        store.before_changelog = self.deliver_outputs
         self._slice = 64
         """Records per synchronous ``insert_batch`` step in ``emit=batch`` (see ``_fit_slice``)."""
         self.failure: BaseException | None = None
@@ -296,12 +303,26 @@ class WindowsPipeline:
                         if state.halted:
                             break
 
+    async def deliver_outputs(self) -> None:
+        """Hand the queued outputs (aggregate records, dead letters) to the producer and wait
+        until they are acknowledged (the producer's acks=all: by every in-sync replica). One
+        round at a time, so that when a call returns, every output queued before it started is
+        acknowledged (a call during another one's round waits for it, then delivers what was
+        queued since). ``WindowStore`` awaits it (``before_changelog``) before it hands
+        changelog records over. A failed delivery raises (the store then stops writing, see
+        ``send_changes``). Per round one batch per output partition and one round trip."""
+        async with self._delivering:
+            deliveries = await self.aggregates.send() + await self.dead_letters.outputs.send()
+            for delivery in deliveries:
+                await delivery
+
     async def hand_over(self) -> None:
-        """Hand the outputs and state changes queued since the last call to the producer: the
-        aggregate records first, then per loaded partition its local writes and changelog
-        records (``WindowStore.send_changes``): outputs before the state that makes a
-        redelivery skip them (at-least-once output). The reader calls it after each fetched
-        chunk, whatever its partitions: fewer, larger record batches. Nothing after ``fail``.
+        """Hand the outputs and state changes queued since the last call to the producer:
+        the outputs first, awaiting their acknowledgement (``deliver_outputs``), then per
+        loaded partition its local writes and changelog records (``WindowStore.send_changes``):
+        outputs before the state that makes a redelivery skip them (at-least-once output). The
+        reader calls it after each fetched chunk, whatever its partitions: fewer, larger record
+        batches, and one wait for acknowledgements per chunk. Nothing after ``fail``.
 
         First, when due, a young collection of the cyclic collector (``PacedYoungCollections``):
         here it runs between two chunks, and the event loop gets its turn right after it."""
@@ -311,7 +332,7 @@ class WindowsPipeline:
         turns = self.turns
         if time.perf_counter() >= turns.deadline:
             await turns.take()
-        await self.aggregates.send()
+        await self.deliver_outputs()
         for state in list(self._states.values()):
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
@@ -425,7 +446,7 @@ class WindowsPipeline:
     async def _reject(
         self, state: PartitionState, message: ConsumerRecord, reason: str, detail: str
     ) -> None:
-        await self.dead_letters.send(
+        await self.dead_letters.add(
             reason,
             detail,
             message.topic,
@@ -433,17 +454,19 @@ class WindowsPipeline:
             message.offset,
             message.key,
             message.value,
+            message.timestamp,
         )
         self.store.record_skipped(state.partition, message.offset)
         state.applied_offset = message.offset
 
     def _emit(self, record: AggregateRecord | None, key: str) -> None:
-        """Queue ``record`` for the aggregates topic (handed over after the chunk)."""
+        """Queue ``record`` for the aggregates topic (handed over after the chunk), its event
+        time as its Kafka timestamp."""
         if record is None:
             self.counts["suppressed"] += 1
             return
         self.counts["aggregates"] += 1
-        self.aggregates.add(key.encode(), encode_json(record.to_json()))
+        self.aggregates.add(key.encode(), encode_json(record.to_json()), record.event_ts)
 
     # --- maintenance --------------------------------------------------------------------------
 

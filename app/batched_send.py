@@ -4,17 +4,19 @@
 bookkeeping and, later, resolving that future, and a worker with ``emit=event`` produces three
 records per input event: sent one by one through Faust's producer they took the worker's CPU
 per event to about 400 µs, against 215-240 µs sent as below (same-machine A/B runs in
-``bench/RESULTS.md``, "Worker pipeline end to end"). ``send_records``
-instead appends the records of one partition to aiokafka ``BatchBuilder``s (its C record
-builder, no future per record) and hands each builder over with ``send_batch``, closed (the
-producer sends it without lingering): one delivery future per batch. Records of one partition
-keep their order (aiokafka keeps one batch of a partition in flight at a time; ``send_batch``
-waits until the partition's previous batch has left the accumulator).
+``bench/RESULTS.md``, "Worker pipeline end to end"). ``send_records`` (and
+``send_output_records``, with Kafka timestamps and headers) instead appends the records of one
+partition to aiokafka ``BatchBuilder``s (its C record builder, no future per record) and hands
+each builder over with ``send_batch``, closed (the producer sends it without lingering): one
+delivery future per batch. Records of one partition keep their order (aiokafka keeps one batch
+of a partition in flight at a time; ``send_batch`` waits until the partition's previous batch
+has left the accumulator).
 
 ``KeyPartitioner`` gives the partition that Kafka's default partitioner picks for a key
 (murmur2, as every client does), memoised for the keys used most recently, for the explicit
 partitions ``send_batch`` needs; ``KeyedOutputs`` queues keyed records of one topic by that
-partition until ``send``.
+partition until ``send``, which returns their deliveries (awaited before the state that makes a
+redelivery skip them, ``agents.windows``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,26 @@ class BatchDelivery:
         return DeliveredRecord(metadata.offset + self._last_index)
 
 
+Headers = list[tuple[str, bytes]]
+"""Kafka record headers: (name, value) pairs (a list: aiokafka's C record builder wants one)."""
+
+NO_HEADERS: Headers = []
+"""The headers of a record without any (shared, never modified)."""
+
+OutputRecord = tuple[bytes | None, bytes | None, int | None, Headers]
+"""An output record: key, value (None: a tombstone), Kafka timestamp in epoch ms (None: the
+producer's clock) and headers."""
+
+
+def kafka_timestamp(ms: int | None) -> int | None:
+    """``ms`` as a Kafka record timestamp: None (the producer's clock) unless it is a time
+    Kafka accepts (0 or later, at most 2^63 - 1), so that an odd event time never makes a
+    batch fail. O(1)."""
+    if ms is None or not 0 <= ms < 1 << 63:
+        return None
+    return ms
+
+
 async def send_records(
     producer: AIOKafkaProducer,
     topic: str,
@@ -59,17 +81,30 @@ async def send_records(
     records: Iterable[tuple[bytes | None, bytes | None]],
 ) -> BatchDelivery | None:
     """Hand ``records`` (key, value; value None: a tombstone) to ``producer`` for ``topic``
-    ``partition``, in order, in as few batches as its batch size allows; the delivery of the
-    last one, or None if there were no records. O(records) C-level appends plus O(1) Python per
-    batch."""
+    ``partition``, in order, timestamped by the producer's clock, without headers: see
+    ``send_output_records``."""
+    return await send_output_records(
+        producer, topic, partition, ((key, value, None, NO_HEADERS) for key, value in records)
+    )
+
+
+async def send_output_records(
+    producer: AIOKafkaProducer, topic: str, partition: int, records: Iterable[OutputRecord]
+) -> BatchDelivery | None:
+    """Hand ``records`` (``OutputRecord``) to ``producer`` for ``topic`` ``partition``, in
+    order, in as few batches as its batch size allows, each closed (sent without lingering);
+    the delivery of the last one, or None if there were no records. O(records) C-level
+    appends plus O(1) Python per batch."""
     builder = producer.create_batch()
     in_builder = 0
-    for key, value in records:
-        if builder.append(key=key, value=value, timestamp=None) is None:  # full: closed
+    for key, value, timestamp, headers in records:
+        if builder.append(key=key, value=value, timestamp=timestamp, headers=headers) is None:
+            # full: closed
             await producer.send_batch(builder, topic, partition=partition)
             builder = producer.create_batch()
             in_builder = 0
-            builder.append(key=key, value=value, timestamp=None)  # a first record always fits
+            # a first record always fits
+            builder.append(key=key, value=value, timestamp=timestamp, headers=headers)
         in_builder += 1
     if not in_builder:
         return None  # no records (a full builder is always followed by a record)
@@ -107,16 +142,16 @@ class KeyPartitioner:
 
 
 class KeyedOutputs:
-    """Output records of one topic, queued per partition of their key (Kafka's default
-    partitioner, as ``producer.send`` without a partition would pick) and handed over together
-    by ``send``: per record O(1) (a memoised partition and a list append), per ``send`` one
-    ``send_records`` per partition with records."""
+    """Output records of one topic, queued per partition (of their key under Kafka's default
+    partitioner, as ``producer.send`` without a partition would pick, or given) and handed over
+    together by ``send``: per record O(1) (a memoised partition and a list append), per
+    ``send`` one ``send_output_records`` per partition with records."""
 
     def __init__(self, producer: Callable[[], AIOKafkaProducer], topic: str) -> None:
         self._producer = producer
         self.topic = topic
         self._partition_of: KeyPartitioner | None = None
-        self._queued: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+        self._queued: dict[int, list[OutputRecord]] = {}
 
     async def start(self) -> None:
         """Learn the topic's partition count (a metadata request the first time). Idempotent."""
@@ -124,20 +159,36 @@ class KeyedOutputs:
             partitions = await self._producer().partitions_for(self.topic)
             self._partition_of = KeyPartitioner(len(partitions))
 
-    def add(self, key: bytes, value: bytes) -> None:
-        """Queue one record (``start`` must have been awaited)."""
-        assert self._partition_of is not None, "KeyedOutputs.start() was not awaited"
-        partition = self._partition_of(key)
-        queued = self._queued.get(partition)
+    def add(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+        headers: Headers = NO_HEADERS,
+        *,
+        partition: int = 0,
+    ) -> None:
+        """Queue one record (``start`` must have been awaited) with Kafka timestamp
+        ``timestamp`` (epoch ms, see ``kafka_timestamp``; None: the producer's clock); a record
+        without a key goes to ``partition`` modulo the topic's partition count."""
+        partition_of = self._partition_of
+        assert partition_of is not None, "KeyedOutputs.start() was not awaited"
+        target = partition_of(key) if key is not None else partition % partition_of.partitions
+        queued = self._queued.get(target)
         if queued is None:
-            queued = self._queued[partition] = []
-        queued.append((key, value))
+            queued = self._queued[target] = []
+        queued.append((key, value, kafka_timestamp(timestamp), headers))
 
-    async def send(self) -> None:
-        """Hand every queued record to the producer, per partition in the order queued."""
+    async def send(self) -> list[BatchDelivery]:
+        """Hand every queued record to the producer, per partition in the order queued; the
+        deliveries (one per partition with records: awaiting it waits for all of them)."""
         if not self._queued:
-            return
+            return []
         queued, self._queued = self._queued, {}
         producer = self._producer()
+        deliveries = []
         for partition, records in queued.items():
-            await send_records(producer, self.topic, partition, records)
+            delivery = await send_output_records(producer, self.topic, partition, records)
+            if delivery is not None:
+                deliveries.append(delivery)
+        return deliveries

@@ -43,16 +43,16 @@ PRODUCER_MAX_BATCH_BYTES = 1 << 18
 @dataclass(frozen=True, slots=True)
 class FibaApp:
     """A worker's Faust app with its settings and Faust topics (raw bytes): the assignment
-    topic (its agent makes Faust's assignor hand out the partitions, ``agents.input_reader``),
-    the dead letters, and the input (which the worker reads with its own consumer,
-    ``agents.input_reader``; the benchmarks' bare Faust agent consumes it). Aggregates, answers
-    and queries are produced with ``app.producer`` directly and the query topic has its own
-    consumer (``agents.queries.QueryConsumer``)."""
+    topic (its agent makes Faust's assignor hand out the partitions, ``agents.input_reader``)
+    and the input (which the worker reads with its own consumer, ``agents.input_reader``; the
+    benchmarks' bare Faust agent consumes it). Aggregates and dead letters are produced as
+    whole batches with ``app.producer``'s aiokafka producer (``kafka_producer``), answers by
+    an own producer, and the query topic has its own consumer
+    (``agents.queries.QueryConsumer``)."""
 
     settings: Settings
     app: faust.App
     input_topic: faust.TopicT
-    dead_letter_topic: faust.TopicT
     assignment_topic: faust.TopicT
 
     def key_partition(self, key: bytes) -> int:
@@ -89,9 +89,12 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         "consumer_auto_offset_reset": "earliest",
         "processing_guarantee": "at_least_once",
         "store": "memory://",
-        # Outputs and changelog records are many and small: batch them (the window store's
-        # flush waits for them before every checkpoint, so lingering loses nothing).
+        # Outputs and changelog records go as closed whole batches (app.batched_send), which
+        # never linger; the linger applies to anything sent record by record.
         "producer_linger": PRODUCER_LINGER_S,
+        # acks=all (Faust's default, stated): an output or changelog record counts as
+        # delivered once every in-sync replica has it (agents.windows.deliver_outputs).
+        "producer_acks": -1,
         "producer_max_batch_size": PRODUCER_MAX_BATCH_BYTES,
         # Faust's consumer settings stay at Faust's defaults: in a worker it reads only the
         # (empty) assignment topic, and the benchmarks' bare Faust agent on the input
@@ -170,6 +173,5 @@ def create_app(settings: Settings) -> FibaApp:
         settings=settings,
         app=app,
         input_topic=raw_topic(settings.input_topic),
-        dead_letter_topic=raw_topic(settings.dead_letter_topic),
         assignment_topic=raw_topic(settings.assignment_topic),
     )

@@ -33,6 +33,7 @@ from agents.queries import QueryService
 from agents.supervision import WorkerCrash
 from agents.windows import WindowsPipeline
 from app import health
+from app.batched_send import KeyedOutputs
 from app.faust_app import FibaApp, create_app
 from app.health import WorkerHealth
 from app.settings import Settings
@@ -57,7 +58,8 @@ def build_worker(settings: Settings) -> Worker:
     fiba = create_app(settings)
     config = WindowConfig.from_settings(settings)
     store = WindowStore(settings, MarshalStateCodec(config.composed), FaustChangelogProducer(fiba))
-    pipeline = WindowsPipeline(fiba, store, DeadLetters(fiba.dead_letter_topic), config)
+    dead_letters = DeadLetters(KeyedOutputs(fiba.kafka_producer, settings.dead_letter_topic))
+    pipeline = WindowsPipeline(fiba, store, dead_letters, config)
     crash = WorkerCrash(fiba, pipeline)
     service = QueryService(fiba, pipeline, crash)
     reader = windows.install(fiba, pipeline, crash)

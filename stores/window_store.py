@@ -27,8 +27,9 @@ does; different partitions may interleave):
   about ``LOCAL_PIECE_OPS`` operations, one WAL write each, the event loop getting a turn
   between two), then hands the queued changelog records to the producer as
   whole record batches (``app.batched_send``: much cheaper per record than one ``send`` each),
-  plus one applied marker covering the records without effect since the last upsert. The
-  pipeline calls it after each fetched chunk; ``flush`` calls it for every partition.
+  plus one applied marker covering the records without effect since the last upsert, once
+  ``before_changelog`` (the owner's outputs barrier, if set) returned. The pipeline calls it
+  after each fetched chunk; ``flush`` calls it for every partition.
 - ``await flush()``: every changelog record so far acknowledged, local checkpoints written
   (after the local copy a changelog-only restore leaves to the background, see below).
 - ``await release(partition)``: partition revoked: flush, checkpoint, close its RocksDB.
@@ -335,6 +336,10 @@ class WindowStore:
         self._follow_lock = asyncio.Lock()
         self._restoring: set[int] = set()
         self._abandoned = False
+        self.before_changelog: Callable[[], Awaitable[None]] | None = None
+        """Awaited by ``send_changes`` before it hands changelog records over: the owner's
+        outputs barrier (``agents.windows.WindowsPipeline.deliver_outputs``), which returns once
+        every output of the records queued so far is acknowledged."""
         if settings.standby_replicas > 0 and isinstance(producer, FaustChangelogProducer):
             producer.app.on_partitions_assigned.connect(self._follow_faust_standbys)
 
@@ -658,9 +663,13 @@ class WindowStore:
         run one at a time (``sending``): a ``flush`` in between cannot write newer pieces
         before older ones.
 
-        A crash before the changelog records are handed over leaves the local copy ahead of
-        the changelog, which its applied offset tells: the restore discards it and rebuilds
-        from the changelog (see the module doc). Nothing after ``abandon``."""
+        Before the changelog records go, ``before_changelog`` is awaited (the outputs of the
+        records taken are acknowledged: outputs before the state that makes a redelivery skip
+        them); if it fails, the store is abandoned, since the records taken would otherwise
+        leave a gap in the changelog. A crash before the changelog records are handed over
+        leaves the local copy ahead of the changelog, which its applied offset tells: the
+        restore discards it and rebuilds from the changelog (see the module doc). Nothing after
+        ``abandon``."""
         if self._abandoned:
             return
         state = self._open[partition]
@@ -682,10 +691,25 @@ class WindowStore:
                         return
                 state.db.write(piece)
             if records:
+                await self._outputs_delivered()
+                if self._abandoned:
+                    return
                 state.last_delivery = await self._producer.send_records(
                     self.topic, partition, records
                 )
             state.sent_applied = applied
+
+    async def _outputs_delivered(self) -> None:
+        """Await ``before_changelog`` (if set); on its failure (or cancellation) abandon the
+        store and raise."""
+        if self.before_changelog is None:
+            return
+        try:
+            await self.before_changelog()
+        except BaseException:
+            logger.error("window store: outputs not delivered; nothing more is written")
+            self.abandon()
+            raise
 
     async def flush(self) -> None:
         """Hand every open partition's queued changes over (``send_changes``), wait until every

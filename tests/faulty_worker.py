@@ -7,15 +7,23 @@ Run as ``python -m tests.faulty_worker`` with the worker's ``FIBA_*`` environmen
   queued, the pipeline's applied offset not moved) and the exception ends the input reader's
   task, as a bug would; or
 - ``FAULT_QUERY_ID``: handling the query record with that id raises, which ends the query
-  consumer's task.
+  consumer's task; or
+- ``FAULT_SLOW_OUTPUTS_S``: every hand-over of outputs (aggregates, dead letters) reaches the
+  broker that many seconds late, as on a cluster where their partitions' leader is slow or
+  another broker than the changelog's: their acknowledgement comes long after the changelog's
+  would (the window store must wait for it, ``WindowsPipeline.deliver_outputs``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
+from app import batched_send
+from app.batched_send import OutputRecord
 from app.settings import load_settings
 from app.worker import Worker, build_worker, serve
 
@@ -28,6 +36,12 @@ def main() -> None:
     worker = build_worker(load_settings())
     if "FAULT_QUERY_ID" in os.environ:
         inject_query_fault(worker, os.environ["FAULT_QUERY_ID"])
+    elif "FAULT_SLOW_OUTPUTS_S" in os.environ:
+        settings = worker.fiba.settings
+        delay_outputs(
+            {settings.aggregates_topic, settings.dead_letter_topic},
+            float(os.environ["FAULT_SLOW_OUTPUTS_S"]),
+        )
     else:
         inject_input_fault(
             worker, int(os.environ["FAULT_PARTITION"]), int(os.environ["FAULT_OFFSET"])
@@ -44,6 +58,29 @@ def inject_query_fault(worker: Worker, query_id: str) -> None:
         await handle(message)
 
     worker.queries.handle = handle_or_fail  # type: ignore[method-assign]
+
+
+def delay_outputs(topics: set[str], delay: float) -> None:
+    """Records for ``topics`` handed over as whole batches (``app.batched_send``) go to the
+    producer ``delay`` seconds later (in the order handed over); their delivery is that
+    later send's. The hand-over itself returns at once, as with a slow broker."""
+    send = batched_send.send_output_records
+
+    async def send_late(
+        producer: Any, topic: str, partition: int, records: Iterable[OutputRecord]
+    ) -> Awaitable[Any] | None:
+        if topic not in topics:
+            return await send(producer, topic, partition, records)
+        late = list(records)
+
+        async def later() -> Any:
+            await asyncio.sleep(delay)
+            delivery = await send(producer, topic, partition, late)
+            return await delivery if delivery is not None else None
+
+        return asyncio.ensure_future(later())
+
+    batched_send.send_output_records = send_late  # type: ignore[assignment]
 
 
 def inject_input_fault(worker: Worker, fault_partition: int, fault_offset: int) -> None:

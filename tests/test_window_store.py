@@ -699,3 +699,58 @@ async def test_local_copy_of_a_longer_changelog_is_discarded(
         await store.stop()
     assert not restored.local_entries_reused
     assert restored.applied_offset == -1 and restored.windows == {}
+
+
+async def test_changelog_records_wait_for_the_outputs_barrier(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """``send_changes`` hands no changelog record over before ``before_changelog`` returns
+    (on every path: here the sweep's ``evict`` and a record); a failing barrier abandons the
+    store: the records it held back are never sent, nor anything after them (no gap)."""
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=1)
+    await create_changelog(settings)
+    store, _ = await open_store(settings, 0)
+    released = asyncio.Event()
+    calls: list[str] = []
+
+    async def outputs_delivered() -> None:
+        calls.append("barrier")
+        await released.wait()
+
+    store.before_changelog = outputs_delivered
+    try:
+        store.record(0, 0, "k", 1, [1, 1])
+        store.evict(0, "k", [1])
+        sending = asyncio.ensure_future(store.send_changes(0))
+        await asyncio.sleep(0.5)
+        await store._producer.flush()
+        assert calls == ["barrier"] and not sending.done()
+        async with ChangelogReader(settings) as reader:
+            assert [
+                b async for b in reader.read(TopicPartition(settings.changelog_topic, 0), 0)
+            ] == []
+        released.set()
+        await sending
+        await store._producer.flush()
+        assert len(await read_changelog(settings)) == 2  # the upsert and the sweep's tombstone
+
+        async def undeliverable() -> None:
+            raise RuntimeError("an output was not acknowledged")
+
+        store.before_changelog = undeliverable
+        store.record(0, 1, "k", 2, [1, 2])
+        with pytest.raises(RuntimeError, match="not acknowledged"):
+            await store.send_changes(0)
+        store.before_changelog = None
+        store.record(0, 2, "k", 3, [1, 3])
+        await store.send_changes(0)
+        await store._producer.flush()
+        assert len(await read_changelog(settings)) == 2
+    finally:
+        await store.stop()
+
+
+async def read_changelog(settings: Settings) -> list:
+    async with ChangelogReader(settings) as reader:
+        tp = TopicPartition(settings.changelog_topic, 0)
+        return [r for batches in [b async for b in reader.read(tp, 0)] for b in batches for r in b]

@@ -1,0 +1,557 @@
+"""Chaos run: random SIGKILLs of ``fiba worker`` subprocesses, every output checked by brute force.
+
+``python -m bench.chaos [--events 100000 --kills 20 --workers 2 ...]`` (``make chaos``): on the
+broker in ``KAFKA_BOOTSTRAP`` (profile ``kafka``), else on a fresh embedded broker, it creates
+uniquely named topics, starts ``--workers`` workers (one consumer group, own data dirs and HTTP
+ports), produces a generated keyed stream at ``--rate`` (out-of-order events, late and future
+events, malformed JSON, records without a key, missing fields and bad values mixed in) plus
+range queries, and meanwhile SIGKILLs a random worker ``--kills`` times, each once the workers
+applied another ``events / (2 kills)`` records and a random delay of up to ``--max-delay``
+passed (so kills hit workers at work, not during a takeover), restarting it at once (with its
+data dir, or without it one time in ``--wipe-every``). Once every input record is applied and
+every query answered, it stops the
+workers and checks every output topic against an oracle that shares no code with the worker
+(it replays the input as read back from the input topic):
+
+- state: each key's count and sum over its retained events (asked over HTTP) against the
+  events the oracle accepted: ``lost`` / ``doubled (state)`` events;
+- aggregates (``emit=event``): the multiset of ``(key, event_ts, stream_time, windows)``
+  against the oracle's record after each accepted event: ``lost`` records, ``repeated``
+  (a correct record more than once: allowed under at-least-once) and ``wrong`` ones;
+- dead letters: one per rejected input record (source partition and offset, reason):
+  ``dead letters missing``, ``wrong reason``;
+- answers: at least one per query: ``answers missing``.
+
+It prints one line per kill and the summary ``events, kills, lost, doubled (state), repeated
+(outputs), dead letters missing`` (plus the other counts); the exit code is 1 if anything was
+lost, doubled, wrong or missing. Cost: the oracle is O(events x events per key and window);
+the run lasts about ``kills x mean gap`` plus each takeover.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections import Counter, defaultdict
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from subprocess import Popen
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from app.batched_send import default_partition
+from app.broker import EmbeddedBroker, free_port
+from app.clients import client_options, end_offsets
+from app.demo import log_tail, start_worker, stop_worker
+from app.kafka_io import send_records
+from app.settings import Settings, WindowSpec
+from app.topics import create_topics
+
+BASE = 1_700_000_000_000
+INTERVAL_MS = 100
+RETENTION_MS = 300_000
+WINDOWS = (WindowSpec("10s", 10_000), WindowSpec("1m", 60_000))
+MAX_FUTURE_SKEW_MS = 60_000
+BAD_KINDS = ("malformed", "no_key", "missing", "bad_value")
+CLEAN_START = 1_000
+EXPECTED_REASON = {
+    "malformed": "malformed_json",
+    "no_key": "missing_field",
+    "missing": "missing_field",
+    "bad_value": "bad_value",
+}
+
+
+@dataclass
+class Outcome:
+    """What the checks found."""
+
+    events: int = 0
+    kills: int = 0
+    lost: int = 0
+    doubled: int = 0
+    lost_outputs: int = 0
+    repeated: int = 0
+    wrong_outputs: int = 0
+    dead_letters_missing: int = 0
+    dead_letters_repeated: int = 0
+    wrong_reason: int = 0
+    queries: int = 0
+    answers_missing: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return not (
+            self.lost
+            or self.doubled
+            or self.lost_outputs
+            or self.wrong_outputs
+            or self.dead_letters_missing
+            or self.wrong_reason
+            or self.answers_missing
+        )
+
+    def summary(self) -> str:
+        return (
+            f"events {self.events:,}, kills {self.kills}, lost {self.lost + self.lost_outputs} "
+            f"(state {self.lost}, aggregate records {self.lost_outputs}), doubled (state) "
+            f"{self.doubled}, repeated (outputs) {self.repeated}, dead letters missing "
+            f"{self.dead_letters_missing}; wrong aggregate records {self.wrong_outputs}, "
+            f"wrong dead-letter reasons {self.wrong_reason}, repeated dead letters "
+            f"{self.dead_letters_repeated}, answers missing {self.answers_missing} of "
+            f"{self.queries} queries"
+        )
+
+
+def generate(n: int, keys: int, seed: int) -> list[tuple[bytes | None, bytes, str]]:
+    """``n`` input records ``(key, value, kind)``: about 20% of the events out of order (at most
+    20 s behind), 1% late (10 retentions behind), 0.5% future, 2% bad (``BAD_KINDS``), none of
+    those three among the first ``CLEAN_START`` (so that no partition's stream time starts in
+    the future). Event ``i`` is generated at ``input_time(i)`` and its value is ``i``: values
+    are distinct, so a lost or doubled event changes a sum."""
+    rng = random.Random(seed)
+    records: list[tuple[bytes | None, bytes, str]] = []
+    now = BASE
+    for i in range(n):
+        now += INTERVAL_MS
+        key = f"key-{rng.randrange(keys)}"
+        roll = rng.random() if i >= CLEAN_START else 1.0
+        if roll < 0.2:
+            ts, kind = now - rng.randint(1, 20_000), "event"
+        elif roll < 0.21:
+            ts, kind = now - 10 * RETENTION_MS, "event"
+        elif roll < 0.215:
+            ts, kind = now + 10 * MAX_FUTURE_SKEW_MS, "event"
+        elif roll < 0.235:
+            kind = BAD_KINDS[rng.randrange(len(BAD_KINDS))]
+            ts = now
+        else:
+            ts, kind = now, "event"
+        value: Any = {"ts": ts, "value": i}
+        if kind == "malformed":
+            records.append((key.encode(), b'{"ts": %d, "val' % ts, kind))
+            continue
+        if kind == "missing":
+            del value["value"]
+        elif kind == "bad_value":
+            value["value"] = "many"
+        records.append(
+            (None if kind == "no_key" else key.encode(), json.dumps(value).encode(), kind)
+        )
+    return records
+
+
+@dataclass
+class Oracle:
+    """The expected outputs of the input as it lies on the input topic, by brute force."""
+
+    accepted: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    """Per key, its accepted events ``(ts, value)`` in input order."""
+    stream_time: dict[int, int] = field(default_factory=dict)
+    records: Counter[tuple] = field(default_factory=Counter)
+    rejected: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    def feed(self, partition: int, offset: int, key: str, kind: str, value: dict | None) -> None:
+        """Apply one input record (in offset order per partition)."""
+        if kind != "event":
+            self.rejected[(partition, offset)] = EXPECTED_REASON[kind]
+            return
+        assert value is not None
+        ts, s = value["ts"], self.stream_time.get(partition)
+        if s is not None and ts < s - RETENTION_MS:
+            self.rejected[(partition, offset)] = "late"
+            return
+        if s is not None and ts > s + MAX_FUTURE_SKEW_MS:
+            self.rejected[(partition, offset)] = "future"
+            return
+        s = self.stream_time[partition] = ts if s is None else max(s, ts)
+        events = self.accepted[key]
+        events.append((ts, value["value"]))
+        windows = []
+        for window in WINDOWS:
+            start = s - window.size_ms
+            inside = []
+            # an accepted event is never ahead of its input time (futures are rejected), so
+            # the events input before the window's start are all outside it
+            for t, v in reversed(events):
+                if input_time(v) < start:
+                    break
+                if start <= t <= s:
+                    inside.append(v)
+            windows.append((window.name, start, s, len(inside), sum(inside)))
+        self.records[(key, ts, s, tuple(windows))] += 1
+
+    def retained(self, key: str, partition: int) -> tuple[int, int]:
+        """Count and sum of ``key``'s retained events (not older than stream time - R)."""
+        s = self.stream_time[partition]
+        kept = [v for t, v in self.accepted[key] if t >= s - RETENTION_MS]
+        return len(kept), sum(kept)
+
+
+def input_time(index: int) -> int:
+    """The generator's clock when it made event ``index``."""
+    return BASE + (index + 1) * INTERVAL_MS
+
+
+def record_tuple(obj: dict) -> tuple:
+    windows = tuple(
+        (
+            name,
+            w["start"],
+            w["end"],
+            w["count"],
+            w["aggregates"]["sum"],
+        )
+        for name, w in sorted(obj["windows"].items(), key=lambda item: WINDOW_ORDER[item[0]])
+    )
+    return (obj["key"], obj["event_ts"], obj["stream_time"], windows)
+
+
+WINDOW_ORDER = {w.name: i for i, w in enumerate(WINDOWS)}
+
+
+async def read_topic(settings: Settings, topic: str) -> list:
+    """Every record of ``topic`` up to its end (the profile's end offsets)."""
+    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        ends = await end_offsets(consumer, tps, settings)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        records = []
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            for tp, batch in (await consumer.getmany(timeout_ms=500, max_records=50_000)).items():
+                records.extend(r for r in batch if r.offset < ends[tp])
+        return sorted(records, key=lambda r: (r.partition, r.offset))
+    finally:
+        await consumer.stop()
+
+
+def http_json(port: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+        return json.loads(response.read())
+
+
+class Cluster:
+    """The worker subprocesses of one run."""
+
+    def __init__(self, settings: Settings, root: Path, workers: int) -> None:
+        self.root = root
+        self.settings = [
+            replace(settings, state_dir=root / f"state-{i}", web_port=free_port())
+            for i in range(workers)
+        ]
+        self.procs: list[Popen[bytes]] = []
+        self.starts = [0] * workers
+
+    def start(self, i: int) -> None:
+        self.starts[i] += 1
+        proc = start_worker(self.settings[i], self.log(i))
+        if i < len(self.procs):
+            self.procs[i] = proc
+        else:
+            self.procs.append(proc)
+
+    def kill(self, i: int, wipe: bool) -> None:
+        self.procs[i].kill()
+        self.procs[i].wait(30)
+        if wipe:
+            shutil.rmtree(self.settings[i].state_dir, ignore_errors=True)
+        self.start(i)
+
+    def log(self, i: int) -> Path:
+        return self.root / f"worker-{i}-{self.starts[i]}.log"
+
+    def applied(self) -> dict[int, int]:
+        """Applied offset per partition, as reported by the workers that answer."""
+        offsets: dict[int, int] = {}
+        for i, (s, proc) in enumerate(zip(self.settings, self.procs, strict=True)):
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker {i} exited:\n{log_tail(self.log(i))}")
+            try:
+                stats = http_json(s.web_port, "/stats")
+            except (OSError, urllib.error.URLError, ValueError):
+                continue
+            for p, state in stats["partitions"].items():
+                if int(p) in stats["assigned"]:
+                    offsets[int(p)] = max(offsets.get(int(p), -1), state["applied_offset"])
+        return offsets
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            stop_worker(proc)
+
+
+def chaos_settings(bootstrap: str, embedded: bool, partitions: int, emit: str) -> Settings:
+    tag = f"chaos-{uuid.uuid4().hex[:8]}"
+    return replace(
+        Settings(),
+        broker=bootstrap,
+        broker_profile="embedded" if embedded else "kafka",
+        app_id=tag,
+        input_topic=f"{tag}-events",
+        aggregates_topic=f"{tag}-aggregates",
+        queries_topic=f"{tag}-queries",
+        answers_topic=f"{tag}-answers",
+        dead_letter_topic=f"{tag}-dlq",
+        partitions=partitions,
+        retention=RETENTION_MS,
+        windows=WINDOWS,
+        aggregations=("count", "sum"),
+        max_future_skew=MAX_FUTURE_SKEW_MS,
+        emit=emit,
+        sweep_interval=10_000,
+    )
+
+
+def run(args: argparse.Namespace, bootstrap: str, embedded: bool, root: Path) -> Outcome:
+    """One chaos run on the broker at ``bootstrap`` (worker files under ``root``)."""
+    settings = chaos_settings(bootstrap, embedded, args.partitions, "event")
+    asyncio.run(create_topics(settings))
+    records = generate(args.events, args.keys, args.seed)
+    kinds = {(key, value): kind for key, value, kind in records}
+    cluster = Cluster(settings, root, args.workers)
+    outcome = Outcome(events=len(records))
+    rng = random.Random(args.seed + 1)
+    producing_error: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            asyncio.run(
+                send_records(
+                    settings, [(k, v, None) for k, v, _ in records], rate=args.rate, progress=False
+                )
+            )
+        except BaseException as exc:  # reported by the main thread
+            producing_error.append(exc)
+
+    queries = [
+        {"query_id": f"q{i}", "key": f"key-{i % args.keys}", "window": "1m"}
+        for i in range(args.queries)
+    ]
+    per_kill = -(-len(queries) // max(1, args.kills))
+    try:
+        for i in range(args.workers):
+            cluster.start(i)
+        producer = threading.Thread(target=produce, name="chaos-producer")
+        producer.start()
+        started = time.monotonic()
+        progress = 0
+        for n in range(args.kills):
+            step = args.events // (2 * args.kills)
+            progress = wait_for_progress(
+                cluster, min(progress + step, len(records)), args.settle_timeout
+            )
+            time.sleep(rng.uniform(0, args.max_delay))
+            victim = rng.randrange(args.workers)
+            wipe = args.wipe_every > 0 and (n + 1) % args.wipe_every == 0
+            cluster.kill(victim, wipe)
+            outcome.kills += 1
+            print(
+                f"kill {n + 1}/{args.kills} at {time.monotonic() - started:.1f} s: worker "
+                f"{victim}{' (data dir wiped)' if wipe else ''}",
+                flush=True,
+            )
+            batch, queries = queries[:per_kill], queries[per_kill:]
+            if batch:
+                send_queries(settings, batch)
+                outcome.queries += len(batch)
+        if queries:
+            send_queries(settings, queries)
+            outcome.queries += len(queries)
+        producer.join()
+        if producing_error:
+            raise producing_error[0]
+        last = last_offsets(settings)
+        deadline = time.monotonic() + args.settle_timeout
+        while True:
+            applied = cluster.applied()
+            if all(applied.get(p, -1) >= o for p, o in last.items()):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not caught up: applied {applied}, input ends {last}")
+            time.sleep(1)
+        oracle = build_oracle(settings, kinds)
+        check_state(cluster, oracle, outcome)
+        query_ids = {f"q{i}" for i in range(outcome.queries)}
+        answers = wait_for_answers(settings, query_ids, args.settle_timeout)
+        outcome.answers_missing = outcome.queries - answers
+    finally:
+        cluster.stop()
+    check_outputs(settings, oracle, outcome)
+    return outcome
+
+
+def wait_for_progress(cluster: Cluster, records: int, timeout: float) -> int:
+    """Wait until the workers' applied offsets cover ``records`` input records in all (so that
+    the next kill hits a worker at work); how many they cover then."""
+    deadline = time.monotonic() + timeout
+    while (covered := sum(o + 1 for o in cluster.applied().values())) < records:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no progress to {records} records within {timeout:g} s")
+        time.sleep(0.05)
+    return covered
+
+
+def send_queries(settings: Settings, queries: list[dict]) -> None:
+    asyncio.run(
+        send_records(
+            settings,
+            [(q["key"].encode(), json.dumps(q).encode(), None) for q in queries],
+            topic=settings.queries_topic,
+            progress=False,
+        )
+    )
+
+
+def last_offsets(settings: Settings) -> dict[int, int]:
+    records = asyncio.run(read_topic(settings, settings.input_topic))
+    last: dict[int, int] = {}
+    for r in records:
+        last[r.partition] = max(last.get(r.partition, -1), r.offset)
+    return last
+
+
+def build_oracle(settings: Settings, kinds: dict[tuple[bytes | None, bytes], str]) -> Oracle:
+    oracle = Oracle()
+    for r in asyncio.run(read_topic(settings, settings.input_topic)):
+        kind = kinds[(r.key, r.value)]
+        value = json.loads(r.value) if kind == "event" else None
+        key = r.key.decode() if r.key is not None else ""
+        oracle.feed(r.partition, r.offset, key, kind, value)
+    return oracle
+
+
+def check_state(cluster: Cluster, oracle: Oracle, outcome: Outcome) -> None:
+    """Each key's retained count and sum, asked over HTTP (forwarded to its owner)."""
+    query = urllib.parse.urlencode({"from": 0, "to": BASE * 2})
+    for key in sorted(oracle.accepted):
+        partition = default_partition(key.encode(), cluster.settings[0].partitions)
+        want_count, want_sum = oracle.retained(key, partition)
+        got = ask_any(cluster, f"/windows/{key}?{query}")
+        count, total = got["count"], got["result"]["sum"]
+        outcome.lost += max(0, want_count - count)
+        outcome.doubled += max(0, count - want_count)
+        if count == want_count and total != want_sum:
+            outcome.notes.append(f"{key}: sum {total}, expected {want_sum}")
+            outcome.wrong_outputs += 1
+
+
+def ask_any(cluster: Cluster, path: str) -> Any:
+    """``path`` from the first worker that answers it (each forwards to the key's owner)."""
+    error: Exception | None = None
+    for s in cluster.settings:
+        try:
+            return http_json(s.web_port, path)
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            error = exc
+    raise RuntimeError(f"no worker answered {path}: {error!r}")
+
+
+def wait_for_answers(settings: Settings, query_ids: set[str], timeout: float) -> int:
+    """How many of ``query_ids`` got an answer, once all did or ``timeout`` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answered = query_ids & {
+            json.loads(r.value)["query_id"]
+            for r in asyncio.run(read_topic(settings, settings.answers_topic))
+        }
+        if answered == query_ids or time.monotonic() > deadline:
+            return len(answered)
+        time.sleep(1)
+
+
+def check_outputs(settings: Settings, oracle: Oracle, outcome: Outcome) -> None:
+    got = Counter(
+        record_tuple(json.loads(r.value))
+        for r in asyncio.run(read_topic(settings, settings.aggregates_topic))
+    )
+    for record, n in oracle.records.items():
+        outcome.lost_outputs += max(0, n - got[record])
+        outcome.repeated += max(0, got[record] - n)
+    outcome.wrong_outputs += sum(n for record, n in got.items() if record not in oracle.records)
+    dead: Counter[tuple[int, int]] = Counter()
+    for r in asyncio.run(read_topic(settings, settings.dead_letter_topic)):
+        headers = {name: data.decode() for name, data in r.headers}
+        source = (int(headers["fiba.error.partition"]), int(headers["fiba.error.offset"]))
+        if headers["fiba.error.topic"] != settings.input_topic:
+            continue  # a bad query
+        dead[source] += 1
+        if oracle.rejected.get(source) != headers["fiba.error.reason"]:
+            outcome.wrong_reason += 1
+    outcome.dead_letters_missing = sum(1 for source in oracle.rejected if not dead[source])
+    outcome.dead_letters_repeated = sum(n - 1 for n in dead.values() if n > 1)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The run's parameters from the command line ``argv``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.chaos", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=2, choices=(1, 2, 3))
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--keys", type=int, default=50)
+    parser.add_argument("--queries", type=int, default=40)
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=1000.0,
+        help="input events/s (the input lasts through the kills)",
+    )
+    parser.add_argument(
+        "--max-delay",
+        type=float,
+        default=1.0,
+        help="a kill comes once events/(2 kills) more records are applied, plus up to this "
+        "many seconds (random)",
+    )
+    parser.add_argument(
+        "--wipe-every", type=int, default=5, help="wipe the data dir every Nth kill (0: never)"
+    )
+    parser.add_argument("--settle-timeout", type=float, default=300.0)
+    parser.add_argument("--seed", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chaos test; 0 when every check passed."""
+    args = parse_args(argv)
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    with ExitStack() as stack:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fiba-chaos-")))
+        if not bootstrap:
+            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap
+        print(
+            f"chaos: {args.events:,} events, {args.kills} kills of {args.workers} workers, "
+            f"{args.partitions} partitions, broker {bootstrap}"
+            f" ({'KAFKA_BOOTSTRAP' if os.environ.get('KAFKA_BOOTSTRAP') else 'embedded'})",
+            flush=True,
+        )
+        outcome = run(args, bootstrap, not os.environ.get("KAFKA_BOOTSTRAP"), root)
+    print(outcome.summary(), flush=True)
+    for note in outcome.notes[:10]:
+        print("  ", note)
+    return 0 if outcome.exact else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
