@@ -1,6 +1,7 @@
 """Every built-in aggregation through the real worker (issue 16.2): aggregate records, topic and
 HTTP range answers, and the same after a restart without the data dir (restored from the
-changelog), all against the brute-force oracle (``tests.oracle.OracleWindow``).
+changelog), all against the brute-force oracle (``tests.oracle.OracleWindow``) and the
+published JSON Schemas (``schemas/``).
 
 The registry is iterated, not listed: ``tests.aggregation_samples.aggregation_groups`` splits
 it into the groups one worker can run together (numbers; ``{"value", "arg"}`` objects), and one
@@ -31,6 +32,7 @@ from stores.key_windows import WindowConfig
 from stores.monoids import BloomFilter
 from tests.aggregation_samples import GROUPS, aggregation_groups, group_values
 from tests.oracle import OracleWindow
+from tests.test_output_schemas import validate
 from tests.test_worker_e2e import (
     BASE,
     http_get,
@@ -120,6 +122,7 @@ def check_aggregates(settings: Settings, expected: dict[tuple[int, int], dict]) 
     by_input: dict[tuple[int, int], dict] = {}
     for r in asyncio.run(read_all(settings, settings.aggregates_topic)):
         obj = json.loads(r.value)
+        validate("aggregate", obj)
         position = (obj[INPUT_PARTITION], obj[INPUT_OFFSET])
         assert position[0] == r.partition == partition_of(r.key, settings.partitions)
         assert position not in by_input or same_json(obj, by_input[position]), position
@@ -158,11 +161,13 @@ def check_answers(settings: Settings, oracle: Oracle, round_id: str) -> None:
         lo, hi = (s - 5_000, s) if "window" in query else (query["from"], query["to"])
         count, aggregates = oracle.query(partition, query["key"], lo, hi)
         answer = answers[query["query_id"]]
+        validate("answer", answer)
         assert answer["error"] is None and answer["count"] == count, (query, answer)
         assert same_json(answer["result"], aggregates), (query, answer, aggregates)
         params = {k: query[k] for k in ("from", "to", "window") if k in query}
         path = f"/windows/{query['key']}?{urllib.parse.urlencode(params)}"
         status, via_http = http_get(settings, path)
+        validate("answer", via_http)
         assert status == 200 and via_http["count"] == count, (query, via_http)
         assert same_json(via_http["result"], aggregates), (query, via_http, aggregates)
 
