@@ -136,6 +136,21 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_parse_in
 """``json.loads(data, parse_constant=...)`` builds this decoder on every call; it is stateless."""
 
 
+def decode_json_object(value: bytes) -> dict[str, Any]:
+    """The JSON object in ``value`` (UTF-8, -16 or -32). Raises ``BadEvent``: ``malformed_json``
+    for anything else (NaN and infinities included), ``bad_value`` for a number of more than
+    100 digits. O(len(value))."""
+    try:
+        obj = _DECODER.decode(value.decode(json.detect_encoding(value), "surrogatepass"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadEvent(REASON_MALFORMED_JSON, f"not JSON: {exc}") from None
+    except RecursionError:
+        raise BadEvent(REASON_MALFORMED_JSON, "JSON nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise BadEvent(REASON_MALFORMED_JSON, f"not a JSON object: {type(obj).__name__}")
+    return obj
+
+
 class EventParser:
     """Turns raw Kafka records into ``Event`` values according to one ``Settings``."""
 
@@ -168,14 +183,7 @@ class EventParser:
             raise BadEvent(
                 REASON_OVERSIZE, f"value of {len(value)} bytes > max_value_bytes {self._max_value}"
             )
-        try:
-            obj = _DECODER.decode(value.decode(json.detect_encoding(value), "surrogatepass"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BadEvent(REASON_MALFORMED_JSON, f"not JSON: {exc}") from None
-        except RecursionError:
-            raise BadEvent(REASON_MALFORMED_JSON, "JSON nested too deeply") from None
-        if not isinstance(obj, dict):
-            raise BadEvent(REASON_MALFORMED_JSON, f"not a JSON object: {type(obj).__name__}")
+        obj = decode_json_object(value)
         return Event(self._key(key, obj), self._time(obj, kafka_ts), self._value(obj))
 
     def _key(self, key: bytes | None, obj: dict[str, Any]) -> str:

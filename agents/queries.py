@@ -42,7 +42,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from faust.types import TP, Message
 from faust.web import Request, Response, View
 
-from agents.events import BadEvent, parse_event_time
+from agents.events import BadEvent, decode_json_object, parse_event_time
 from agents.records import (
     AGGREGATIONS,
     FROM,
@@ -105,6 +105,10 @@ def query_from_json(obj: Mapping[str, Any]) -> RangeQuery:
         raise BadQuery("query_id missing or not a string")
     if not isinstance(key, str):
         raise BadQuery("key missing or not a string")
+    try:
+        key.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800") is no UTF-8
+        raise BadQuery("key is not valid Unicode") from None
     window = obj.get(WINDOW)
     if window is not None and not isinstance(window, str):
         raise BadQuery("window must be a window name")
@@ -123,6 +127,32 @@ def query_from_json(obj: Mapping[str, Any]) -> RangeQuery:
         window=window,
         aggregations=aggregations,
     )
+
+
+def query_from_params(key: str, params: Mapping[str, str]) -> RangeQuery:
+    """The ``RangeQuery`` of ``GET /windows/{key}``'s query parameters ``from``, ``to``,
+    ``window``, ``aggregations`` (comma-separated) and ``query_id`` (default ``"http"``);
+    ``BadQuery`` as ``query_from_json``."""
+    return query_from_json(
+        {
+            QUERY_ID: params.get("query_id", "http"),
+            KEY: key,
+            FROM: params.get("from"),
+            TO: params.get("to"),
+            WINDOW: params.get("window"),
+            AGGREGATIONS: params.get("aggregations"),
+        }
+    )
+
+
+def parse_query(value: bytes | None) -> RangeQuery:
+    """The ``RangeQuery`` of a query record's value; ``BadQuery`` if it is no JSON object with
+    a ``query_id`` and a ``key`` of the right types (``query_from_json``). O(len(value))."""
+    try:
+        obj = decode_json_object(value or b"")
+    except BadEvent as exc:
+        raise BadQuery(exc.detail) from None
+    return query_from_json(obj)
 
 
 def answer(windows: KeyWindows, query: RangeQuery) -> Answer:
@@ -224,11 +254,8 @@ class QueryService:
         """One query record -> one answer record (or a dead letter if it has no id/key)."""
         self.pipeline.counts["queries"] += 1
         try:
-            obj = json.loads(message.value or b"")
-            if not isinstance(obj, dict):
-                raise BadQuery("not a JSON object")
-            query = query_from_json(obj)
-        except (BadQuery, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            query = parse_query(message.value)
+        except BadQuery as exc:
             self.dead_letters_sent = True
             await self.pipeline.dead_letters.send(
                 REASON_BAD_QUERY,
@@ -462,18 +489,8 @@ def install(fiba: FibaApp, service: QueryService) -> None:
     @app.page("/windows/{key}")
     class WindowsView(View):
         async def get(self, request: Request, key: str) -> Response:
-            params = request.query
             try:
-                query = query_from_json(
-                    {
-                        QUERY_ID: params.get("query_id", "http"),
-                        KEY: key,
-                        FROM: params.get("from"),
-                        TO: params.get("to"),
-                        WINDOW: params.get("window"),
-                        AGGREGATIONS: params.get("aggregations"),
-                    }
-                )
+                query = query_from_params(key, request.query)
             except BadQuery as exc:
                 return self.json({"error": str(exc)}, status=400)
             service.pipeline.counts["http_queries"] += 1
