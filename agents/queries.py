@@ -19,8 +19,9 @@ answered by the wrong partition, so it gets an error answer.
 
 HTTP (Faust web views on the worker's ``web_port``):
 
-- ``GET /windows/{key}?from=&to=`` or ``?window=5m``, optional ``&aggregations=sum,max``:
-  the ``Answer`` JSON (status 200, or 400 with ``error`` set). A worker that does not own the
+- ``GET /windows/{key}?from=&to=`` or ``?window=5m``, optional ``&aggregations=sum,max`` and
+  ``&query_id=``: the ``Answer`` JSON (status 200, or 400 with ``error`` set; also for
+  parameters that do not make a query). A worker that does not own the
   key's partition forwards the query through the query topic to the owner and relays its
   answer (``AnswerForwarder``; 504 if none comes within ``FORWARD_TIMEOUT_S``). This works on
   every broker; Faust's own ``topic_route`` needs the assignor's routing metadata, which stays
@@ -129,13 +130,24 @@ def query_from_json(obj: Mapping[str, Any]) -> RangeQuery:
     )
 
 
+def query_id_param(params: Mapping[str, str]) -> str:
+    """The ``query_id`` of an HTTP query (``"http"`` unless given)."""
+    return params.get("query_id", "http")
+
+
+def failed(query_id: str, key: str, error: str) -> dict[str, Any]:
+    """The JSON of the answer to a query that could not be asked: ``error`` set, nothing else
+    known (the same fields as every answer, ``query_id`` first)."""
+    return Answer(query_id, key, None, None, {}, 0, None, error).to_json()
+
+
 def query_from_params(key: str, params: Mapping[str, str]) -> RangeQuery:
     """The ``RangeQuery`` of ``GET /windows/{key}``'s query parameters ``from``, ``to``,
     ``window``, ``aggregations`` (comma-separated) and ``query_id`` (default ``"http"``);
     ``BadQuery`` as ``query_from_json``."""
     return query_from_json(
         {
-            QUERY_ID: params.get("query_id", "http"),
+            QUERY_ID: query_id_param(params),
             KEY: key,
             FROM: params.get("from"),
             TO: params.get("to"),
@@ -492,7 +504,7 @@ def install(fiba: FibaApp, service: QueryService) -> None:
             try:
                 query = query_from_params(key, request.query)
             except BadQuery as exc:
-                return self.json({"error": str(exc)}, status=400)
+                return self.json(failed(query_id_param(request.query), key, str(exc)), status=400)
             service.pipeline.counts["http_queries"] += 1
             if service.owns(fiba.key_partition(key.encode())):
                 result = await service.ask(query)
@@ -500,10 +512,8 @@ def install(fiba: FibaApp, service: QueryService) -> None:
                 service.pipeline.counts["http_forwarded"] += 1
                 forwarded = await service.forward(query, FORWARD_TIMEOUT_S)
                 if forwarded is None:
-                    return self.json(
-                        {"error": "the worker owning the key did not answer in time"},
-                        status=504,
-                    )
+                    text = "the worker owning the key did not answer in time"
+                    return self.json(failed(query.query_id, key, text), status=504)
                 result = forwarded
             status = 400 if result.error else 200
             return self.bytes(

@@ -170,6 +170,9 @@ def check_answers(settings: Settings, oracle: Oracle, round_id: str) -> None:
         validate("answer", via_http)
         assert status == 200 and via_http["count"] == count, (query, via_http)
         assert same_json(via_http["result"], aggregates), (query, via_http, aggregates)
+    status, bad = http_get(settings, f"/windows/{KEYS[0]}?from=noon&to=5&query_id={round_id}")
+    validate("answer", bad)
+    assert status == 400 and bad["query_id"] == round_id and "from" in bad["error"], bad
 
 
 def test_every_aggregation_through_worker_restore_and_answers(
