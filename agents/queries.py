@@ -20,7 +20,7 @@ answered by the wrong partition, so it gets an error answer.
 HTTP (Faust web views on the worker's ``web_port``):
 
 - ``GET /windows/{key}?from=&to=`` or ``?window=5m``, optional ``&aggregations=sum,max`` and
-  ``&query_id=``: the ``Answer`` JSON (status 200, or 400 with ``error`` set; also for
+  ``&query_id=`` (the key percent-encoded; any key, ``/`` and braces included): the ``Answer`` JSON (status 200, or 400 with ``error`` set; also for
   parameters that do not make a query). A worker that does not own the
   key's partition forwards the query through the query topic to the owner and relays its
   answer (``AnswerForwarder``; 504 if none comes within ``FORWARD_TIMEOUT_S``). This works on
@@ -498,7 +498,7 @@ def install(fiba: FibaApp, service: QueryService) -> None:
     async def read_owned_queries(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
         await consumer.follow(fiba.owned_partitions(assigned))
 
-    @app.page("/windows/{key}")
+    @app.page("/windows/{key:.+}")
     class WindowsView(View):
         async def get(self, request: Request, key: str) -> Response:
             try:
