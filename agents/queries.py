@@ -20,12 +20,12 @@ answered by the wrong partition, so it gets an error answer.
 HTTP (Faust web views on the worker's ``web_port``):
 
 - ``GET /windows/{key}?from=&to=`` or ``?window=5m``, optional ``&aggregations=sum,max`` and
-  ``&query_id=`` (the key percent-encoded; any key, ``/`` and braces included): the ``Answer`` JSON (status 200, or 400 with ``error`` set; also for
-  parameters that do not make a query). A worker that does not own the
-  key's partition forwards the query through the query topic to the owner and relays its
-  answer (``AnswerForwarder``; 504 if none comes within ``FORWARD_TIMEOUT_S``). This works on
-  every broker; Faust's own ``topic_route`` needs the assignor's routing metadata, which stays
-  empty on the embedded broker.
+  ``&query_id=`` (the key percent-encoded; any key, ``/`` and braces included): the
+  ``Answer`` JSON (status 200, or 400 with ``error`` set; also for parameters that do not
+  make a query). A worker that does not own the key's partition forwards the query through
+  the query topic to the owner and relays its answer (``AnswerForwarder``; 504 if none comes
+  within ``FORWARD_TIMEOUT_S``). This works on every broker; Faust's own ``topic_route``
+  needs the assignor's routing metadata, which stays empty on the embedded broker.
 - ``GET /stats``: the pipeline's counters (``WindowsPipeline.stats``).
 """
 
