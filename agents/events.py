@@ -5,9 +5,13 @@ JSON object ``{"ts": ..., "value": ...}``; the field names come from ``app.setti
 (``ts_field``, ``value_field``, and ``key_field`` when the key sits inside the value). The event
 time is epoch milliseconds (an int, an integral float, or a string of digits) or an ISO-8601
 string (without an offset it means UTC); with ``timestamp_source = "kafka"`` it is the Kafka
-record timestamp instead. The value is a finite number (not a boolean) or a JSON object (for
-argmax/argmin and other multi-field aggregations; whether the configured aggregations accept it
-is decided when it is lifted, see ``stores.key_windows``).
+record timestamp instead. Either way it must lie in the years 1 to 9999 (``MIN_EVENT_TIME`` to
+``MAX_EVENT_TIME``, what ISO-8601, Spark timestamps and the store's 64-bit times all hold). The
+value is a finite number (not a boolean; at most 100 digits) or a JSON object
+(for argmax/argmin and other multi-field aggregations; whether the configured aggregations
+accept it is decided when it is lifted, see ``stores.key_windows``). The key is non-empty
+UTF-8: an empty Kafka key (or key field) is rejected as ``empty_key``, since it is what a
+producer that forgot the key sends, not a key anyone aggregates by.
 
 With ``key_field``, producers must still key (hence partition) the records by that same
 aggregation key: windows, stream time and queries are per input partition, so one key's events
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,6 +34,7 @@ from agents.records import (
     REASON_BAD_KEY,
     REASON_BAD_TIMESTAMP,
     REASON_BAD_VALUE,
+    REASON_EMPTY_KEY,
     REASON_MALFORMED_JSON,
     REASON_MISSING_FIELD,
     REASON_OVERSIZE,
@@ -37,6 +43,11 @@ from app.settings import Settings
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
+MIN_EVENT_TIME = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // _ONE_MS
+"""Epoch ms of 0001-01-01T00:00:00Z, the earliest event time."""
+MAX_EVENT_TIME = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC) - _EPOCH) // _ONE_MS
+"""Epoch ms of 9999-12-31T23:59:59.999Z, the latest event time."""
+_EPOCH_MS_TEXT = re.compile(r"-?[0-9]{1,20}")
 
 
 class BadEvent(Exception):
@@ -93,22 +104,24 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_event_time(raw: Any) -> int:
-    """Epoch ms of ``raw``: an int, an integral finite float, a digit string or ISO-8601.
+    """Epoch ms of ``raw``: an int, an integral finite float, a string of ASCII digits (with an
+    optional ``-``) or ISO-8601, within ``MIN_EVENT_TIME``..``MAX_EVENT_TIME``.
 
-    Raises ``BadEvent(bad_timestamp)`` for anything else (booleans, fractions of a ms, text).
+    Raises ``BadEvent(bad_timestamp)`` for anything else (booleans, fractions of a ms, text,
+    times outside the years 1-9999). O(len(raw)).
     """
     if isinstance(raw, bool):
         raise BadEvent(REASON_BAD_TIMESTAMP, f"not a time: {shown(raw)}")
     if isinstance(raw, int):
-        return raw
+        return _in_range(raw)
     if isinstance(raw, float):
         if math.isfinite(raw) and raw.is_integer():
-            return int(raw)
+            return _in_range(int(raw))
         raise BadEvent(REASON_BAD_TIMESTAMP, f"not a whole number of ms: {shown(raw)}")
     if isinstance(raw, str):
         text = raw.strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
+        if _EPOCH_MS_TEXT.fullmatch(text):
+            return _in_range(int(text))
         try:
             moment = datetime.fromisoformat(text)
         except ValueError:
@@ -117,8 +130,14 @@ def parse_event_time(raw: Any) -> int:
             ) from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
-        return (moment - _EPOCH) // _ONE_MS
+        return _in_range((moment - _EPOCH) // _ONE_MS)
     raise BadEvent(REASON_BAD_TIMESTAMP, f"not a time: {shown(raw)}")
+
+
+def _in_range(ms: int) -> int:
+    if MIN_EVENT_TIME <= ms <= MAX_EVENT_TIME:
+        return ms
+    raise BadEvent(REASON_BAD_TIMESTAMP, f"{ms} ms is outside the years 1-9999")
 
 
 def check_value(raw: Any) -> Any:
@@ -136,8 +155,31 @@ def check_value(raw: Any) -> Any:
     raise BadEvent(REASON_BAD_VALUE, f"not a number or an object: {shown(raw)}")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+def _parse_int(text: str) -> int:
+    # json would call int() on a digit string of any length: past 4300 digits that raises a
+    # plain ValueError; no time or value of 100 digits is valid anyway
+    if len(text) > 100:
+        raise BadEvent(REASON_BAD_VALUE, f"a number of {len(text)} digits")
+    return int(text)
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_parse_int)
 """``json.loads(data, parse_constant=...)`` builds this decoder on every call; it is stateless."""
+
+
+def decode_json_object(value: bytes) -> dict[str, Any]:
+    """The JSON object in ``value`` (UTF-8, -16 or -32). Raises ``BadEvent``: ``malformed_json``
+    for anything else (NaN and infinities included), ``bad_value`` for a number of more than
+    100 digits. O(len(value))."""
+    try:
+        obj = _DECODER.decode(value.decode(json.detect_encoding(value), "surrogatepass"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadEvent(REASON_MALFORMED_JSON, json_error(exc)) from None
+    except RecursionError:
+        raise BadEvent(REASON_MALFORMED_JSON, "JSON nested too deeply") from None
+    if not isinstance(obj, dict):
+        raise BadEvent(REASON_MALFORMED_JSON, f"not a JSON object but {json_type(obj)}")
+    return obj
 
 
 class EventParser:
@@ -163,8 +205,8 @@ class EventParser:
     def parse(self, key: bytes | None, value: bytes | None, kafka_ts: int | None) -> Event:
         """The ``Event`` of one record (``kafka_ts``: the record timestamp in ms).
 
-        Raises ``BadEvent`` with reason ``oversize``, ``bad_key``, ``malformed_json``,
-        ``missing_field``, ``bad_timestamp`` or ``bad_value``.
+        Raises ``BadEvent`` with reason ``oversize``, ``bad_key``, ``empty_key``,
+        ``malformed_json``, ``missing_field``, ``bad_timestamp`` or ``bad_value``.
         """
         if value is None:
             raise BadEvent(REASON_MALFORMED_JSON, "empty value (tombstone)")
@@ -172,14 +214,7 @@ class EventParser:
             raise BadEvent(
                 REASON_OVERSIZE, f"value of {len(value)} bytes > max_value_bytes {self._max_value}"
             )
-        try:
-            obj = _DECODER.decode(value.decode(json.detect_encoding(value), "surrogatepass"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BadEvent(REASON_MALFORMED_JSON, json_error(exc)) from None
-        except RecursionError:
-            raise BadEvent(REASON_MALFORMED_JSON, "JSON nested too deeply") from None
-        if not isinstance(obj, dict):
-            raise BadEvent(REASON_MALFORMED_JSON, f"not a JSON object but {json_type(obj)}")
+        obj = decode_json_object(value)
         return Event(self._key(key, obj), self._time(obj, kafka_ts), self._value(obj))
 
     def _key(self, key: bytes | None, obj: dict[str, Any]) -> str:
@@ -190,6 +225,8 @@ class EventParser:
                 raise BadEvent(
                     REASON_OVERSIZE, f"key of {len(key)} bytes > max_key_bytes {self._max_key}"
                 )
+            if not key:
+                raise BadEvent(REASON_EMPTY_KEY, "the Kafka key is empty")
             try:
                 return key.decode()
             except UnicodeDecodeError:
@@ -200,15 +237,21 @@ class EventParser:
         if isinstance(raw, bool) or not isinstance(raw, str | int):
             raise BadEvent(REASON_BAD_KEY, f"key field is not a string: {shown(raw)}")
         text = str(raw)
-        if len(text.encode()) > self._max_key:
+        try:
+            size = len(text.encode())
+        except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800") is no UTF-8
+            raise BadEvent(REASON_BAD_KEY, "key field is not valid Unicode") from None
+        if size > self._max_key:
             raise BadEvent(REASON_OVERSIZE, f"key longer than max_key_bytes {self._max_key}")
+        if not size:
+            raise BadEvent(REASON_EMPTY_KEY, f"the {shown(self._key_field)} field is empty")
         return text
 
     def _time(self, obj: dict[str, Any], kafka_ts: int | None) -> int:
         if self._kafka_time:
             if kafka_ts is None or kafka_ts < 0:
                 raise BadEvent(REASON_BAD_TIMESTAMP, "record has no Kafka timestamp")
-            return kafka_ts
+            return _in_range(kafka_ts)
         if self._ts_field not in obj:
             raise BadEvent(REASON_MISSING_FIELD, f"no {shown(self._ts_field)} field")
         return parse_event_time(obj[self._ts_field])

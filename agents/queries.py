@@ -19,12 +19,13 @@ answered by the wrong partition, so it gets an error answer.
 
 HTTP (Faust web views on the worker's ``web_port``):
 
-- ``GET /windows/{key}?from=&to=`` or ``?window=5m``, optional ``&aggregations=sum,max``:
-  the ``Answer`` JSON (status 200, or 400 with ``error`` set). A worker that does not own the
-  key's partition forwards the query through the query topic to the owner and relays its
-  answer (``AnswerForwarder``; 504 if none comes within ``FORWARD_TIMEOUT_S``). This works on
-  every broker; Faust's own ``topic_route`` needs the assignor's routing metadata, which stays
-  empty on the embedded broker.
+- ``GET /windows/{key}?from=&to=`` or ``?window=5m``, optional ``&aggregations=sum,max`` and
+  ``&query_id=`` (the key percent-encoded; any key, ``/`` and braces included): the
+  ``Answer`` JSON (status 200, or 400 with ``error`` set; also for parameters that do not
+  make a query). A worker that does not own the key's partition forwards the query through
+  the query topic to the owner and relays its answer (``AnswerForwarder``; 504 if none comes
+  within ``FORWARD_TIMEOUT_S``). This works on every broker; Faust's own ``topic_route``
+  needs the assignor's routing metadata, which stays empty on the embedded broker.
 - ``GET /stats``: the pipeline's counters (``WindowsPipeline.stats``).
 """
 
@@ -43,7 +44,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from faust.types import TP
 from faust.web import Request, Response, View
 
-from agents.events import BadEvent, json_error, parse_event_time
+from agents.events import BadEvent, decode_json_object, parse_event_time
 from agents.records import (
     AGGREGATIONS,
     FROM,
@@ -110,6 +111,10 @@ def query_from_json(obj: Mapping[str, Any]) -> RangeQuery:
         raise BadQuery("query_id missing or not a string")
     if not isinstance(key, str):
         raise BadQuery("key missing or not a string")
+    try:
+        key.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800") is no UTF-8
+        raise BadQuery("key is not valid Unicode") from None
     window = obj.get(WINDOW)
     if window is not None and not isinstance(window, str):
         raise BadQuery("window must be a window name")
@@ -128,6 +133,43 @@ def query_from_json(obj: Mapping[str, Any]) -> RangeQuery:
         window=window,
         aggregations=aggregations,
     )
+
+
+def query_id_param(params: Mapping[str, str]) -> str:
+    """The ``query_id`` of an HTTP query (``"http"`` unless given)."""
+    return params.get("query_id", "http")
+
+
+def failed(query_id: str, key: str, error: str) -> dict[str, Any]:
+    """The JSON of the answer to a query that could not be asked: ``error`` set, nothing else
+    known (the same fields as every answer, ``query_id`` first)."""
+    return Answer(query_id, key, None, None, {}, 0, None, error).to_json()
+
+
+def query_from_params(key: str, params: Mapping[str, str]) -> RangeQuery:
+    """The ``RangeQuery`` of ``GET /windows/{key}``'s query parameters ``from``, ``to``,
+    ``window``, ``aggregations`` (comma-separated) and ``query_id`` (default ``"http"``);
+    ``BadQuery`` as ``query_from_json``."""
+    return query_from_json(
+        {
+            QUERY_ID: query_id_param(params),
+            KEY: key,
+            FROM: params.get("from"),
+            TO: params.get("to"),
+            WINDOW: params.get("window"),
+            AGGREGATIONS: params.get("aggregations"),
+        }
+    )
+
+
+def parse_query(value: bytes | None) -> RangeQuery:
+    """The ``RangeQuery`` of a query record's value; ``BadQuery`` if it is no JSON object with
+    a ``query_id`` and a ``key`` of the right types (``query_from_json``). O(len(value))."""
+    try:
+        obj = decode_json_object(value or b"")
+    except BadEvent as exc:
+        raise BadQuery(exc.detail) from None
+    return query_from_json(obj)
 
 
 def answer(windows: KeyWindows, query: RangeQuery) -> Answer:
@@ -239,14 +281,11 @@ class QueryService:
         self.pipeline.counts["queries"] += 1
         began = time.perf_counter()
         try:
-            obj = json.loads(message.value or b"")
-            if not isinstance(obj, dict):
-                raise BadQuery("not a JSON object")
-            query = query_from_json(obj)
-        except (BadQuery, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            query = parse_query(message.value)
+        except BadQuery as exc:
             await self.pipeline.dead_letters.add(
                 REASON_BAD_QUERY,
-                str(exc) if isinstance(exc, BadQuery) else json_error(exc),
+                str(exc),
                 message.topic,
                 message.partition,
                 message.offset,
@@ -483,23 +522,13 @@ def install(fiba: FibaApp, service: QueryService) -> None:
     async def read_owned_queries(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
         await consumer.follow(fiba.owned_partitions(assigned))
 
-    @app.page("/windows/{key}")
+    @app.page("/windows/{key:.+}")
     class WindowsView(View):
         async def get(self, request: Request, key: str) -> Response:
-            params = request.query
             try:
-                query = query_from_json(
-                    {
-                        QUERY_ID: params.get("query_id", "http"),
-                        KEY: key,
-                        FROM: params.get("from"),
-                        TO: params.get("to"),
-                        WINDOW: params.get("window"),
-                        AGGREGATIONS: params.get("aggregations"),
-                    }
-                )
+                query = query_from_params(key, request.query)
             except BadQuery as exc:
-                return self.json({"error": str(exc)}, status=400)
+                return self.json(failed(query_id_param(request.query), key, str(exc)), status=400)
             service.pipeline.counts["http_queries"] += 1
             began = time.perf_counter()
             if service.owns(fiba.key_partition(key.encode())):
@@ -508,10 +537,8 @@ def install(fiba: FibaApp, service: QueryService) -> None:
                 service.pipeline.counts["http_forwarded"] += 1
                 forwarded = await service.forward(query, FORWARD_TIMEOUT_S)
                 if forwarded is None:
-                    return self.json(
-                        {"error": "the worker owning the key did not answer in time"},
-                        status=504,
-                    )
+                    text = "the worker owning the key did not answer in time"
+                    return self.json(failed(query.query_id, key, text), status=504)
                 result = forwarded
             status = 400 if result.error else 200
             service.answered("http", began)

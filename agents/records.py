@@ -10,7 +10,16 @@ Aggregate (aggregates topic), one per accepted event (or per touched key and bat
 
     {"key": "sensor-7", "event_ts": ..., "stream_time": ...,
      "windows": {"5m": {"start": ..., "end": ..., "count": 12,
-                        "aggregates": {"sum": 40.5, "max": 9.0}}}}
+                        "aggregates": {"sum": 40.5, "max": 9.0}}},
+     "input_partition": 2, "input_offset": 1041}
+
+``input_partition`` and ``input_offset`` say which input record the aggregate answers (with
+``emit = "batch"``: the key's last accepted record of the batch). They are its identity: after
+a crash an aggregate may be written again (at-least-once output), and the copy may differ from
+the first in the last digits of its floats (the restored trees combine in another order), so
+consumers deduplicate by ``(key, input_partition, input_offset)``, never by value. An answer's
+identity is its ``query_id`` (always present); a dead letter's are its ``fiba.error.topic``,
+``.partition`` and ``.offset`` headers. The JSON Schemas of the records are in ``schemas/``.
 
 Range query (query topic) and its answer (answers topic)::
 
@@ -31,6 +40,8 @@ from typing import Any
 
 import orjson
 
+from stores.monoids import BloomFilter
+
 # Field names, for code (the worker, the Spark schema) that must not spell them twice.
 KEY = "key"
 EVENT_TS = "event_ts"
@@ -40,6 +51,8 @@ WINDOW_START = "start"
 WINDOW_END = "end"
 WINDOW_COUNT = "count"
 WINDOW_AGGREGATES = "aggregates"
+INPUT_PARTITION = "input_partition"
+INPUT_OFFSET = "input_offset"
 QUERY_ID = "query_id"
 FROM = "from"
 TO = "to"
@@ -62,17 +75,22 @@ class WindowResult:
 
 @dataclass(frozen=True, slots=True)
 class AggregateRecord:
-    """What the aggregates topic carries: every configured window of ``key`` at ``stream_time``."""
+    """What the aggregates topic carries: every configured window of ``key`` at ``stream_time``,
+    and the input record it answers (``None`` until the worker knows it: ``encode_aggregate``).
+    """
 
     key: str
     event_ts: int
     stream_time: int
     windows: dict[str, WindowResult] = field(default_factory=dict)
+    input_partition: int | None = None
+    input_offset: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (built directly: ``asdict``'s deep copies cost more than the whole
-        window update of the event that made the record; the aggregates dicts are shared)."""
-        return {
+        window update of the event that made the record; the aggregates dicts are shared);
+        the input position only when it is set."""
+        obj = {
             KEY: self.key,
             EVENT_TS: self.event_ts,
             STREAM_TIME: self.stream_time,
@@ -86,6 +104,10 @@ class AggregateRecord:
                 for name, w in self.windows.items()
             },
         }
+        if self.input_offset is not None:
+            obj[INPUT_PARTITION] = self.input_partition
+            obj[INPUT_OFFSET] = self.input_offset
+        return obj
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AggregateRecord:
@@ -102,6 +124,8 @@ class AggregateRecord:
                 )
                 for name, w in obj[WINDOWS].items()
             },
+            input_partition=obj.get(INPUT_PARTITION),
+            input_offset=obj.get(INPUT_OFFSET),
         )
 
 
@@ -181,11 +205,31 @@ def encode_json(obj: dict[str, Any]) -> bytes:
     """Compact JSON bytes of an output record (orjson: about 1.7 µs for an aggregate record of
     three windows, against 26 µs with the standard library); a float that overflowed to
     +-inf (a sum of huge values) or NaN is written as ``null``, since JSON has neither. An
-    integer beyond 64 bits (an exact sum of huge integers) takes the standard library."""
+    integer beyond 64 bits (an exact sum of huge integers) takes the standard library. A
+    lowered value that is no JSON type is written in its documented JSON form
+    (``_json_form``: a ``bloom`` filter as ``BloomFilter.to_json``; orjson's own rendering of
+    dataclasses is switched off)."""
     try:
-        return orjson.dumps(obj)
+        return orjson.dumps(obj, default=_json_form, option=orjson.OPT_PASSTHROUGH_DATACLASS)
     except orjson.JSONEncodeError:
-        return json.dumps(_finite(obj), separators=(",", ":")).encode()
+        return json.dumps(_finite(obj), separators=(",", ":"), default=_json_form).encode()
+
+
+def encode_aggregate(record: AggregateRecord, input_partition: int, input_offset: int) -> bytes:
+    """The aggregates topic's bytes of ``record``, answering the input record at
+    ``input_offset`` of ``input_partition``. O(size of the record)."""
+    obj = record.to_json()
+    obj[INPUT_PARTITION] = input_partition
+    obj[INPUT_OFFSET] = input_offset
+    return encode_json(obj)
+
+
+def _json_form(value: Any) -> Any:
+    """The JSON form of an aggregation result that is no JSON type; ``TypeError`` for any
+    other object (a bug: every built-in aggregation's result has a JSON form)."""
+    if isinstance(value, BloomFilter):
+        return value.to_json()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _finite(obj: Any) -> Any:
@@ -211,6 +255,7 @@ DLQ_OFFSET = "fiba.error.offset"
 REASON_MALFORMED_JSON = "malformed_json"
 REASON_MISSING_FIELD = "missing_field"
 REASON_BAD_KEY = "bad_key"
+REASON_EMPTY_KEY = "empty_key"
 REASON_BAD_VALUE = "bad_value"
 REASON_BAD_TIMESTAMP = "bad_timestamp"
 REASON_LATE = "late"

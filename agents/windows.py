@@ -69,7 +69,7 @@ from faust.types import TP
 from agents.dead_letters import DeadLetters
 from agents.events import BadEvent, EventParser
 from agents.input_reader import InputReader
-from agents.records import AggregateRecord, encode_json
+from agents.records import AggregateRecord, encode_aggregate
 from agents.supervision import OnFailure
 from app.batched_send import KeyedOutputs
 from app.faust_app import FibaApp
@@ -353,7 +353,7 @@ class WindowsPipeline:
             await self._reject(state, record, rejected.reason, rejected.detail)
             return
         self.counts["accepted"] += 1
-        self._emit(outcome.record, outcome.key)
+        self._emit(outcome.record, outcome.key, state.partition, offset)
         self.store.record(
             state.partition,
             offset,
@@ -398,9 +398,10 @@ class WindowsPipeline:
             lo = hi
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
+        last_offsets = _last_accepted_offsets(fresh, parsed, result.outcomes)
         for key, event_ts in result.last_ts.items():
             windows.evict_expired(key, result)
-            self._emit(windows.record_of(key, event_ts), key)
+            self._emit(windows.record_of(key, event_ts), key, state.partition, last_offsets[key])
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
         outcomes = iter(result.outcomes)
@@ -459,14 +460,16 @@ class WindowsPipeline:
         self.store.record_skipped(state.partition, message.offset)
         state.applied_offset = message.offset
 
-    def _emit(self, record: AggregateRecord | None, key: str) -> None:
-        """Queue ``record`` for the aggregates topic (handed over after the chunk), its event
-        time as its Kafka timestamp."""
+    def _emit(self, record: AggregateRecord | None, key: str, partition: int, offset: int) -> None:
+        """Queue ``record``, answering input record ``offset`` of ``partition``, for the
+        aggregates topic (handed over after the chunk), its event time as its Kafka timestamp."""
         if record is None:
             self.counts["suppressed"] += 1
             return
         self.counts["aggregates"] += 1
-        self.aggregates.add(key.encode(), encode_json(record.to_json()), record.event_ts)
+        self.aggregates.add(
+            key.encode(), encode_aggregate(record, partition, offset), record.event_ts
+        )
 
     # --- maintenance --------------------------------------------------------------------------
 
@@ -507,6 +510,23 @@ class WindowsPipeline:
                 for p, s in sorted(self._states.items())
             },
         }
+
+
+def _last_accepted_offsets(
+    messages: Sequence[ConsumerRecord],
+    parsed: Sequence[BadEvent | None],
+    outcomes: Sequence[Accepted | Rejected],
+) -> dict[str, int]:
+    """Per key, the offset of its last accepted record among ``messages`` (``parsed``: the
+    parse failure of each or ``None``; ``outcomes``: one per parsed record, in order). O(n)."""
+    last: dict[str, int] = {}
+    remaining = iter(outcomes)
+    for message, bad in zip(messages, parsed, strict=True):
+        if bad is None:
+            outcome = next(remaining)
+            if isinstance(outcome, Accepted):
+                last[outcome.key] = message.offset
+    return last
 
 
 def install(fiba: FibaApp, pipeline: WindowsPipeline, on_failure: OnFailure) -> InputReader:

@@ -66,7 +66,8 @@ class EmbeddedBroker:
     """A Tansu broker process on ``host:port`` (a free port when ``port`` is 0).
 
     ``bootstrap`` is the ``host:port`` string for Kafka clients. Broker output goes to
-    ``log_path`` (a temporary file unless given).
+    ``log_path``; when none is given, to a temporary ``tansu-*.log`` that ``stop`` deletes
+    unless the broker failed (it did not start, or exited by itself: the log says why).
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class EmbeddedBroker:
             if log_path
             else Path(tempfile.mkstemp(prefix="tansu-", suffix=".log")[1])
         )
+        self._owns_log = not log_path
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -120,14 +122,15 @@ class EmbeddedBroker:
                 start_new_session=True,
             )
         if not wait_for_port(self.host, self.port, self.start_timeout) or not self.running:
-            self.stop()
+            self.stop(keep_log=True)
             raise BrokerError(
                 f"embedded broker did not start on {self.bootstrap}; see {self.log_path}"
             )
         return self
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Terminate the broker (SIGTERM, then SIGKILL after ``timeout`` seconds)."""
+    def stop(self, timeout: float = 10.0, keep_log: bool = False) -> None:
+        """Terminate the broker (SIGTERM, then SIGKILL after ``timeout`` seconds), and delete
+        its temporary log unless ``keep_log`` or the broker had exited by itself."""
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -137,6 +140,8 @@ class EmbeddedBroker:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout)
+        if self._owns_log and not keep_log:
+            self.log_path.unlink(missing_ok=True)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

@@ -325,7 +325,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
             doc = tomllib.load(f)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     table = doc.pop("fiba", {})
     if not isinstance(table, dict):

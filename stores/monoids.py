@@ -63,6 +63,7 @@ up to rounding: different combine orders may differ in the last bits.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -474,6 +475,26 @@ class BloomFilter:
         probe = _bloom_positions(item, self.m, self.k)
         return self.bits & probe == probe
 
+    def to_json(self) -> dict[str, Any]:
+        """The filter as JSON: ``{"m": bits, "k": hash functions, "bits": base64}``, where
+        ``bits`` is base64 (RFC 4648, padded) of the ``ceil(m / 8)`` bytes of the bit set,
+        little endian (bit ``i`` is bit ``i % 8`` of byte ``i // 8``). O(m)."""
+        raw = self.bits.to_bytes((self.m + 7) // 8, "little")
+        return {"m": self.m, "k": self.k, "bits": base64.b64encode(raw).decode("ascii")}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> BloomFilter:
+        """The filter of a ``to_json`` object (membership tests then work as on the
+        original); ``ValueError`` if ``obj`` is not one. O(m)."""
+        try:
+            m, k = int(obj["m"]), int(obj["k"])
+            bits = int.from_bytes(base64.b64decode(obj["bits"], validate=True), "little")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a bloom filter: {exc}") from None
+        if m < 1 or k < 1 or bits.bit_length() > m:
+            raise ValueError(f"not a bloom filter: m={m}, k={k}, {bits.bit_length()} bits")
+        return cls(bits, m, k)
+
     def estimated_count(self) -> float:
         """Swamidass-Baldi estimate of the number of distinct items inserted."""
         ones = self.bits.bit_count()
@@ -507,7 +528,8 @@ def bloom(capacity: int = 1024, error_rate: float = 0.01) -> FunctionMonoid:
     The partial is the filter's bit set as a Python int (``m`` bits, ``k`` hash functions with
     ``m = -capacity·ln(error_rate)/ln(2)²`` and ``k = round(m/capacity·ln 2)``); lift hashes the
     input (see ``_stable_bytes``), combine is bitwise or (commutative, idempotent), lower wraps
-    the bits in a :class:`BloomFilter`. Empty window: a filter containing nothing.
+    the bits in a :class:`BloomFilter` (in output records: its ``to_json`` form). Empty window: a
+    filter containing nothing.
     """
     if capacity < 1 or not 0.0 < error_rate < 1.0:
         raise ValueError("bloom needs capacity >= 1 and 0 < error_rate < 1")

@@ -31,7 +31,15 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
 
-from agents.records import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, DLQ_TOPIC, AggregateRecord
+from agents.records import (
+    DLQ_OFFSET,
+    DLQ_PARTITION,
+    DLQ_REASON,
+    DLQ_TOPIC,
+    INPUT_OFFSET,
+    INPUT_PARTITION,
+    AggregateRecord,
+)
 from app.broker import free_port
 from app.clients import client_options, end_offsets
 from app.demo import start_worker, stop_worker
@@ -215,6 +223,7 @@ def run_scenario(settings: Settings, tmp_path: Path, n: int) -> None:
         aggregates = asyncio.run(read_all(settings, settings.aggregates_topic))
         dead = asyncio.run(read_all(settings, settings.dead_letter_topic))
         check_aggregates(settings, aggregates, snapshots)
+        check_input_positions(settings, aggregates, records, placed, rejected)
         check_dead_letters(settings, dead, records, placed, rejected)
         check_queries(settings, models)
         check_progress_committed(settings, placed)
@@ -306,6 +315,29 @@ def check_aggregates(settings: Settings, aggregates, snapshots) -> None:
         assert set(last_record) == set(last_event)
         for key, i in last_event.items():
             assert last_record[key] >= i, key
+
+
+def check_input_positions(settings: Settings, aggregates, records, placed, rejected) -> None:
+    """Each aggregate names the accepted input record it answers (``input_partition``,
+    ``input_offset``): one of its key, at its ``event_ts``; per key the positions increase and
+    the last one is the key's last accepted record (``emit=batch``: the key's last record of
+    each batch; ``emit=changes`` may suppress that one's aggregate)."""
+    original = dict(zip(placed, records, strict=True))
+    last_accepted: dict[bytes, tuple[int, int]] = {}
+    for position in sorted(original):
+        if position not in rejected:
+            last_accepted[original[position][0]] = position
+    last_named: dict[bytes, tuple[int, int]] = {}
+    for r in aggregates:
+        obj = json.loads(r.value)
+        position = (obj[INPUT_PARTITION], obj[INPUT_OFFSET])
+        assert position in original and position not in rejected, position
+        key, value, _ = original[position]
+        assert key == r.key and json.loads(value)["ts"] == obj["event_ts"], (position, obj)
+        assert position > last_named.get(key, (-1, -1)), position
+        last_named[key] = position
+    if settings.emit != "changes":
+        assert last_named == last_accepted
 
 
 def check_dead_letters(settings: Settings, dead, records, placed, rejected) -> None:
