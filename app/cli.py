@@ -288,14 +288,22 @@ def topics_create(settings: Settings) -> None:
 def worker(settings: Settings) -> None:
     """Run a stream-processing worker (topics must exist: `fiba topics create`)."""
     from app.topics import missing_or_mismatched
+    from app.worker import claim_local_state, run_worker
+    from stores.state_lock import StateDirBusy
+    from stores.state_shape import StateMismatch
 
+    try:
+        claim_local_state(settings)  # its lock on state_dir is held until the process ends
+    except (StateDirBusy, StateMismatch) as refused:
+        raise CliFailure(str(refused), 2) from None
     require_broker(settings)
     problems = run_async(missing_or_mismatched(settings))
     if problems:
         raise CliFailure("; ".join(problems) + " (run `fiba topics create` with these settings)")
-    from app.worker import run_worker
-
-    run_worker(settings)
+    try:
+        run_worker(settings)
+    except StateMismatch as refused:  # a partition's state in the changelog
+        raise CliFailure(str(refused), 2) from None
 
 
 # --- produce -----------------------------------------------------------------------------------

@@ -130,6 +130,8 @@ class WindowConfig:
 class PartialJsonCodec:
     """Bytes of a monoid's partials: JSON of its ``to_state`` (floats round-trip exactly)."""
 
+    format = "json-state/1"
+
     def __init__(self, composed: Any) -> None:
         self._to_state = composed.to_state
         self._from_state = composed.from_state
