@@ -84,6 +84,7 @@ DELEGATED_COMMANDS = {
         "spark_bridge.cli:spark_read",
         "Show a sample of an output topic as a Spark DataFrame.",
     ),
+    "state": ("app.state_cli:state", "Reset the window state or a partition's stream time."),
 }
 """Commands implemented elsewhere: name -> ("module:click_command", short help)."""
 
