@@ -293,18 +293,20 @@ def worker(settings: Settings) -> None:
     from stores.state_lock import StateDirBusy
     from stores.state_shape import StateMismatch
 
-    try:
-        claim_local_state(settings)  # its lock on state_dir is held until the process ends
-    except (StateDirBusy, StateMismatch) as refused:
-        raise CliFailure(str(refused), 2) from None
     require_broker(settings)
     problems = run_async(missing_or_mismatched(settings))
     if problems:
         raise CliFailure("; ".join(problems) + " (run `fiba topics create` with these settings)")
     try:
+        lock = claim_local_state(settings)  # held while the worker runs
+    except (StateDirBusy, StateMismatch) as refused:
+        raise CliFailure(str(refused), 2) from None
+    try:
         run_worker(settings)
     except StateMismatch as refused:  # a partition's state in the changelog
         raise CliFailure(str(refused), 2) from None
+    finally:
+        lock.release()
 
 
 # --- produce -----------------------------------------------------------------------------------
