@@ -1,17 +1,19 @@
 """``fiba state reset`` and ``fiba state reset-stream-time`` through the CLI, on real workers:
 a changelog reset rebuilds the state from the input under new settings, and a partition whose
 stream time one microsecond timestamp moved decades ahead accepts events again after its
-stream time is reset."""
+stream time is reset, and with ``max_wall_clock_skew`` the same mistake is a dead letter."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from agents.records import DLQ_DETAIL, DLQ_REASON
 from app.cli import cli
 from app.demo import settings_environ, start_worker, stop_worker
 from app.settings import Settings
@@ -92,11 +94,22 @@ def test_reset_stream_time_repairs_a_partition_poisoned_by_a_microsecond_timesta
     assert "1 entries later than" in result.stdout
     assert f"stream time {BASE * 1000} -> None" in result.stdout
 
+    # with the clock rule, the same mistake is a dead letter and moves no stream time
     later = make_events(300, seed=6)
-    last = asyncio.run(produce(settings, later))
+    last = asyncio.run(produce(settings, poison + later))
     worker = start_worker(settings, tmp_path / "w2.log")
     try:
         wait_until(lambda: caught_up(settings, [worker], [tmp_path / "w2.log"], last), 120, "up")
         check_aggregates(settings, later)  # accepted again (the 200 before stay dead letters)
     finally:
         stop_worker(worker)
+    tail = CliRunner().invoke(
+        cli,
+        ["tail", "--topic", "dead-letters", "--from-beginning", "--idle-timeout", "3s"],
+        env=settings_environ(settings),
+    )
+    futures = [
+        r for r in map(json.loads, tail.stdout.splitlines()) if r["headers"][DLQ_REASON] == "future"
+    ]
+    assert len(futures) == 1 and "max_wall_clock_skew" in futures[0]["headers"][DLQ_DETAIL]
+    assert futures[0]["value"]["ts"] == BASE * 1000
