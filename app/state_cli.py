@@ -6,10 +6,9 @@
   CreateTopics once the deletion is done: compaction and DeleteRecords cannot empty a topic on
   every broker); the workers then find no state and read the input again from its first
   retained offset (a partition's reading position is the applied offset stored with its state),
-  so the state is rebuilt with the current settings. Refused while a worker of ``app_id`` is a
-  member of its group (not checked with the embedded broker's profile: that broker keeps
-  listing members that left). Stop them all first: the other workers' local copies must be
-  reset too, each with ``fiba state reset`` on its own ``state_dir``.
+  so the state is rebuilt with the current settings. Stop every worker of ``app_id`` first:
+  the other workers' local copies must be reset too, each with ``fiba state reset`` on its
+  own ``state_dir``.
 - ``fiba state reset-stream-time --partition N [--after T] [--yes]`` removes the entries of
   partition ``N`` later than ``T`` (default: now + ``max_wall_clock_skew``), locally and on the
   changelog (a tombstone each), so that the partition's stream time falls back to its youngest
@@ -19,7 +18,8 @@
   everything).
 
 Both ask for confirmation unless ``--yes``, take the ``state_dir`` lock (refused, exit 2,
-while a worker runs on it) and report what they did in one line.
+while a worker runs on it), refuse while workers of ``app_id`` are members of its group (on a
+real Kafka) and report what they did in one line.
 """
 
 from __future__ import annotations
@@ -80,13 +80,7 @@ def reset(settings: Settings, changelog: bool, yes: bool) -> None:
     lock = _locked(settings)
     try:
         if changelog:
-            require_broker(settings)
-            # the embedded broker lists members that left the group until it restarts
-            members = 0 if settings.embedded else run_async(_group_members(settings))
-            if members:
-                raise CliFailure(
-                    f"{members} worker(s) of app_id {settings.app_id} are running: stop them first"
-                )
+            _refuse_running_workers(settings)
         if not yes:
             click.confirm(f"Delete {what}?", abort=True)
         shutil.rmtree(local, ignore_errors=True)
@@ -117,7 +111,7 @@ def reset_stream_time(settings: Settings, partition: int, after: int | None, yes
         after = int(time.time() * 1000) + (settings.max_wall_clock_skew or 0)
     lock = _locked(settings)
     try:
-        require_broker(settings)
+        _refuse_running_workers(settings)
         if not yes:
             click.confirm(
                 f"Remove the entries of partition {partition} later than {after}?", abort=True
@@ -129,6 +123,17 @@ def reset_stream_time(settings: Settings, partition: int, after: int | None, yes
         f"partition {partition}: {removed} entries later than {after} removed; "
         f"stream time {before} -> {now}"
     )
+
+
+def _refuse_running_workers(settings: Settings) -> None:
+    """Exit code 2 when the broker is unreachable, 1 while workers of ``app_id`` are members of
+    its group (not checked on the embedded broker, which keeps listing members that left)."""
+    require_broker(settings)
+    members = 0 if settings.embedded else run_async(_group_members(settings))
+    if members:
+        raise CliFailure(
+            f"{members} worker(s) of app_id {settings.app_id} are running: stop them first"
+        )
 
 
 async def _group_members(settings: Settings) -> int:

@@ -11,7 +11,9 @@ before any of it is used:
 - in the changelog, as the record ``SHAPE_KEY`` of every partition (written by the first
   restore that finds none; a reserved key survives compaction): the changelog is the arbiter
   between workers of one ``app_id``, so a worker started with other settings refuses the first
-  partition it is given (``StateMismatch``) instead of serving it;
+  partition it is given (``StateMismatch``) instead of serving it. (Rather than Faust's
+  assignor metadata: the record outlives every worker, holds for workers started at any time,
+  and needs no custom assignor; a newcomer given no partition serves no state anyway);
 - in each local RocksDB copy under the same key (replayed from the changelog with the rest),
   and in ``<store root>/state-shape.json``, checked when the worker starts, before it joins
   the group (``check_local_shape``).

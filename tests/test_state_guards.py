@@ -13,8 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from app.broker import free_port
+from app.cli import cli
 from app.demo import log_tail, settings_environ, start_worker, stop_worker
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics
@@ -60,6 +62,15 @@ def test_one_worker_per_state_dir_and_no_state_of_other_settings(
         line = refusal(run_fiba_worker(replace(settings, web_port=free_port()), 60))
         assert f"state_dir {settings.state_dir} is in use by another process" in line
         assert f"pid {first.pid}" in line
+        # the state commands refuse while a worker of the app is in its group (checked with
+        # the kafka profile: the embedded broker keeps listing members that left)
+        elsewhere = replace(settings, broker_profile="kafka", state_dir=tmp_path / "c")
+        for command in (["reset", "--changelog"], ["reset-stream-time", "--partition", "0"]):
+            result = CliRunner().invoke(
+                cli, ["state", *command, "--yes"], env=settings_environ(elsewhere)
+            )
+            assert result.exit_code == 1, result.output
+            assert f"1 worker(s) of app_id {settings.app_id} are running" in result.stderr
         # a newcomer with another window joins the group, is given a partition whose
         # changelog says otherwise, and stops with one line instead of serving it
         newcomer = replace(
