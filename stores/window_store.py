@@ -97,7 +97,10 @@ old checkpoint. Little is lost by the delay: after a crash a copy is reusable on
 was recorded since its last checkpoint anyway.
 
 Local format (version 2, in the checkpoint key): key = entry id, value = the codec's partial
-bytes; meta keys ``_META_APPLIED`` and ``_META_CHECKPOINT`` (shorter than any entry id).
+bytes; meta keys ``_META_APPLIED`` and ``_META_CHECKPOINT`` (shorter than any entry id), and
+the state's shape under ``SHAPE_KEY`` as on the changelog (``stores.state_shape``): a restore
+whose local copy or changelog holds another shape than the store's settings raises
+``StateMismatch`` before any state is used.
 
 Complexity: ``record`` O(1 + evicted) RocksDB writes and changelog records; ``restore`` of n
 entries replaying R changelog records O(R + n log n) (one sort of the entry ids; linear on a
@@ -849,7 +852,8 @@ def store_root(settings: Settings) -> Path:
 
 
 def _local_entries(db: Rdict) -> dict[bytes, bytes]:
-    """Every entry of a local copy: entry id -> partial bytes. O(entries)."""
+    """Every entry of a local copy: entry id -> partial bytes, plus its shape record under
+    ``SHAPE_KEY`` if it has one. O(entries)."""
     entries = dict(db.items())
     entries.pop(_META_APPLIED, None)
     entries.pop(_META_CHECKPOINT, None)
