@@ -20,7 +20,10 @@ from app.cli import cli
 from app.demo import log_tail, settings_environ, start_worker, stop_worker
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics
-from tests.test_crash_recovery import applied_offsets, wait_until, worker_settings
+from stores.changelog import AiokafkaChangelogProducer, encode_upsert, entry_id
+from stores.key_windows import KeyWindows, WindowConfig
+from stores.window_store import MarshalStateCodec
+from tests.test_crash_recovery import BASE, applied_offsets, wait_until, worker_settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -90,3 +93,35 @@ def test_one_worker_per_state_dir_and_no_state_of_other_settings(
     line = refusal(run_fiba_worker(replace(settings, aggregations=("sum", "count")), 60))
     assert "aggregations changed from count,sum to sum,count" in line
     assert f"the local state in {settings.state_dir / settings.app_id}" in line
+
+
+def test_a_state_without_shape_that_other_aggregations_cannot_read_stops_the_worker(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """A changelog written before shapes were recorded (no shape record) with the default
+    aggregations, read by a worker with ``count,min,sum``: the partials do not fit, and the
+    worker stops with one line instead of retrying the restore forever."""
+    settings = worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "s", partitions=1)
+    asyncio.run(create_topics(settings))
+    written = WindowConfig.from_settings(replace(settings, aggregations=Settings().aggregations))
+    windows, codec = KeyWindows(written), MarshalStateCodec(written.composed)
+    records = []
+    for offset in range(20):
+        accepted = windows.accept("k", BASE + 1_000 * offset, float(offset))
+        value = encode_upsert(offset, (), codec.encode(accepted.partial))
+        records.append((entry_id("k", accepted.time), value))
+
+    async def write_legacy_changelog() -> None:
+        producer = AiokafkaChangelogProducer(settings)
+        await producer.start()
+        try:
+            await producer.send_records(settings.changelog_topic, 0, records)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(write_legacy_changelog())
+    line = refusal(
+        run_fiba_worker(replace(settings, aggregations=("count", "min", "sum")), 150), started=True
+    )
+    assert "the state of partition 0 cannot be read with these settings" in line, line
