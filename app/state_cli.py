@@ -51,7 +51,7 @@ STATE_SETTINGS = (
 )
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def state() -> None:
     """Reset a worker's window state (local and changelog) or a partition's stream time."""
 
