@@ -31,7 +31,9 @@ applies no further record of a halted partition, ``WindowsPipeline.process_recor
 (re)start of reading a partition begins an *epoch*; fetched records are tagged with the epoch
 of their partition when they are returned, and records of an earlier epoch are never applied,
 so a partition taken away and given back re-reads from its applied offset without a gap. A
-restore that fails is retried after ``RESTORE_RETRY_S`` while the partition is still owned.
+restore that fails is retried after ``RESTORE_RETRY_S`` while the partition is still owned,
+except one refused for its shape (``stores.state_shape.StateMismatch``: written with other
+settings), which stops the worker (``on_failure``).
 
 Cost per record: the aiokafka fetch (C record parser, chunks of ``FETCH_CHUNK`` records) and a
 list slot; the pipeline gives the event loop its turns once about half a millisecond of work
@@ -54,6 +56,7 @@ from aiokafka.errors import IllegalStateError
 from agents.supervision import OnFailure, watched
 from app.clients import client_options, fetch
 from app.settings import Settings
+from stores.state_shape import StateMismatch
 
 if TYPE_CHECKING:
     from agents.windows import WindowsPipeline
@@ -244,6 +247,10 @@ class InputReader:
             while partition in self._owned:
                 try:
                     state = await self.pipeline.state(partition)
+                except StateMismatch as refused:  # written with other settings: never serve it
+                    logger.error("partition %d refused: %s", partition, refused)
+                    self.on_failure(refused)
+                    return
                 except Exception:
                     logger.exception(
                         "restore of partition %d failed; retrying in %.0f s",

@@ -75,6 +75,7 @@ from app.batched_send import KeyedOutputs
 from app.faust_app import FibaApp
 from stores.gc_pause import PacedYoungCollections, freeze_survivors_unless_paused, paused_gc
 from stores.key_windows import Accepted, BatchResult, KeyWindows, Rejected, WindowConfig
+from stores.state_shape import RESET_HINT, StateMismatch
 from stores.window_store import WindowStore
 
 logger = logging.getLogger(__name__)
@@ -185,10 +186,17 @@ class WindowsPipeline:
                 # paused: about half the build's time otherwise; then frozen out of every later
                 # collection, before the collector resumes (stores.gc_pause)
                 with paused_gc(freeze=True):
-                    for key, pairs in restored.windows.items():
-                        windows.load(key, pairs)
-                        # a large state takes seconds to index: let heartbeats and queries run
-                        await asyncio.sleep(0)
+                    try:
+                        for key, pairs in restored.windows.items():
+                            windows.load(key, pairs)
+                            # a large state takes seconds to index: let heartbeats and queries
+                            await asyncio.sleep(0)
+                    except (ValueError, TypeError, IndexError) as exc:
+                        # partials of other aggregations, in a state that records no shape
+                        raise StateMismatch(
+                            f"the state of partition {partition} cannot be read with these "
+                            f"settings ({exc}): {RESET_HINT}"
+                        ) from exc
                 state = PartitionState(partition, windows, restored.applied_offset)
                 async with state.lock:
                     for key, times in windows.sweep():

@@ -92,6 +92,7 @@ DELEGATED_COMMANDS = {
         "spark_bridge.cli:spark_read",
         "Show a sample of an output topic as a Spark DataFrame.",
     ),
+    "state": ("app.state_cli:state", "Reset the window state or a partition's stream time."),
 }
 """Commands implemented elsewhere: name -> ("module:click_command", short help)."""
 EXTRAS = {"bench": "bench", "spark-join": "spark", "spark-read": "spark"}
@@ -326,15 +327,25 @@ def topics_create(settings: Settings) -> None:
 def worker(settings: Settings) -> None:
     """Run a stream-processing worker (topics must exist: `fiba topics create`)."""
     from app.topics import missing_or_mismatched
+    from app.worker import claim_local_state, run_worker
+    from stores.state_lock import StateDirBusy
+    from stores.state_shape import StateMismatch
 
     require_free_port(settings.web_host, settings.web_port, "the worker's HTTP server")
     require_broker(settings)
     problems = run_async(missing_or_mismatched(settings))
     if problems:
         raise CliFailure("; ".join(problems) + " (run `fiba topics create` with these settings)")
-    from app.worker import run_worker
-
-    run_worker(settings)
+    try:
+        lock = claim_local_state(settings)  # held while the worker runs
+    except (StateDirBusy, StateMismatch) as refused:
+        raise CliFailure(str(refused), 2) from None
+    try:
+        run_worker(settings)
+    except StateMismatch as refused:  # a partition's state in the changelog
+        raise CliFailure(str(refused), 2) from None
+    finally:
+        lock.release()
 
 
 # --- produce -----------------------------------------------------------------------------------

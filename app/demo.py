@@ -89,6 +89,8 @@ def settings_environ(settings: Settings) -> dict[str, str]:
     env = {}
     for name in SETTINGS_HELP:
         value = getattr(settings, name)
+        if value is None and name == "max_wall_clock_skew":
+            value = "off"  # unset would mean its default
         if value is None:
             continue
         if name == "windows":

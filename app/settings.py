@@ -126,6 +126,7 @@ class Settings:
     )
     aggregations: tuple[str, ...] = ("count", "sum", "max", "mean", "pop_stddev")
     max_future_skew: int = 300_000
+    max_wall_clock_skew: int | None = 86_400_000
     resolution: int | None = None
     emit: str = "event"
     batch_max_records: int = 1000
@@ -208,6 +209,8 @@ SETTINGS_HELP: dict[str, str] = {
     "windows": "comma-separated window sizes, each <= retention (e.g. 1m,5m,1h)",
     "aggregations": "comma-separated aggregation names (stores.monoids)",
     "max_future_skew": "events further than this ahead of stream time are rejected (duration)",
+    "max_wall_clock_skew": "events further than this ahead of the worker's clock are rejected "
+    "(duration; off: never, for replays)",
     "resolution": "pane size: event times are rounded down to it (duration; unset = exact)",
     "emit": "event | batch | changes",
     "batch_max_records": "largest batch in emit=batch",
@@ -365,6 +368,11 @@ def _optional_duration(value: Any) -> int | None:
     return parse_duration(value)
 
 
+def _is_off(value: Any) -> bool:
+    """``"off"`` (any case): a limit switched off."""
+    return isinstance(value, str) and value.strip().lower() == "off"
+
+
 def _names(value: Any) -> tuple[str, ...]:
     items = value if isinstance(value, list | tuple) else _text(value).split(",")
     names = tuple(_text(item) for item in items)
@@ -428,6 +436,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "windows": _windows,
     "aggregations": _names,
     "max_future_skew": parse_duration,
+    "max_wall_clock_skew": lambda value: None if _is_off(value) else parse_duration(value),
     "resolution": _optional_duration,
     "emit": _choice(EMIT_MODES),
     "batch_max_records": _int,

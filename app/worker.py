@@ -39,7 +39,9 @@ from app.health import WorkerHealth
 from app.settings import Settings
 from stores.changelog import FaustChangelogProducer
 from stores.key_windows import WindowConfig
-from stores.window_store import MarshalStateCodec, WindowStore
+from stores.state_lock import StateDirLock
+from stores.state_shape import StateMismatch, StateShape, check_local_shape
+from stores.window_store import MarshalStateCodec, WindowStore, store_root
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,20 +79,47 @@ def build_worker(settings: Settings) -> Worker:
     return worker
 
 
+def claim_local_state(settings: Settings) -> StateDirLock:
+    """What a worker of ``settings`` checks before it starts: it locks ``state_dir``
+    (``StateDirBusy`` if another process holds it; kept until the process ends or the lock is
+    released) and compares the shape of the local state with its settings (``StateMismatch``;
+    recorded if there is none yet, ``stores.state_shape``)."""
+    lock = StateDirLock(settings.state_dir)
+    lock.acquire()
+    try:
+        check_local_shape(store_root(settings), state_shape(settings))
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def state_shape(settings: Settings) -> StateShape:
+    """The shape of the state a worker of ``settings`` writes (its codec: ``MarshalStateCodec``)."""
+    return StateShape.of(settings, MarshalStateCodec.format)
+
+
 def run_worker(settings: Settings) -> None:
     """Run a worker in the foreground until it is told to stop (SIGTERM/SIGINT)."""
     serve(build_worker(settings))
 
 
 def serve(worker: Worker) -> None:
-    """Run an already built worker in the foreground until SIGTERM/SIGINT."""
+    """Run an already built worker in the foreground until SIGTERM/SIGINT. A worker that
+    stopped because a partition's state has another shape (``StateMismatch``, see
+    ``agents.input_reader``) raises it after Faust's shutdown instead of exiting."""
     settings = worker.fiba.settings
     if settings.log_level != "debug":
         # aiokafka logs every request at debug level; building those records is measurable.
         logging.getLogger("aiokafka").setLevel(logging.INFO)
-    faust.Worker(
-        worker.fiba.app,
-        loglevel=settings.log_level,
-        quiet=True,
-        redirect_stdouts=False,
-    ).execute_from_commandline()
+    try:
+        faust.Worker(
+            worker.fiba.app,
+            loglevel=settings.log_level,
+            quiet=True,
+            redirect_stdouts=False,
+        ).execute_from_commandline()
+    except SystemExit:
+        if isinstance(worker.pipeline.failure, StateMismatch):
+            raise worker.pipeline.failure from None
+        raise

@@ -15,6 +15,9 @@ window with its combined partial. Record kinds (keys and values are bytes):
   Kafka) eventually forget evicted entries; the embedded broker never compacts.
 - **applied marker** ``key = APPLIED_KEY``, ``value = offset``: the input offset up to which the
   partition's input has been consumed, for records with no state effect (late or bad input).
+- **shape** ``key = SHAPE_KEY``, ``value = StateShape.encode()`` (``stores.state_shape``): the
+  settings the partition's state was written with; one per partition, written by the first
+  restore that found none.
 
 ``entry_id`` sorts by key (length-prefixed UTF-8), then by time (offset binary, so negative
 times sort first): the local RocksDB iterates a key's entries in time order.
@@ -57,6 +60,9 @@ if TYPE_CHECKING:
 APPLIED_KEY = b"\x00applied"
 """Changelog key of the applied-offset marker; 8 bytes, so it is no entry id (those have at least
 12: a 4-byte length and an 8-byte time)."""
+
+SHAPE_KEY = b"\x00shape"
+"""Changelog (and local) key of the state's shape record; 6 bytes, no entry id either."""
 
 _TIME_BIAS = 1 << 63
 _LEN = struct.Struct(">I")

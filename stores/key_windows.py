@@ -8,7 +8,10 @@ Semantics (KIP-450 sliding windows, generalised to out-of-order data and several
 * The stream time ``S`` of the partition is the largest window time accepted on it (``None``
   before the first event).
 * An event at time ``t`` is *late* when ``t < S - R`` (``R`` = retention) and *future* when
-  ``t > S + max_future_skew``; both are rejected (``Rejected``) and change nothing. Otherwise it
+  ``t > S + max_future_skew``, or when ``t`` is more than ``max_wall_clock_skew`` ahead of the
+  worker's clock (unless that is off: ``None``), which keeps one wrong timestamp (microseconds
+  instead of ms) from moving ``S`` decades ahead, on a fresh partition too; all are rejected
+  (``Rejected``), move no stream time and change nothing. Otherwise it
   is accepted, ``S`` becomes ``max(S, t)`` and the event is inserted at ``t`` into its key's
   window. Distinct events with equal times all count (their partials combine, older first).
 * The window of size ``w`` of key ``k`` at stream time ``S`` holds the accepted events of ``k``
@@ -43,7 +46,8 @@ when the key's oldest time changes;
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import takewhile
 from typing import Any
@@ -85,6 +89,7 @@ class WindowConfig:
     windows: tuple[WindowSpec, ...]
     retention: int
     max_future_skew: int
+    max_wall_clock_skew: int | None
     resolution: int | None
     aggregations: tuple[str, ...]
     composed: Any
@@ -100,6 +105,7 @@ class WindowConfig:
             windows=settings.windows,
             retention=settings.retention,
             max_future_skew=settings.max_future_skew,
+            max_wall_clock_skew=settings.max_wall_clock_skew,
             resolution=settings.resolution,
             aggregations=settings.aggregations,
             composed=composed,
@@ -129,6 +135,8 @@ class WindowConfig:
 
 class PartialJsonCodec:
     """Bytes of a monoid's partials: JSON of its ``to_state`` (floats round-trip exactly)."""
+
+    format = "json-state/1"
 
     def __init__(self, composed: Any) -> None:
         self._to_state = composed.to_state
@@ -190,6 +198,7 @@ class KeyWindows:
 
     ``window_type`` is the per-key aggregator: ``window_type(monoid)`` makes an empty one and
     ``window_type.from_sorted(monoid, pairs)`` builds one from sorted partials in O(n).
+    ``clock`` is the worker's clock in seconds since the epoch (``max_wall_clock_skew``).
     """
 
     def __init__(
@@ -197,8 +206,10 @@ class KeyWindows:
         config: WindowConfig,
         emit: str = "event",
         window_type: type[FiBA] = FiBA,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
+        self._clock = clock
         self.emit = emit
         self.stream_time: int | None = None
         self._type = window_type
@@ -288,7 +299,8 @@ class KeyWindows:
     # --- events -------------------------------------------------------------------------------
 
     def admit(self, ts: int) -> int:
-        """The window time of event time ``ts``, or ``Rejected`` (late/future) at ``S``."""
+        """The window time of event time ``ts``, or ``Rejected`` (late/future) at ``S`` and the
+        worker's clock."""
         t = self.config.window_time(ts)
         s = self.stream_time
         if s is not None:
@@ -300,6 +312,14 @@ class KeyWindows:
                 raise Rejected(
                     REASON_FUTURE,
                     f"time {t} > stream time {s} + max_future_skew {self.config.max_future_skew}",
+                )
+        skew = self.config.max_wall_clock_skew
+        if skew is not None:
+            now = int(self._clock() * 1000)
+            if t > now + skew:
+                raise Rejected(
+                    REASON_FUTURE,
+                    f"time {t} > the worker's clock {now} + max_wall_clock_skew {skew}",
                 )
         return t
 

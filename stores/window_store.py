@@ -98,7 +98,10 @@ old checkpoint. Little is lost by the delay: after a crash a copy is reusable on
 was recorded since its last checkpoint anyway.
 
 Local format (version 2, in the checkpoint key): key = entry id, value = the codec's partial
-bytes; meta keys ``_META_APPLIED`` and ``_META_CHECKPOINT`` (shorter than any entry id).
+bytes; meta keys ``_META_APPLIED`` and ``_META_CHECKPOINT`` (shorter than any entry id), and
+the state's shape under ``SHAPE_KEY`` as on the changelog (``stores.state_shape``): a restore
+whose local copy or changelog holds another shape than the store's settings raises
+``StateMismatch`` before any state is used.
 
 Complexity: ``record`` O(1 + evicted) RocksDB writes and changelog records; ``restore`` of n
 entries replaying R changelog records O(R + n log n) (one sort of the entry ids; linear on a
@@ -138,6 +141,7 @@ from rocksdict import (
 from app.settings import Settings
 from stores.changelog import (
     APPLIED_KEY,
+    SHAPE_KEY,
     UPSERT_HEADER,
     AiokafkaChangelogProducer,
     ChangelogProducer,
@@ -153,6 +157,7 @@ from stores.changelog import (
     key_prefix,
 )
 from stores.gc_pause import paused_gc
+from stores.state_shape import StateMismatch, StateShape
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +188,10 @@ class PartialCodec(Protocol):
     """Serialisation of the composed monoid's partials (e.g. their JSON state round trip).
 
     A codec may also offer ``decode_many(list[bytes]) -> list[partial]``, used by ``restore``.
+    ``format`` names the byte format (with its version): part of the state's shape.
     """
+
+    format: str
 
     def encode(self, partial: Any) -> bytes: ...
 
@@ -204,6 +212,8 @@ class MarshalStateCodec:
     and decoding dominated a restore (``bench/worker_restore.py``). ``marshal`` never executes
     code (unlike pickle); its data format 4 is stable since Python 3.4.
     """
+
+    format = "marshal-state/1"
 
     def __init__(self, monoid: Any) -> None:
         self._to_state = monoid.to_state
@@ -322,8 +332,9 @@ class WindowStore:
     ) -> None:
         self.settings = settings
         self.codec = codec
+        self.shape = StateShape.of(settings, codec.format)
         self.topic = settings.changelog_topic
-        self.root = Path(settings.state_dir) / settings.app_id / "window-store"
+        self.root = store_root(settings)
         self._own_producer: AiokafkaChangelogProducer | None = None
         if producer is None:
             self._own_producer = AiokafkaChangelogProducer(settings)
@@ -438,12 +449,15 @@ class WindowStore:
                 db, reused, entries = self._fresh_local(path), False, {}
                 applied, replayed = await _replay(reader, tp, 0, entries, -1, None)
             position = reader.position
+        shape_delivery = await self._check_shape(partition, entries.pop(SHAPE_KEY, None), db)
         ids = sorted(entries)
         if reused and replayed:
             db.flush(True)  # the replay skipped the WAL: make it durable before the checkpoint
         state = _OpenPartition(db, applied, applied, position, queued_upto=applied)
+        state.last_delivery = shape_delivery  # the next checkpoint lies after it
         batch = WriteBatch(raw_mode=True)
         batch.put(_META_APPLIED, _OFFSET.pack(applied))
+        batch.put(SHAPE_KEY, self.shape.encode())
         if reused or not ids:
             batch.put(_META_CHECKPOINT, _CHECKPOINT.pack(position, applied))
         else:
@@ -464,6 +478,24 @@ class WindowStore:
         )
         windows = self._windows(ids, entries)
         return RestoredPartition(partition, applied, windows, reused, replayed)
+
+    async def _check_shape(
+        self, partition: int, stored: bytes | None, db: Rdict
+    ) -> Awaitable[Any] | None:
+        """Refuse (``StateMismatch``, ``db`` closed) a partition whose state has another shape
+        than ``self.shape`` (``stored``: the last shape record of its local copy and changelog);
+        with none recorded, hand this one to the producer, for the changelog, so that a worker
+        with other settings finds it (``stores.state_shape``), and return its delivery."""
+        try:
+            self.shape.check(stored, f"partition {partition} of {self.topic}")
+        except StateMismatch:
+            db.close()
+            raise
+        if stored is not None:
+            return None
+        return await self._producer.send_records(
+            self.topic, partition, [(SHAPE_KEY, self.shape.encode())]
+        )
 
     def _windows(
         self, ids: list[bytes], entries: dict[bytes, bytes]
@@ -838,8 +870,14 @@ class WindowStore:
         return windows
 
 
+def store_root(settings: Settings) -> Path:
+    """The directory of a worker's window store: ``<state_dir>/<app_id>/window-store``."""
+    return Path(settings.state_dir) / settings.app_id / "window-store"
+
+
 def _local_entries(db: Rdict) -> dict[bytes, bytes]:
-    """Every entry of a local copy: entry id -> partial bytes. O(entries)."""
+    """Every entry of a local copy: entry id -> partial bytes, plus its shape record under
+    ``SHAPE_KEY`` if it has one. O(entries)."""
     entries = dict(db.items())
     entries.pop(_META_APPLIED, None)
     entries.pop(_META_CHECKPOINT, None)
@@ -918,6 +956,8 @@ def replay_changelog(
             delete(key)
         elif key == APPLIED_KEY:
             applied = max(applied, decode_offset(value))
+        elif key == SHAPE_KEY:
+            put(key, value)
         else:
             # the upsert value after its header and deleted times is the local value (partial)
             offset, n_deleted = unpack_header(value)

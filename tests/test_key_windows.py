@@ -372,3 +372,26 @@ def test_changes_mode_suppresses_events_outside_every_window():
     assert windows.accept("k", 100, 1).record is not None
     assert windows.accept("k", 50, 5).record is None  # within R, outside the 40 ms window
     assert windows.accept("k", 100, 0).record is not None  # the count changed
+
+
+def test_an_event_far_ahead_of_the_clock_is_future_and_moves_no_stream_time():
+    """A microsecond timestamp on a fresh partition would set the stream time decades ahead
+    and make every later event late: it is rejected as ``future`` against the worker's clock
+    (``max_wall_clock_skew``), and later events are accepted; ``off`` accepts it."""
+    now_ms = 1_700_000_000_000
+    config = WindowConfig.from_settings(
+        replace(SETTINGS, max_future_skew=2 * 86_400_000, max_wall_clock_skew=86_400_000)
+    )
+    windows = KeyWindows(config, clock=lambda: now_ms / 1000)
+    with pytest.raises(Rejected) as rejected:
+        windows.accept("a", now_ms * 1000, 1)  # microseconds
+    assert rejected.value.reason == "future" and "max_wall_clock_skew" in rejected.value.detail
+    assert windows.stream_time is None
+    assert windows.accept("a", now_ms, 1).time == now_ms
+    assert windows.accept("b", now_ms + 86_400_000, 2).time == now_ms + 86_400_000  # at the limit
+    batch = windows.accept_batch([("a", now_ms * 1000, 3), ("a", now_ms + 86_399_990, 4)])
+    assert [type(o) for o in batch.outcomes] == [Rejected, Accepted]
+    assert windows.stream_time == now_ms + 86_400_000
+
+    replay = KeyWindows(replace(config, max_wall_clock_skew=None), clock=lambda: now_ms / 1000)
+    assert replay.accept("a", now_ms * 1000, 1).time == now_ms * 1000

@@ -96,6 +96,20 @@ def test_optional_settings_can_be_unset_and_set():
     assert s.resolution is None and s.key_field is None
 
 
+def test_max_wall_clock_skew_is_a_day_a_duration_or_off():
+    assert load_settings(environ={}).max_wall_clock_skew == 86_400_000
+    assert (
+        load_settings(environ={"FIBA_MAX_WALL_CLOCK_SKEW": "2h"}).max_wall_clock_skew == 7_200_000
+    )
+    assert load_settings(environ={"FIBA_MAX_WALL_CLOCK_SKEW": "OFF"}).max_wall_clock_skew is None
+    assert (
+        load_settings(overrides={"max_wall_clock_skew": "off"}, environ={}).max_wall_clock_skew
+        is None
+    )
+    with pytest.raises(ConfigError, match="--max-wall-clock-skew: not a duration"):
+        load_settings(overrides={"max_wall_clock_skew": "never"}, environ={})
+
+
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [

@@ -33,6 +33,7 @@ from stores.changelog import (
     split_entry_id,
 )
 from stores.monoids import make_monoid, monoid, monoid_names
+from stores.state_shape import StateMismatch
 from stores.window_store import MarshalStateCodec, RestoredPartition, WindowStore
 
 pytestmark = pytest.mark.kafka
@@ -40,6 +41,8 @@ pytestmark = pytest.mark.kafka
 
 class JsonCodec:
     """Partials as JSON (the monoids' state round trip is JSON too)."""
+
+    format = "test-json/1"
 
     def encode(self, partial: Any) -> bytes:
         return json.dumps(partial).encode()
@@ -285,6 +288,7 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
     await store.start()
     restored = await store.restore(0)
     assert restored.applied_offset == -1 and restored.windows == {}
+    await store.flush()  # the new partition's shape record, checkpointed, before the operations
     offset = 0
     try:
         for op in ops:
@@ -754,3 +758,43 @@ async def read_changelog(settings: Settings) -> list:
     async with ChangelogReader(settings) as reader:
         tp = TopicPartition(settings.changelog_topic, 0)
         return [r for batches in [b async for b in reader.read(tp, 0)] for b in batches for r in b]
+
+
+# --- the state's shape --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keep_local", [True, False])
+async def test_state_of_other_settings_is_refused_from_local_copy_and_changelog(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path, keep_local: bool
+) -> None:
+    """A partition written with ``count,sum`` is refused, with what changed, by a store with
+    the aggregations reordered or another window (a worker restarted with other settings, or
+    a newcomer to the group: the changelog's shape record decides), from its local copy or
+    from the changelog alone; the same settings restore it."""
+    settings = dataclasses.replace(
+        make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=1),
+        aggregations=("count", "sum"),
+    )
+    await create_changelog(settings)
+    store, _ = await open_store(settings, 0)
+    store.record(0, 0, "k", 5, [1, 5])
+    await store.stop()
+    reordered = dataclasses.replace(settings, aggregations=("sum", "count"))
+    other_window = dataclasses.replace(settings, windows=settings.windows[:1])
+    for changed, fragment in [
+        (reordered, "aggregations changed from count,sum to sum,count"),
+        (other_window, "windows changed from 1m=60000ms,5m=300000ms,1h=3600000ms to 1m=60000ms"),
+    ]:
+        if not keep_local:
+            shutil.rmtree(tmp_path / settings.app_id, ignore_errors=True)
+        store = WindowStore(changed, JsonCodec())
+        await store.start()
+        try:
+            with pytest.raises(StateMismatch, match=fragment):
+                await store.restore(0)
+            assert store.partitions == frozenset()
+        finally:
+            await store.stop()
+    store, restored = await open_store(settings, 0)
+    await store.stop()
+    assert as_entries(restored[0]) == {("k", 5): [1, 5]}
