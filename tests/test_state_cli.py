@@ -1,6 +1,6 @@
 """``fiba state reset`` and ``fiba state reset-stream-time`` through the CLI, on real workers:
 a changelog reset rebuilds the state from the input under new settings, and a partition whose
-stream time one microsecond timestamp moved decades ahead accepts events again after its
+stream time one far-future timestamp moved centuries ahead accepts events again after its
 stream time is reset, and with ``max_wall_clock_skew`` the same mistake is a dead letter."""
 
 from __future__ import annotations
@@ -75,16 +75,20 @@ def test_reset_with_changelog_rebuilds_the_state_from_the_input_under_new_settin
         stop_worker(worker)
 
 
-def test_reset_stream_time_repairs_a_partition_poisoned_by_a_microsecond_timestamp(
+POISON_TS = BASE * 100  # year 5357
+
+
+def test_reset_stream_time_repairs_a_partition_poisoned_by_a_far_future_timestamp(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
 ) -> None:
-    # a worker without the clock rule: one event in microseconds makes every later one late
+    # a worker without the clock rule: one event centuries ahead (a time in a wrong unit, still
+    # within the years 1-9999 that the parser takes) makes every later one late
     unguarded = replace(
         worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "s", partitions=1),
         max_wall_clock_skew=None,
     )
     asyncio.run(create_topics(unguarded))
-    poison = [("key-0", BASE * 1000, 1)]
+    poison = [("key-0", POISON_TS, 1)]
     last = asyncio.run(produce(unguarded, poison + make_events(200, seed=5)))
     run_until_caught_up(unguarded, last, tmp_path / "w1.log")
 
@@ -92,7 +96,7 @@ def test_reset_stream_time_repairs_a_partition_poisoned_by_a_microsecond_timesta
     result = fiba_state(settings, "reset-stream-time", "--partition", "0", "--yes")
     assert result.exit_code == 0, result.output
     assert "1 entries later than" in result.stdout
-    assert f"stream time {BASE * 1000} -> None" in result.stdout
+    assert f"stream time {POISON_TS} -> None" in result.stdout
 
     # with the clock rule, the same mistake is a dead letter and moves no stream time
     later = make_events(300, seed=6)
@@ -112,4 +116,4 @@ def test_reset_stream_time_repairs_a_partition_poisoned_by_a_microsecond_timesta
         r for r in map(json.loads, tail.stdout.splitlines()) if r["headers"][DLQ_REASON] == "future"
     ]
     assert len(futures) == 1 and "max_wall_clock_skew" in futures[0]["headers"][DLQ_DETAIL]
-    assert futures[0]["value"]["ts"] == BASE * 1000
+    assert futures[0]["value"]["ts"] == POISON_TS
