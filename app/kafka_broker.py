@@ -5,8 +5,8 @@ from ``app.kafka_jars``) on two free loopback ports: clients use ``bootstrap``, 
 listens on a port of its own. Its log lives on disk in ``data_dir``: a temporary directory
 removed on ``stop()`` unless one is given, in which case it is formatted once and reused (topics
 survive a restart). ``start()`` writes ``server.properties`` (``BROKER_CONFIG`` plus listeners and
-paths) and a quiet log4j2 configuration, formats the storage (``kafka.tools.StorageTool``, a
-no-op on a formatted directory), starts ``kafka.Kafka`` with a small heap and returns once the
+paths) and a quiet log4j2 configuration, formats the storage unless already formatted
+(``kafka.tools.StorageTool``), starts ``kafka.Kafka`` with a small heap and returns once the
 broker answers a metadata request with itself as a live broker. The JVM starts in seconds on
 a small machine, hence the generous default ``start_timeout``.
 """
@@ -151,10 +151,15 @@ class KafkaBroker(BrokerProcess):
         self.controller_port = free_port(self.host)
         (self.data_dir / "server.properties").write_text(properties_text(self.server_config()))
         (self.data_dir / "log4j2.xml").write_text(LOG4J2_CONFIG)
+        if not (self.data_dir / "log" / "meta.properties").is_file():
+            self.format_storage()
+
+    def format_storage(self) -> None:
+        """Format the log directory for a new single-node cluster (``kafka.tools.StorageTool``)."""
+        assert self.data_dir is not None
         storage_format = [
             *self.java_command("kafka.tools.StorageTool"),
             "format",
-            "--ignore-formatted",
             "--cluster-id",
             random_cluster_id(),
             "--config",
