@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -131,3 +132,17 @@ def first_error(output: str) -> str:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("[ERROR]")]
     return (errors or lines or ["no output"])[0].removeprefix("[ERROR]").strip()
+
+
+def main() -> None:
+    """``python -m app.kafka_jars``: resolve the jars now (``make kafka-jars``), print where;
+    a failure is one line on stderr and exit code 2."""
+    try:
+        print(kafka_jars())
+    except BrokerSetupError as exc:
+        print(f"fiba: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()
