@@ -31,7 +31,7 @@ SLF4J_VERSION = "2.0.17"
 LOG4J_VERSION = "2.24.3"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 RESOLVE_TIMEOUT_S = 900.0
-"""Seconds a first resolution may take (about 40 jars, 30 MB, from Maven Central)."""
+"""Seconds a first resolution (every jar downloaded from Maven Central) may take."""
 
 
 def cache_root() -> Path:
