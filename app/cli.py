@@ -274,27 +274,49 @@ def main() -> None:
 
 
 @cli.command()
+@click.option(
+    "--kind",
+    type=click.Choice(["embedded", "kafka"]),
+    default="embedded",
+    show_default=True,
+    help="embedded: Tansu, in memory; kafka: Apache Kafka (KRaft, log on disk)",
+)
 @click.option("--port", type=int, default=None, help="port (default: the port of --broker)")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="kafka: keep the log here and reuse it on the next run (default: a temporary dir)",
+)
 @with_settings("broker")
-def broker(settings: Settings, port: int | None) -> None:
-    """Run the embedded broker (Tansu, in memory) on loopback until Ctrl-C or SIGTERM."""
-    from app.broker import BrokerError, EmbeddedBroker
+def broker(settings: Settings, kind: str, port: int | None, data_dir: str | None) -> None:
+    """Run a broker on loopback until Ctrl-C or SIGTERM: Tansu (default) or Apache Kafka, whose
+    jars are resolved from Maven Central on first use and cached."""
+    from app.broker import BrokerError, BrokerSetupError
+    from app.brokers import make_broker
 
     if port is None:
         port = int(settings.bootstrap_servers[0].rpartition(":")[2])
-    require_free_port("127.0.0.1", port, "the embedded broker")
-    server = EmbeddedBroker(port=port)
-    try:
-        server.start()
-    except BrokerError as exc:
-        raise CliFailure(str(exc)) from None
+    require_free_port("127.0.0.1", port, f"the {kind} broker")
+    if data_dir is not None and kind != "kafka":
+        raise CliFailure("--data-dir is for --kind kafka (the embedded broker is memory only)", 2)
+    options: dict[str, Any] = {"port": port}
+    if data_dir is not None:
+        options["data_dir"] = data_dir
+    server = make_broker(kind, **options)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    click.echo(f"embedded broker on {server.bootstrap} (log: {server.log_path}); Ctrl-C stops it")
-    click.echo(f"clients: --broker {server.bootstrap} --broker-profile embedded")
     try:
+        click.echo(f"starting the {kind} broker on {server.bootstrap} ...")
+        server.start()
+        click.echo(f"{kind} broker on {server.bootstrap} (log: {server.log_path}); Ctrl-C stops it")
+        click.echo(f"clients: --broker {server.bootstrap} --broker-profile {server.profile}")
         while server.running:
             time.sleep(0.5)
-        raise CliFailure(f"the embedded broker exited; see {server.log_path}")
+        raise CliFailure(f"the {kind} broker exited; see {server.log_path}")
+    except BrokerSetupError as exc:
+        raise CliFailure(str(exc), 2) from None
+    except BrokerError as exc:
+        raise CliFailure(str(exc)) from None
     except KeyboardInterrupt:
         pass
     finally:
@@ -552,18 +574,36 @@ def query(
 @click.option("--keys", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--seed", type=int, default=7, show_default=True)
 @click.option("--timeout", type=DURATION, default="180s", show_default=True)
+@click.option(
+    "--broker-kind",
+    type=click.Choice(["embedded", "kafka"]),
+    default="embedded",
+    show_default=True,
+    help="the broker the demo starts (see `fiba broker --kind`)",
+)
 @with_settings(*DEMO_SETTINGS)
-def demo(settings: Settings, events: int, keys: int, seed: int, timeout: int) -> None:
-    """Run everything on an embedded broker: topics, a worker, an out-of-order stream,
-    aggregates, dead letters and range queries; stops all it started."""
+def demo(
+    settings: Settings, events: int, keys: int, seed: int, timeout: int, broker_kind: str
+) -> None:
+    """Run everything on a broker it starts (embedded by default): topics, a worker, an
+    out-of-order stream, aggregates, dead letters and range queries; stops all it started."""
+    from app.broker import BrokerError, BrokerSetupError
     from app.demo import DemoError, run_demo
 
     signal.signal(signal.SIGTERM, interrupt)  # SIGTERM stops what the demo started, like Ctrl-C
     try:
         summary = run_demo(
-            settings, events=events, keys=keys, seed=seed, timeout=timeout / 1000, log=click.echo
+            settings,
+            events=events,
+            keys=keys,
+            seed=seed,
+            timeout=timeout / 1000,
+            broker_kind=broker_kind,
+            log=click.echo,
         )
-    except DemoError as exc:
+    except BrokerSetupError as exc:
+        raise CliFailure(str(exc), 2) from None
+    except (DemoError, BrokerError) as exc:
         raise CliFailure(str(exc)) from None
     if not summary.exact:
         raise CliFailure("some results differ from the brute-force check (see above)")

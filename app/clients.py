@@ -9,6 +9,9 @@ end offsets, fetches that survive a failure.
   partition. On a real Kafka this is ListOffsets(latest); the embedded profile takes the Fetch
   high watermark instead, because the embedded broker's ListOffsets is wrong (it hides the tail
   of a multi-record batch).
+- ``topic_partitions(consumer, topic)``: the partition numbers of an existing topic, from a
+  metadata request for every topic (never one naming the topic, which would auto-create it on
+  some brokers).
 - ``fetch(consumer, what, **getmany_args)``: ``getmany`` for the worker's own reading loops;
   a failed fetch is logged and retried after a pause instead of ending the loop.
 """
@@ -93,6 +96,20 @@ async def end_offsets(
         await consumer.getmany(*partitions, timeout_ms=200, max_records=1)
         await asyncio.sleep(0)
     return {tp: int(consumer.highwater(tp)) for tp in partitions}
+
+
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int] | None:
+    """The partition numbers of ``topic``, ``None`` when it does not exist.
+
+    Read from one metadata answer for every topic. ``consumer.partitions_for_topic`` is not
+    enough: it reads the consumer's own metadata, which on Apache Kafka covers only the topics
+    the consumer tracks (none for a group-less consumer before its first assignment); aiokafka
+    has no public call returning the full answer, hence its client's ``fetch_all_metadata``.
+    """
+    cluster = await consumer._client.fetch_all_metadata()
+    if topic not in cluster.topics():
+        return None
+    return set(cluster.partitions_for_topic(topic) or ())
 
 
 async def fetch(

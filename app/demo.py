@@ -1,12 +1,13 @@
-"""``fiba demo``: the whole job end to end on an embedded broker, checked by brute force.
+"""``fiba demo``: the whole job end to end on a broker it starts, checked by brute force.
 
-``run_demo(settings)`` starts the embedded broker, creates the topics, starts one worker
-(``fiba worker`` in a subprocess, configured through ``FIBA_*`` variables), produces a keyed
-out-of-order stream (``app.generator``) followed by a few bad records (malformed JSON, a missing
-field, a non-numeric value, a late and a future event), then reads the aggregates and the dead
-letters and asks a few range queries, over the query topic and over the worker's HTTP
-endpoint. It stops everything it started, also
-on error or Ctrl-C, and returns a ``DemoSummary``.
+``run_demo(settings, broker_kind=...)`` starts a broker of that kind (``app.brokers``: the
+embedded Tansu by default, or Apache Kafka with ``"kafka"``, with its profile), creates the
+topics, starts one worker (``fiba worker`` in a subprocess, configured through ``FIBA_*``
+variables), produces a keyed out-of-order stream (``app.generator``) followed by a few bad
+records (malformed JSON, a missing field, a non-numeric value, a late and a future event), then
+reads the aggregates and the dead letters and asks a few range queries, over the query topic and
+over the worker's HTTP endpoint. It stops everything it started, also on error or Ctrl-C, and
+returns a ``DemoSummary``.
 
 The check: the last aggregate of each key must equal a brute-force recomputation over the
 produced events of that key (count, and sum/max when configured, of every window
@@ -51,7 +52,8 @@ from agents.records import (
     RangeQuery,
     dumps,
 )
-from app.broker import EmbeddedBroker, free_port
+from app.broker import free_port
+from app.brokers import make_broker
 from app.generator import Event, generate_events
 from app.kafka_io import ask, event_record, record_as_dict, send_records, start_consumer
 from app.settings import SETTINGS_HELP, Settings
@@ -168,6 +170,7 @@ def run_demo(
     max_lateness_ms: int = 30_000,
     interval_ms: int = 250,
     timeout: float = 180.0,
+    broker_kind: str = "embedded",
     log: Callable[[str], Any] = print,
 ) -> DemoSummary:
     """Run the demo (module docstring) and return its summary; ``log`` gets progress lines.
@@ -175,19 +178,19 @@ def run_demo(
     ``settings`` supplies the aggregation settings (windows, aggregations, retention, emit,
     partitions, ...); the broker, profile, app id, state dir and web port are the demo's own.
     Raises ``DemoError`` when a step fails or the results do not arrive within ``timeout``
-    seconds.
+    seconds, ``app.broker.BrokerError`` when the broker does not start.
     """
     base = settings or Settings()
     workdir = Path(tempfile.mkdtemp(prefix="fiba-demo-"))
-    broker = EmbeddedBroker(log_path=workdir / "broker.log")
+    broker = make_broker(broker_kind, log_path=workdir / "broker.log")
     worker: subprocess.Popen[bytes] | None = None
     try:
-        log("starting the embedded broker ...")
+        log(f"starting the {broker_kind} broker ...")
         broker.start()
         demo = dataclasses.replace(
             base,
             broker=broker.bootstrap,
-            broker_profile="embedded",
+            broker_profile=broker.profile,
             app_id=f"fiba-demo-{uuid.uuid4().hex[:6]}",
             state_dir=workdir / "state",
             web_host="127.0.0.1",

@@ -11,9 +11,14 @@ Broker profiles (``broker_profile``):
 
 - ``kafka``: Faust's defaults for a real cluster.
 - ``embedded``: the Tansu workarounds of the embedded broker (see ``app.broker``): a 5 s
-  session timeout and a 0.5 s heartbeat, so that a group join takes seconds, not minutes, and a
-  takeover after a crash about 10 s. Nothing else in the app depends on the profile: the
-  window store reads its changelog to the Fetch high watermark on every broker.
+  session timeout, so that a group join takes seconds, not minutes, and a takeover after a
+  crash about 10 s.
+
+``session_timeout``, when set, is the session timeout on either profile (how long the partitions
+of a crashed worker wait before moving; Apache Kafka accepts 6 s and more by default). The
+heartbeat interval is a tenth of the session timeout whenever one is set here. Nothing else in
+the app depends on the profile: the window store reads its changelog to the Fetch high
+watermark on every broker.
 
 Processing guarantee: at-least-once (``exactly_once`` does not run on the embedded broker);
 exactness of the state comes from the window store's applied offsets (``agents.windows``).
@@ -34,8 +39,7 @@ from faust.types import TP
 from app.batched_send import default_partition
 from app.settings import Settings
 
-EMBEDDED_SESSION_TIMEOUT_S = 5.0
-EMBEDDED_HEARTBEAT_INTERVAL_S = 0.5
+EMBEDDED_SESSION_TIMEOUT_MS = 5_000
 PRODUCER_LINGER_S = 0.005
 PRODUCER_MAX_BATCH_BYTES = 1 << 18
 
@@ -103,9 +107,12 @@ def faust_options(settings: Settings) -> dict[str, Any]:
     credentials = _credentials(settings)
     if credentials is not None:
         options["broker_credentials"] = credentials
-    if settings.embedded:
-        options["broker_session_timeout"] = EMBEDDED_SESSION_TIMEOUT_S
-        options["broker_heartbeat_interval"] = EMBEDDED_HEARTBEAT_INTERVAL_S
+    session_ms = settings.session_timeout
+    if session_ms is None and settings.embedded:
+        session_ms = EMBEDDED_SESSION_TIMEOUT_MS
+    if session_ms is not None:
+        options["broker_session_timeout"] = session_ms / 1000
+        options["broker_heartbeat_interval"] = session_ms / 10_000
     return options
 
 

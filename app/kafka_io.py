@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from agents.records import QUERY_ID, RangeQuery, dumps
-from app.clients import client_options, end_offsets
+from app.clients import client_options, end_offsets, topic_partitions
 from app.generator import Event
 from app.settings import Settings
 
@@ -152,9 +152,9 @@ async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
     consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
     await consumer.start()
     try:
-        if topic not in await consumer.topics():
+        partitions = await topic_partitions(consumer, topic)
+        if partitions is None:
             raise MissingTopic(f"topic {topic!r} does not exist (run `fiba topics create`)")
-        partitions = consumer.partitions_for_topic(topic) or set()
         consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
     except BaseException:
         await consumer.stop()

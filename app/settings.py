@@ -103,6 +103,7 @@ class Settings:
 
     broker: str = "kafka://127.0.0.1:9092"
     broker_profile: str = "kafka"
+    session_timeout: int | None = None
     security_protocol: str | None = None
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -190,6 +191,10 @@ class Settings:
 SETTINGS_HELP: dict[str, str] = {
     "broker": "Kafka bootstrap servers: host:port[,host:port...], kafka:// optional",
     "broker_profile": "kafka | embedded (Tansu workarounds: short timeouts, single batches)",
+    "session_timeout": (
+        "consumer-group session timeout (duration, >= 6s on Apache Kafka): how long a crashed "
+        "worker's partitions wait before moving; unset: 60s, 5s with the embedded profile"
+    ),
     "security_protocol": "PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL",
     "sasl_mechanism": "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | GSSAPI | OAUTHBEARER",
     "sasl_username": "SASL user name",
@@ -417,6 +422,7 @@ def _broker(value: Any) -> str:
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "broker": _broker,
     "broker_profile": _choice(BROKER_PROFILES),
+    "session_timeout": _optional_duration,
     "security_protocol": _optional_choice(SECURITY_PROTOCOLS),
     "sasl_mechanism": _optional_choice(SASL_MECHANISMS),
     "sasl_username": _optional_text,
@@ -497,6 +503,8 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
         fail("standby_replicas", f"must be >= 0, got {s.standby_replicas}")
     if not 0 < s.web_port < 65536:
         fail("web_port", f"must be a TCP port (1-65535), got {s.web_port}")
+    if s.session_timeout is not None and s.session_timeout <= 0:
+        fail("session_timeout", "must be a positive duration (or unset for the default)")
     if s.resolution is not None and s.resolution <= 0:
         fail("resolution", "must be a positive duration (or unset for exact times)")
     if not s.windows:

@@ -25,11 +25,16 @@ Data topics keep their records ``DATA_RETENTION_MS`` (7 days); the changelog kee
 Creation is idempotent: a topic that already exists with the wanted partition count is fine;
 one with another count raises ``TopicMismatch`` naming the topic and both counts. Existing
 topics are described only after CreateTopics reported them as existing, so no metadata request
-ever names a missing topic (which would auto-create it on some brokers).
+ever names a missing topic (which would auto-create it on some brokers). A broker may answer
+CreateTopics before its own metadata shows the new topic (Apache Kafka applies the controller's
+record a moment later), so creation returns only once every topic is described with all its
+partitions, and counts are read only from such complete descriptions.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -54,6 +59,8 @@ CHANGELOG_TOPIC_CONFIGS: Mapping[str, str] = {
 
 _NO_ERROR = 0
 _TOPIC_ALREADY_EXISTS = 36
+METADATA_WAIT_S = 30.0
+"""Seconds an existing or just created topic may take to appear complete in metadata."""
 
 
 class TopicError(Exception):
@@ -114,7 +121,7 @@ async def create_topics(
 ) -> list[TopicOutcome]:
     """Create ``specs`` (default: ``topic_specs(settings)``) idempotently; see the module doc.
 
-    One CreateTopics request, then one metadata request for the topics that already existed.
+    One CreateTopics request, then metadata requests until every topic shows all its partitions.
     Raises ``TopicMismatch`` or ``TopicError``; connection failures propagate from aiokafka.
     """
     wanted = list(specs if specs is not None else topic_specs(settings))
@@ -137,7 +144,7 @@ async def create_topics(
                 raise TopicError(
                     f"cannot create topic {spec.name!r}: {message or f'error code {code}'}"
                 )
-        counts = await _partition_counts(admin, [s.name for s in existing])
+        counts = await _partition_counts(admin, [s.name for s in wanted])
     finally:
         await admin.close()
     for spec in existing:
@@ -176,9 +183,32 @@ async def missing_or_mismatched(settings: Settings) -> list[str]:
     return problems
 
 
-async def _partition_counts(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
-    """Partition count of each named (existing) topic."""
+async def _partition_counts(
+    admin: AIOKafkaAdminClient, names: list[str], timeout: float = METADATA_WAIT_S
+) -> dict[str, int]:
+    """Partition count of each named topic, all known to exist: described again every 0.1 s
+    while one comes back with an error or a partition without a leader (metadata not yet
+    updated), for at most ``timeout`` seconds, then ``TopicError``."""
     if not names:
         return {}
-    described = await admin.describe_topics(names)
-    return {t["topic"]: len(t["partitions"]) for t in described}
+    deadline = time.monotonic() + timeout
+    while True:
+        described = await admin.describe_topics(names)
+        pending = [t["topic"] for t in described if not _complete(t)]
+        if not pending:
+            return {t["topic"]: len(t["partitions"]) for t in described}
+        if time.monotonic() > deadline:
+            raise TopicError(
+                f"topics {pending} not complete in the broker's metadata after {timeout:.0f} s"
+            )
+        await asyncio.sleep(0.1)
+
+
+def _complete(described: Mapping) -> bool:
+    """A described topic without error whose partitions all have a leader."""
+    partitions = described["partitions"]
+    return (
+        described["error_code"] == _NO_ERROR
+        and bool(partitions)
+        and all(p["error_code"] == _NO_ERROR and p["leader"] >= 0 for p in partitions)
+    )

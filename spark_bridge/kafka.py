@@ -26,6 +26,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.helpers import create_ssl_context
 
+from app.clients import topic_partitions
 from spark_bridge.decode import KafkaRecord
 
 BOOTSTRAP_OPTIONS = ("kafka.bootstrap.servers", "bootstrap")
@@ -125,12 +126,13 @@ class KafkaReader:
     def partitions(self) -> list[int]:
         """The topic's partition numbers, sorted; ``KafkaSourceError`` if it does not exist.
 
-        The full topic list is asked first: a metadata request naming a missing topic would
-        auto-create it on some brokers.
+        From metadata of every topic (``app.clients.topic_partitions``): a metadata request
+        naming a missing topic would auto-create it on some brokers.
         """
-        if self.topic not in self._run(self.consumer.topics()):
+        partitions = self._run(topic_partitions(self.consumer, self.topic))
+        if partitions is None:
             raise KafkaSourceError(f"topic {self.topic!r} does not exist")
-        return sorted(self.consumer.partitions_for_topic(self.topic) or ())
+        return sorted(partitions)
 
     def earliest_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
         """Offset of the first retained record of each partition (ListOffsets earliest)."""

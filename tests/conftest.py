@@ -26,30 +26,59 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 # --- Kafka -------------------------------------------------------------------------------------
-# Worker and Spark tests never mock Kafka: they get a real broker. With KAFKA_BOOTSTRAP set they
-# use that cluster; otherwise one embedded broker (Tansu) is started for the session and stopped
-# at its end. Tests create their own uniquely named topics, so they never collide.
+# Worker and Spark tests never mock Kafka: they get a real broker. Every test that uses
+# `kafka_bootstrap` runs once per broker kind the project starts itself (ids `[embedded]`: Tansu
+# with the embedded profile, `[kafka]`: Apache Kafka with the kafka profile, no workaround), one
+# session broker per kind: pytest runs all tests of one kind, stops that broker, then starts the
+# other. TEST_BROKER_KINDS=embedded (or kafka) keeps one kind. With KAFKA_BOOTSTRAP set the
+# tests use only that cluster (id `[external]`), with the profile in KAFKA_BROKER_PROFILE
+# (default kafka). Tests create their own uniquely named topics, so they never collide.
 
 import pytest  # noqa: E402
 
+from app.brokers import BROKER_KINDS, make_broker  # noqa: E402
+
+
+def broker_kinds_under_test() -> list[str]:
+    """The parameters of the session broker (see above)."""
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        return ["external"]
+    chosen = os.environ.get("TEST_BROKER_KINDS")
+    kinds = [k.strip() for k in chosen.split(",")] if chosen else list(BROKER_KINDS)
+    unknown = set(kinds) - set(BROKER_KINDS)
+    if unknown:
+        raise pytest.UsageError(f"TEST_BROKER_KINDS: unknown kinds {sorted(unknown)}")
+    return kinds
+
+
+@pytest.fixture(scope="session", params=broker_kinds_under_test())
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    """The kind of the session broker: ``embedded``, ``kafka`` or ``external``."""
+    return request.param
+
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap():
+def kafka_bootstrap(broker_kind: str):
     """``host:port`` of a running Kafka-protocol broker for the whole test session."""
-    external = os.environ.get("KAFKA_BOOTSTRAP")
-    if external:
-        yield external
+    if broker_kind == "external":
+        yield os.environ["KAFKA_BOOTSTRAP"]
         return
-    from app.broker import EmbeddedBroker
-
-    with EmbeddedBroker() as broker:
+    with make_broker(broker_kind) as broker:
         yield broker.bootstrap
 
 
 @pytest.fixture(scope="session")
-def embedded_profile() -> bool:
-    """True when the tests run on the embedded broker (its quirks need the embedded profile)."""
-    return not os.environ.get("KAFKA_BOOTSTRAP")
+def broker_profile(broker_kind: str) -> str:
+    """The ``broker_profile`` for the session broker (``embedded`` on Tansu only)."""
+    if broker_kind == "external":
+        return os.environ.get("KAFKA_BROKER_PROFILE", "kafka")
+    return BROKER_KINDS[broker_kind].profile
+
+
+@pytest.fixture(scope="session")
+def embedded_profile(broker_profile: str) -> bool:
+    """True when the tests run with the embedded profile (the Tansu workarounds)."""
+    return broker_profile == "embedded"
 
 
 # Spark fixtures (`spark`), imported lazily by the Spark tests only.

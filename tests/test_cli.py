@@ -4,6 +4,7 @@ sent to the query topic, and the properties of the built-in event generator."""
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,10 +19,13 @@ from hypothesis import strategies as st
 
 from agents.records import DLQ_DETAIL, DLQ_REASON
 from app.broker import free_port, wait_for_port
+from app.brokers import BROKER_KINDS
 from app.cli import cli, command_names
 from app.demo import run_demo
 from app.generator import MAX_VALUE, generate_events, key_name, ooo_count
-from app.settings import SETTINGS_HELP
+from app.settings import SETTINGS_HELP, load_settings
+from app.topics import topic_specs
+from tests.test_crash_recovery import wait_until
 
 TOPIC_FLAGS = ("input-topic", "queries-topic", "aggregates-topic", "answers-topic")
 
@@ -442,38 +446,87 @@ def test_delegated_commands_run_under_their_fiba_name():
 
 
 @pytest.mark.slow
-def test_the_demo_runs_end_to_end_and_checks_itself():
+@pytest.mark.parametrize("kind", BROKER_KINDS)
+def test_the_demo_runs_end_to_end_and_checks_itself(kind):
     lines: list[str] = []
-    summary = run_demo(events=300, keys=3, seed=11, timeout=120, log=lines.append)
+    summary = run_demo(events=300, keys=3, seed=11, timeout=120, broker_kind=kind, log=lines.append)
     assert summary.mismatches == []
     assert summary.exact
     assert summary.aggregates == 300  # emit=event: one aggregate per accepted event
     assert sorted(summary.final) == ["key-0", "key-1", "key-2"]
     assert sum(summary.dead_letters.values()) == summary.bad_records == 5
     assert sorted(channel for channel, _ in summary.answers) == ["http"] * 6 + ["topic"] * 6
+    assert lines[0] == f"starting the {kind} broker ..."
     assert any(line.lstrip().startswith("exact: ") for line in lines)
 
 
-def test_fiba_broker_serves_until_sigterm_and_stops_its_broker():
-    port = free_port()
+def fiba_broker(
+    *args: str, env: dict[str, str] | None = None, stderr: int = subprocess.STDOUT
+) -> subprocess.Popen[str]:
+    """``fiba broker ARGS`` in a subprocess (no FIBA_* variables unless in ``env``), output
+    piped as text (stderr into stdout unless ``stderr`` says otherwise)."""
     fiba_script = os.path.join(os.path.dirname(sys.executable), "fiba")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
-    process = subprocess.Popen(
-        [fiba_script, "broker", "--port", str(port)],
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
+    return subprocess.Popen(
+        [fiba_script, "broker", *args],
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=stderr,
         text=True,
-        env=env,
+        env={**base, **(env or {})},
     )
+
+
+@pytest.mark.parametrize("kind", BROKER_KINDS)
+def test_fiba_broker_serves_until_sigterm_and_stops_its_broker(kind, tmp_path):
+    port = free_port()
+    data_dir = tmp_path / "kafka-data"
+    extra = ["--data-dir", str(data_dir)] if kind == "kafka" else []
+    process = fiba_broker("--kind", kind, "--port", str(port), *extra)
     try:
-        first_line = process.stdout.readline()
-        assert f"embedded broker on 127.0.0.1:{port}" in first_line
-        env = {"FIBA_BROKER": f"127.0.0.1:{port}", "FIBA_BROKER_PROFILE": "embedded"}
-        assert fiba("topics", "create", env=env).exit_code == 0
+        lines = [process.stdout.readline()]
+        while "clients:" not in lines[-1]:
+            lines.append(process.stdout.readline())
+            assert lines[-1], "".join(lines)
+        assert f"{kind} broker on 127.0.0.1:{port}" in lines[-2]
+        profile = BROKER_KINDS[kind].profile
+        assert lines[-1].strip() == f"clients: --broker 127.0.0.1:{port} --broker-profile {profile}"
+        env = {"FIBA_BROKER": f"127.0.0.1:{port}", "FIBA_BROKER_PROFILE": profile}
+        assert fiba("topics", "create", "--input-topic", "on-disk", env=env).exit_code == 0
+        if kind == "kafka":  # the log is on disk, in the given directory
+            partition_dir = data_dir / "log" / "on-disk-0"
+            wait_until(partition_dir.is_dir, 30, f"{partition_dir} to be created")
     finally:
         process.terminate()
-        assert process.wait(30) == 0
+        assert process.wait(60) == 0
     assert not wait_for_port("127.0.0.1", port, timeout=0.5)
+    if kind == "kafka":  # a given data directory is kept and reused: the topic is still there
+        process = fiba_broker("--kind", kind, "--port", str(port), *extra)
+        try:
+            while "clients:" not in (line := process.stdout.readline()):
+                assert line
+            env = {"FIBA_BROKER": f"127.0.0.1:{port}", "FIBA_BROKER_PROFILE": "kafka"}
+            assert fiba("topics", "create", "--input-topic", "on-disk", env=env).stdout.count(
+                "exists"
+            ) == len(topic_specs(load_settings(environ=env)))
+        finally:
+            process.terminate()
+            assert process.wait(60) == 0
+
+
+def test_fiba_broker_kafka_without_java_or_maven_is_one_line_and_exit_2(tmp_path):
+    java_only = tmp_path / "bin"
+    java_only.mkdir()
+    (java_only / "java").symlink_to(shutil.which("java"))
+    empty_cache = {"FIBA_CACHE_DIR": str(tmp_path / "cache")}
+    for path, missing in ((str(tmp_path), "java"), (str(java_only), "mvn")):
+        process = fiba_broker(
+            "--kind", "kafka", env={"PATH": path, **empty_cache}, stderr=subprocess.PIPE
+        )
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 2
+        assert (
+            err == f"fiba: `{missing}` not found on PATH; Apache Kafka needs Java 17+ and Maven\n"
+        )
 
 
 def test_an_explicit_config_file_beats_fiba_config(tmp_path):

@@ -42,12 +42,18 @@ BASE = 1_700_000_000_000
 KEYS = [f"key-{i}" for i in range(12)]
 
 
+WORKER_SESSION_TIMEOUT_MS = 6_000
+
+
 def worker_settings(bootstrap: str, embedded: bool, state_dir: Path, partitions: int) -> Settings:
     suffix = uuid.uuid4().hex[:8]
     return replace(
         Settings(),
         broker=bootstrap,
         broker_profile="embedded" if embedded else "kafka",
+        # Apache Kafka's smallest accepted session timeout: a restart after SIGKILL waits that
+        # long for the dead member to leave (Faust's default is 60 s)
+        session_timeout=None if embedded else WORKER_SESSION_TIMEOUT_MS,
         app_id=f"crash-{suffix}",
         input_topic=f"crash-{suffix}-events",
         aggregates_topic=f"crash-{suffix}-aggregates",

@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from app.cli import DELEGATED_COMMANDS, cli, command_names
+from app.kafka_broker import BROKER_CONFIG
+from app.kafka_jars import KAFKA_VERSION
 from app.settings import SETTINGS_HELP, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +66,24 @@ def test_kafka_is_a_single_node_kraft_apache_kafka_without_auto_creation():
     assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
     assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
     assert "healthcheck" in kafka
+
+
+def test_kafka_is_the_version_and_config_the_tests_run():
+    """The image names ``KAFKA_VERSION`` (the broker of the tests' ``kafka`` kind), and every
+    broker setting that compose and ``BROKER_CONFIG`` both set has the same value there
+    (listener names aside: compose has an inside and an outside listener)."""
+    kafka = SERVICES["kafka"]
+    assert kafka["image"] == f"apache/kafka:{KAFKA_VERSION}"
+    compose = {
+        name[len("KAFKA_") :].lower().replace("_", "."): value
+        for name, value in environment(kafka).items()
+    }
+    overlap = {key for key in set(compose) & set(BROKER_CONFIG) if "listener" not in key}
+    assert {"process.roles", "auto.create.topics.enable", "group.initial.rebalance.delay.ms"} <= (
+        overlap
+    )
+    for key in overlap:
+        assert set(compose[key].split(",")) == set(BROKER_CONFIG[key].split(",")), key
 
 
 @pytest.mark.parametrize("service", FIBA_SERVICES)

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from app.faust_app import faust_options
 from app.settings import (
     ConfigError,
     Settings,
@@ -111,6 +112,24 @@ def test_max_wall_clock_skew_is_a_day_a_duration_or_off():
 
 
 @pytest.mark.parametrize(
+    ("profile", "session_timeout", "session_s", "heartbeat_s"),
+    [
+        ("kafka", None, None, None),  # Faust's own defaults
+        ("embedded", None, 5.0, 0.5),
+        ("kafka", "6s", 6.0, 0.6),
+        ("embedded", "8s", 8.0, 0.8),
+    ],
+)
+def test_session_timeout_reaches_faust_on_either_profile(
+    profile, session_timeout, session_s, heartbeat_s
+):
+    overrides = {"broker_profile": profile, "session_timeout": session_timeout}
+    options = faust_options(load_settings(overrides=overrides, environ={}))
+    assert options.get("broker_session_timeout") == session_s
+    assert options.get("broker_heartbeat_interval") == heartbeat_s
+
+
+@pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
         ({"windows": "5x"}, "bad window '5x'"),
@@ -123,6 +142,7 @@ def test_max_wall_clock_skew_is_a_day_a_duration_or_off():
         ({"partitions": 0}, "must be >= 1"),
         ({"broker": "kafka://"}, "no broker address"),
         ({"broker_profile": "docker"}, "not one of kafka, embedded"),
+        ({"session_timeout": "0s"}, "session-timeout: must be a positive duration"),
         ({"answers_topic": "fiba-events"}, "must be distinct"),
         ({"input_topic": "bad topic"}, "not a valid Kafka topic name"),
         ({"sasl_mechanism": "PLAIN"}, "needs security_protocol"),
