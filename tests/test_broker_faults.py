@@ -44,6 +44,7 @@ from tests.exactness import (
 from tests.test_crash_recovery import (
     BASE,
     KEYS,
+    applied_offsets,
     caught_up,
     make_events,
     processed,
@@ -245,23 +246,34 @@ def test_three_workers_scale_1_3_1_with_standbys_exactly(
         workers.append(start_worker(first, logs[0]))
         asyncio.run(produce(first, parts[0]))
         wait_until(lambda: processed(first, workers[0], logs[0]) >= 1_000, 90, "w0 reads")
+        # scale up mid-stream: w0 is still applying part 0
         workers += [start_worker(s, g) for s, g in zip(settings[1:], logs[1:], strict=True)]
 
-        def all_three_own_partitions() -> bool:
-            return all(
+        def owned() -> list[set[int]]:
+            return [
                 assigned_partitions(s, w, g)
                 for s, w, g in zip(settings, workers, logs, strict=True)
-            )
+            ]
 
-        asyncio.run(produce(first, parts[1]))
-        wait_until(all_three_own_partitions, 120, "the three workers share the partitions")
-        for worker in workers[1:]:
-            stop_worker(worker)
+        wait_until(lambda: all(owned()), 120, "the three workers share the partitions")
+        last = asyncio.run(produce(first, parts[1]))
+
+        def all_caught_up() -> bool:
+            offsets: dict[int, int] = {}
+            for s, w, g in zip(settings, workers, logs, strict=True):
+                offsets.update(applied_offsets(s, w, g))
+            return all(offsets.get(p, -1) >= o for p, o in last.items())
+
+        wait_until(all_caught_up, 120, "three workers caught up")
+        shares = [len(o) for o in owned()]
         last = asyncio.run(produce(first, parts[2]))
+        for worker in workers[1:]:  # scale down mid-stream: they are applying part 2
+            stop_worker(worker)
         wait_until(
             lambda: len(assigned_partitions(first, workers[0], logs[0])) == 6, 120, "w0 owns all"
         )
         wait_until(lambda: caught_up(first, workers[:1], logs[:1], last), 120, "all processed")
+        print(f"partitions per worker while three ran: {shares}")
         check_state_and_answers(first, events, seed=41)
         assert workers[0].poll() is None, log_tail(logs[0])
     finally:
