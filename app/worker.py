@@ -31,6 +31,7 @@ from agents.input_reader import InputReader
 from agents.queries import QueryService
 from agents.supervision import WorkerCrash
 from agents.windows import WindowsPipeline
+from app.clients import throttle_failed_metadata_updates
 from app.faust_app import FibaApp, create_app
 from app.settings import Settings
 from stores.changelog import FaustChangelogProducer
@@ -50,7 +51,9 @@ class Worker:
 
 
 def build_worker(settings: Settings) -> Worker:
-    """Create the app and register every agent, timer, view and lifecycle hook."""
+    """Create the app and register every agent, timer, view and lifecycle hook (and pace the
+    Kafka clients' metadata retries while no broker answers, ``app.clients``)."""
+    throttle_failed_metadata_updates()
     fiba = create_app(settings)
     config = WindowConfig.from_settings(settings)
     store = WindowStore(settings, MarshalStateCodec(config.composed), FaustChangelogProducer(fiba))

@@ -80,6 +80,10 @@ FAST_COMPACTION = {
 """Changelog topic settings: a new segment 0.1 s after the last one began, compacted as soon
 as anything is dirty, tombstones dropped 0.1 s after their cleaning."""
 
+MAX_METADATA_RETRIES_PER_S = 100
+"""Failed metadata updates a worker may log per second of a broker outage: its handful of
+clients retry every 0.1 s (aiokafka's own busy loop logged over a thousand a second)."""
+
 SPAN = (0, BASE * 2)
 """A range covering every event time."""
 
@@ -133,14 +137,21 @@ def test_the_worker_rides_out_a_broker_sigkill_and_restart(
     try:
         wait_until(lambda: processed(settings, worker, log) >= 1_500, 120, "some processed")
         running.kill()
+        down_at = time.monotonic()
         time.sleep(3)  # the worker's fetches, commits and heartbeats fail meanwhile
         assert worker.poll() is None, "the worker exited with the broker:\n" + log_tail(log)
         running.start()
+        outage = time.monotonic() - down_at
         last = asyncio.run(produce(settings, after))
         wait_until(lambda: caught_up(settings, [worker], [log], last), 120, "all processed")
         check_state_and_answers(settings, events, seed=21)
         assert worker.poll() is None, log_tail(log)
-        assert "the worker stops" not in log.read_text(errors="replace")
+        text = log.read_text(errors="replace")
+        assert "the worker stops" not in text
+        # its clients retried at their pace, not in a busy loop (app.clients)
+        retries = text.count("Unable to update metadata")
+        print(f"outage {outage:.1f} s: {retries} failed metadata updates logged")
+        assert retries < MAX_METADATA_RETRIES_PER_S * outage, f"{retries} in {outage:.1f} s"
     finally:
         stop_worker(worker)
 
@@ -274,6 +285,8 @@ def test_three_workers_scale_1_3_1_with_standbys_exactly(
         )
         wait_until(lambda: caught_up(first, workers[:1], logs[:1], last), 120, "all processed")
         print(f"partitions per worker while three ran: {shares}")
+        for worker_log in logs:  # rebalances restart clients: none may be left unclosed
+            assert "Unclosed AIOKafka" not in worker_log.read_text(errors="replace"), worker_log
         check_state_and_answers(first, events, seed=41)
         assert workers[0].poll() is None, log_tail(logs[0])
     finally:
