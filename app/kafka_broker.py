@@ -4,7 +4,7 @@
 from ``app.kafka_jars``) on two free loopback ports: clients use ``bootstrap``, the controller
 listens on a port of its own. Its log lives on disk in ``data_dir``: a temporary directory
 removed on ``stop()`` unless one is given, in which case it is formatted once and reused (topics
-survive a restart, also after ``kill()``: ``start()`` again runs it on the same ports and log).
+survive a restart, also after ``kill()``: ``start()`` again serves the same log on ``bootstrap``).
 ``start()`` writes ``server.properties`` (``BROKER_CONFIG``, then ``extra_config``, plus
 listeners and paths) and a quiet log4j2 configuration, formats the storage unless already formatted
 (``kafka.tools.StorageTool``), starts ``kafka.Kafka`` with a small heap and returns once the
@@ -156,8 +156,7 @@ class KafkaBroker(BrokerProcess):
         if self.data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="fiba-kafka-"))
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        # a restart (after ``stop`` or ``kill`` with a given data dir) keeps both ports
-        self.controller_port = self.controller_port or free_port(self.host)
+        self.controller_port = free_port(self.host)
         (self.data_dir / "server.properties").write_text(properties_text(self.server_config()))
         (self.data_dir / "log4j2.xml").write_text(LOG4J2_CONFIG)
         if not (self.data_dir / "log" / "meta.properties").is_file():
