@@ -136,8 +136,8 @@ def throttle_failed_metadata_updates() -> None:
 
     Why: when no broker answers (a broker restart), aiokafka's producer and fetcher ask for a
     new update as soon as one fails, and each refused connection asks again: every client
-    spins, a core busy and a few thousand error lines a second logged, for as long as the
-    outage lasts. Callers waiting for the update wait the backoff along with it, so retries
+    spins, keeping a core busy and logging errors without pause, for as long as the outage
+    lasts. Callers waiting for the update wait the backoff along with it, so retries
     (of metadata, fetches, produce requests) pace themselves; a successful update is not
     delayed. O(1) per update.
     """

@@ -82,7 +82,7 @@ as anything is dirty, tombstones dropped 0.1 s after their cleaning."""
 
 MAX_METADATA_RETRIES_PER_S = 100
 """Failed metadata updates a worker may log per second of a broker outage: its handful of
-clients retry every 0.1 s (aiokafka's own busy loop logged over a thousand a second)."""
+clients retry every 0.1 s (aiokafka's own busy loop logs far more, see app.clients)."""
 
 SPAN = (0, BASE * 2)
 """A range covering every event time."""
