@@ -168,6 +168,14 @@ class BrokerProcess:
         if running and self._owns_log and not keep_log:
             self.log_path.unlink(missing_ok=True)
 
+    def kill(self, timeout: float = 10.0) -> None:
+        """SIGKILL the broker, as a crash would, and wait for it to exit; nothing is cleaned up
+        (a broker with its log on disk can ``start()`` again on it, on the same port)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout)
+
     def __enter__(self) -> BrokerProcess:
         return self.start()
 

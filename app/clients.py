@@ -14,6 +14,9 @@ end offsets, fetches that survive a failure.
   some brokers).
 - ``fetch(consumer, what, **getmany_args)``: ``getmany`` for the worker's own reading loops;
   a failed fetch is logged and retried after a pause instead of ending the loop.
+- ``throttle_failed_metadata_updates()``: while no broker is reachable, every aiokafka client
+  in the process retries its metadata at most once per its ``retry_backoff_ms`` instead of in
+  a busy loop (the worker installs it).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.client import AIOKafkaClient
 from aiokafka.helpers import create_ssl_context
 
 from app.settings import Settings
@@ -124,3 +128,28 @@ async def fetch(
         logger.exception("fetching %s failed; retrying", what)
         await asyncio.sleep(FETCH_RETRY_S)
         return None
+
+
+def throttle_failed_metadata_updates() -> None:
+    """Make a failed metadata update of every ``AIOKafkaClient`` return only after the client's
+    ``retry_backoff_ms``. Idempotent; affects the whole process.
+
+    Why: when no broker answers (a broker restart), aiokafka's producer and fetcher ask for a
+    new update as soon as one fails, and each refused connection asks again: every client
+    spins, keeping a core busy and logging errors without pause, for as long as the outage
+    lasts. Callers waiting for the update wait the backoff along with it, so retries
+    (of metadata, fetches, produce requests) pace themselves; a successful update is not
+    delayed. O(1) per update.
+    """
+    update = AIOKafkaClient._metadata_update
+    if getattr(update, "throttled", False):
+        return
+
+    async def throttled_update(client: AIOKafkaClient, *args: Any) -> bool:
+        updated = await update(client, *args)
+        if not updated:
+            await asyncio.sleep(client._retry_backoff)
+        return updated
+
+    throttled_update.throttled = True  # type: ignore[attr-defined]
+    AIOKafkaClient._metadata_update = throttled_update  # type: ignore[method-assign]

@@ -4,8 +4,9 @@
 from ``app.kafka_jars``) on two free loopback ports: clients use ``bootstrap``, the controller
 listens on a port of its own. Its log lives on disk in ``data_dir``: a temporary directory
 removed on ``stop()`` unless one is given, in which case it is formatted once and reused (topics
-survive a restart). ``start()`` writes ``server.properties`` (``BROKER_CONFIG`` plus listeners and
-paths) and a quiet log4j2 configuration, formats the storage unless already formatted
+survive a restart, also after ``kill()``: ``start()`` again serves the same log on ``bootstrap``).
+``start()`` writes ``server.properties`` (``BROKER_CONFIG``, then ``extra_config``, plus
+listeners and paths) and a quiet log4j2 configuration, formats the storage unless already formatted
 (``kafka.tools.StorageTool``), starts ``kafka.Kafka`` with a small heap and returns once the
 broker answers a metadata request with itself as a live broker. The JVM starts in seconds on
 a small machine, hence the generous default ``start_timeout``.
@@ -22,6 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from aiokafka.client import AIOKafkaClient
@@ -120,9 +122,13 @@ class KafkaBroker(BrokerProcess):
         start_timeout: float = 120.0,
         data_dir: str | os.PathLike[str] | None = None,
         version: str = KAFKA_VERSION,
+        extra_config: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(port, host, log_path, start_timeout)
         self.version = version
+        self.extra_config = dict(extra_config or {})
+        """Broker properties added to (or overriding) ``BROKER_CONFIG``, e.g. log cleaner
+        settings for a test."""
         self.keep_data = data_dir is not None
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.controller_port = 0
@@ -130,11 +136,13 @@ class KafkaBroker(BrokerProcess):
         self._java = ""
 
     def server_config(self) -> dict[str, str]:
-        """``BROKER_CONFIG`` with this node's listeners, quorum and log directory."""
+        """``BROKER_CONFIG`` and ``extra_config`` with this node's listeners, quorum and log
+        directory."""
         assert self.data_dir is not None
         host, port, cport = self.host, self.port, self.controller_port
         return {
             **BROKER_CONFIG,
+            **self.extra_config,
             "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
             "advertised.listeners": f"PLAINTEXT://{host}:{port}",
             "controller.quorum.voters": f"{BROKER_CONFIG['node.id']}@{host}:{cport}",

@@ -34,6 +34,7 @@ from agents.supervision import WorkerCrash
 from agents.windows import WindowsPipeline
 from app import health
 from app.batched_send import KeyedOutputs
+from app.clients import throttle_failed_metadata_updates
 from app.faust_app import FibaApp, create_app
 from app.health import WorkerHealth
 from app.settings import Settings
@@ -56,7 +57,9 @@ class Worker:
 
 
 def build_worker(settings: Settings) -> Worker:
-    """Create the app and register every agent, timer, view and lifecycle hook."""
+    """Create the app and register every agent, timer, view and lifecycle hook (and pace the
+    Kafka clients' metadata retries while no broker answers, ``app.clients``)."""
+    throttle_failed_metadata_updates()
     fiba = create_app(settings)
     config = WindowConfig.from_settings(settings)
     store = WindowStore(settings, MarshalStateCodec(config.composed), FaustChangelogProducer(fiba))

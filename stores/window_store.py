@@ -555,8 +555,9 @@ class WindowStore:
         """Tail the followed partitions until cancelled. A partition whose changelog ends
         before the replica's position (recreated topic) is rebuilt from offset 0."""
         consumer = consumer_for(self.settings, fetch_max_wait_ms=500)
-        await consumer.start()
         try:
+            # started inside: a rebalance may cancel the follower while it starts
+            await consumer.start()
             tps = {TopicPartition(self.topic, p): p for p in self._standbys}
             consumer.assign(list(tps))
             for tp, partition in tps.items():
