@@ -148,24 +148,33 @@ def with_settings(*names: str) -> Callable[[Callable[..., T]], Callable[..., T]]
 
 
 def require_broker(settings: Settings) -> None:
-    """Stop with exit code 2 when no bootstrap server of ``settings`` is reachable."""
-    from app.clients import BrokerUnreachable, check_reachable
+    """Stop with exit code 2 when no bootstrap server of ``settings`` is reachable or the broker
+    rejects its credentials."""
+    from app.clients import BrokerUnreachable, CredentialsRejected, check_reachable
 
     try:
         check_reachable(settings)
+    except CredentialsRejected as exc:
+        raise CliFailure(str(exc), 2) from None
     except BrokerUnreachable as exc:
         raise CliFailure(f"{exc}; is it running? (`fiba broker` starts one)", 2) from None
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro``; Kafka connection errors become exit code 2, other Kafka errors 1."""
+    """Run ``coro``; Kafka connection errors and the broker's refusals (credentials, ACLs)
+    become exit code 2, other Kafka errors 1."""
     from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    from app.clients import refusal
 
     try:
         return asyncio.run(coro)
     except KafkaConnectionError as exc:
         raise CliFailure(f"cannot reach the Kafka broker: {exc}", 2) from None
     except KafkaError as exc:
+        refused = refusal(exc)
+        if refused is not None:
+            raise CliFailure(refused, 2) from None
         raise CliFailure(f"Kafka error: {exc}") from None
 
 
