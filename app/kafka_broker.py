@@ -180,8 +180,8 @@ class KafkaBroker(BrokerProcess):
         storage_format = [
             *self.java_command("kafka.tools.StorageTool"),
             "format",
-            "--cluster-id",
-            random_cluster_id(),
+            # one argument: an id may start with "-", which argparse would take for an option
+            f"--cluster-id={random_cluster_id()}",
             "--config",
             str(self.data_dir / "server.properties"),
             *(self.sasl.format_arguments() if self.sasl is not None else ()),
