@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -98,12 +99,12 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 
 def check_reachable(settings: Settings, timeout: float = 3.0) -> None:
-    """Return when one bootstrap server accepts a TCP connection (and, with a SASL mechanism,
-    authenticates it); else ``BrokerUnreachable`` (``CredentialsRejected`` for the SASL
+    """Return when one bootstrap server accepts a TCP connection (and, with SASL or TLS, the
+    handshakes on it succeed); else ``BrokerUnreachable`` (``CredentialsRejected`` for a failed
     handshake).
 
-    Tries each server in turn with ``timeout`` seconds each; the SASL handshake is one
-    connection of its own, run on an event loop of its own (call this outside a running loop).
+    Tries each server in turn with ``timeout`` seconds each; the handshakes take one
+    connection of their own, run on an event loop of its own (call this outside a running loop).
     """
     reasons = []
     for server in settings.bootstrap_servers:
@@ -114,7 +115,7 @@ def check_reachable(settings: Settings, timeout: float = 3.0) -> None:
         except OSError as exc:
             reasons.append(f"{server}: {exc.strerror or exc}")
             continue
-        if settings.sasl_mechanism:
+        if settings.sasl_mechanism or settings.security_protocol in ("SSL", "SASL_SSL"):
             asyncio.run(authenticate(settings, host.strip("[]"), int(port), timeout))
         return
     raise BrokerUnreachable(f"cannot reach the Kafka broker ({'; '.join(reasons)})")
@@ -122,8 +123,9 @@ def check_reachable(settings: Settings, timeout: float = 3.0) -> None:
 
 async def authenticate(settings: Settings, host: str, port: int, timeout: float) -> None:
     """Open and close one connection to ``host:port`` with the security options of
-    ``settings``; ``CredentialsRejected`` saying why when the broker rejects the credentials or
-    the handshake does not finish within ``timeout`` seconds."""
+    ``settings``; ``CredentialsRejected`` saying why when the TLS handshake fails (e.g. a
+    certificate not signed by ``ssl_cafile``), the broker rejects the credentials or the
+    handshakes do not finish within ``timeout`` seconds."""
     options = client_options(settings)
     del options["bootstrap_servers"]
     user = settings.sasl_username
@@ -135,6 +137,11 @@ async def authenticate(settings: Settings, host: str, port: int, timeout: float)
             create_conn(host, port, request_timeout_ms=int(timeout * 1000), **options), timeout
         )
         conn.close()
+    except ssl.SSLError as exc:
+        why = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+        raise CredentialsRejected(
+            f"TLS handshake with {host}:{port} failed: {why} (check ssl_cafile)"
+        ) from None
     except (TimeoutError, KafkaError, OSError) as exc:
         why = refusal(exc) or f"no SASL handshake with {host}:{port} ({exc!r})"
         raise CredentialsRejected(f"{why} (user {user!r}, {settings.sasl_mechanism})") from None

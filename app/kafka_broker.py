@@ -9,8 +9,8 @@ paths) and a quiet log4j2 configuration, formats the storage unless already form
 (``kafka.tools.StorageTool``), starts ``kafka.Kafka`` with a small heap and returns once the
 broker answers a metadata request with itself as a live broker. The JVM starts in seconds on
 a small machine, hence the generous default ``start_timeout``. An optional ``sasl`` listener
-(``app.kafka_security.SaslListener``) adds a SASL_PLAINTEXT listener on ``sasl_bootstrap``
-with its users, SCRAM credentials and, if asked, ACL authorization.
+(``app.kafka_security.SaslListener``) adds a SASL_PLAINTEXT (or SASL_SSL) listener on
+``sasl_bootstrap`` with its users, SCRAM credentials and, if asked, ACL authorization.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class KafkaBroker(BrokerProcess):
 
     @property
     def sasl_bootstrap(self) -> str:
-        """``host:port`` of the SASL_PLAINTEXT listener (only with ``sasl``)."""
+        """``host:port`` of the SASL listener (only with ``sasl``)."""
         assert self.sasl is not None, "this broker has no SASL listener"
         return f"{self.host}:{self.sasl_port}"
 
@@ -154,10 +154,11 @@ class KafkaBroker(BrokerProcess):
             "log.dirs": str(self.data_dir / "log"),
         }
         if self.sasl is not None:
-            sasl = f"SASL_PLAINTEXT://{host}:{self.sasl_port}"
+            protocol = self.sasl.protocol
+            sasl = f"{protocol}://{host}:{self.sasl_port}"
             config["listeners"] += f",{sasl}"
             config["advertised.listeners"] += f",{sasl}"
-            config["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            config["listener.security.protocol.map"] += f",{protocol}:{protocol}"
             config.update(self.sasl.server_config())
         return config
 

@@ -1,8 +1,10 @@
-"""An optional SASL_PLAINTEXT listener with users and ACLs for ``app.kafka_broker.KafkaBroker``.
+"""An optional SASL listener with users and ACLs for ``app.kafka_broker.KafkaBroker``.
 
-``SaslListener`` describes it: users with passwords, known to the broker for SASL PLAIN (in the
-listener's JAAS configuration) and SCRAM-SHA-256 (credentials written into the metadata log when
-the storage is formatted, ``kafka-storage format --add-scram``). With ``authorize`` set, the
+``SaslListener`` describes it: SASL_PLAINTEXT, or SASL_SSL with ``keystore`` (a PEM file
+holding the broker's unencrypted PKCS#8 private key, then its certificate chain); users with
+passwords, known to the broker for SASL PLAIN (in the listener's JAAS configuration) and
+SCRAM-SHA-256 (credentials written into the metadata log when the storage is formatted,
+``kafka-storage format --add-scram``). With ``authorize`` set, the
 broker runs KRaft's ``StandardAuthorizer``: the PLAINTEXT and controller listeners stay
 unauthenticated and their principal ``User:ANONYMOUS`` is the only super user, every SASL user
 needs ACLs, which ``grant_prefix`` creates through the PLAINTEXT listener (CreateAcls; aiokafka's
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.admin import CreateAclsRequest
@@ -35,18 +38,26 @@ class AclError(RuntimeError):
 
 @dataclass(frozen=True)
 class SaslListener:
-    """A SASL_PLAINTEXT listener on ``port`` (a free one when 0) for ``users`` (name ->
-    password) over PLAIN and SCRAM-SHA-256; ``authorize`` turns ACLs on (module docstring)."""
+    """A SASL listener on ``port`` (a free one when 0) for ``users`` (name -> password) over
+    PLAIN and SCRAM-SHA-256, with TLS when ``keystore`` is given; ``authorize`` turns ACLs on
+    (module docstring)."""
 
     users: Mapping[str, str] = field(default_factory=dict)
     authorize: bool = False
     port: int = 0
+    keystore: Path | None = None
+
+    @property
+    def protocol(self) -> str:
+        """The listener's security protocol, also its listener name."""
+        return "SASL_SSL" if self.keystore is not None else "SASL_PLAINTEXT"
 
     def server_config(self) -> dict[str, str]:
         """Broker properties of the listener beyond its address: mechanisms, the PLAIN users'
-        JAAS entry, SCRAM's login module and, with ``authorize``, the authorizer."""
+        JAAS entry, SCRAM's login module, the PEM keystore with TLS and, with ``authorize``,
+        the authorizer."""
         plain_users = "".join(f' user_{name}="{pw}"' for name, pw in self.users.items())
-        prefix = "listener.name.sasl_plaintext"
+        prefix = f"listener.name.{self.protocol.lower()}"
         config = {
             f"{prefix}.sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
             f"{prefix}.plain.sasl.jaas.config": (
@@ -56,6 +67,9 @@ class SaslListener:
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             ),
         }
+        if self.keystore is not None:
+            config[f"{prefix}.ssl.keystore.type"] = "PEM"
+            config[f"{prefix}.ssl.keystore.location"] = str(self.keystore)
         if self.authorize:
             config["authorizer.class.name"] = (
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -231,3 +232,73 @@ def test_a_denied_topic_is_one_line_and_exit_2(secure_broker, command):
     env[TOPIC_OF_COMMAND[command]] = SECRET_TOPIC
     done = fiba(*COMMANDS[command], env=env)
     assert_one_line_exit_2(done, f"not authorised for topic {SECRET_TOPIC}")
+
+
+# --- SASL_SSL ----------------------------------------------------------------------------------
+
+
+def make_test_ca(directory: Path) -> tuple[Path, Path, Path]:
+    """With ``openssl``: a CA, a broker certificate for 127.0.0.1 signed by it, and another CA
+    that signed nothing. Returns (the broker's PEM keystore: PKCS#8 key then certificate, the
+    CA file, the other CA's file)."""
+
+    def openssl(command: str) -> None:
+        subprocess.run(
+            ["openssl", *command.split()], cwd=directory, check=True, capture_output=True
+        )
+
+    for ca in ("ca", "other-ca"):
+        openssl(
+            f"req -x509 -newkey rsa:2048 -nodes -keyout {ca}.key -out {ca}.pem -days 2"
+            f" -subj /CN=fiba-test-{ca}"
+        )
+    openssl("req -newkey rsa:2048 -nodes -keyout broker.key -out broker.csr -subj /CN=127.0.0.1")
+    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl(
+        "x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out broker.pem"
+        " -days 2 -extfile san.cnf"
+    )
+    openssl("pkcs8 -topk8 -nocrypt -in broker.key -out broker.p8")
+    keystore = directory / "keystore.pem"
+    keystore.write_bytes(
+        (directory / "broker.p8").read_bytes() + (directory / "broker.pem").read_bytes()
+    )
+    return keystore, directory / "ca.pem", directory / "other-ca.pem"
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory) -> Iterator[tuple[KafkaBroker, Path, Path]]:
+    """Apache Kafka with a SASL_SSL listener for ``USER`` (no ACLs), its certificate signed by
+    a CA made here: (the broker, the CA file, another CA's file)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the test CA")
+    keystore, ca, other_ca = make_test_ca(tmp_path_factory.mktemp("tls"))
+    with KafkaBroker(sasl=SaslListener(users={USER: PASSWORD}, keystore=keystore)) as broker:
+        yield broker, ca, other_ca
+
+
+def test_produce_and_tail_over_sasl_ssl(tls_broker):
+    broker, ca, _ = tls_broker
+    env = {
+        **sasl_env(broker, "SCRAM-SHA-256"),
+        "FIBA_SECURITY_PROTOCOL": "SASL_SSL",
+        "FIBA_SSL_CAFILE": str(ca),
+    }
+    assert fiba("topics", "create", env=env).returncode == 0
+    sent = fiba("produce", "--generate", "5", env=env)
+    assert sent.returncode == 0, sent.stderr
+    tailed = fiba("tail", "--topic", "input", "--from-beginning", "--limit", "5", env=env)
+    assert tailed.returncode == 0, tailed.stderr
+    assert len(tailed.stdout.splitlines()) == 5
+
+
+def test_a_broker_certificate_of_another_ca_is_one_line_and_exit_2(tls_broker):
+    broker, _, other_ca = tls_broker
+    env = {
+        **sasl_env(broker, "SCRAM-SHA-256"),
+        "FIBA_SECURITY_PROTOCOL": "SASL_SSL",
+        "FIBA_SSL_CAFILE": str(other_ca),
+    }
+    done = fiba("tail", "--idle-timeout", "1s", env=env)
+    assert_one_line_exit_2(done, f"TLS handshake with {broker.sasl_bootstrap} failed")
+    assert "(check ssl_cafile)" in done.stderr
