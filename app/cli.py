@@ -2,8 +2,9 @@
 
 Every command that talks to Kafka accepts ``--config PATH`` and the settings flags that concern
 it (``--<setting-name-with-dashes>``, see ``app.settings``); precedence is defaults < TOML <
-``FIBA_*`` environment < flags. A configuration error or an unreachable broker stops the command
-at start with one line on stderr and exit code 2; other failures exit with 1. Heavy modules
+``FIBA_*`` environment < flags. A configuration error, an unreachable broker, rejected
+credentials or a topic the broker's ACLs deny stops the command with one line on stderr and exit
+code 2; other failures exit with 1. Heavy modules
 (aiokafka, Faust, Spark, the benchmarks) are imported inside the commands, so ``fiba --help``
 stays fast; ``bench``, ``spark-join`` and ``spark-read`` hand their arguments to the click
 commands of ``bench.cli`` and ``spark_bridge.cli``.
