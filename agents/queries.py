@@ -448,6 +448,10 @@ class QueryConsumer:
                 fetch_max_wait_ms=query_fetch_wait_ms(settings),
             )
             await self._consumer.start()
+            # Assign only once the group's coordinator is known: aiokafka's coordination task
+            # reads the assignment after looking the coordinator up, and an assignment replaced
+            # during that lookup (revoke, then assign) killed the task for good.
+            await self._consumer._coordinator.ensure_coordinator_known()
             self._task = watched(
                 self._run(self._consumer), "fiba-query-consumer", self.service.on_failure
             )

@@ -2,8 +2,9 @@
 
 Every command that talks to Kafka accepts ``--config PATH`` and the settings flags that concern
 it (``--<setting-name-with-dashes>``, see ``app.settings``); precedence is defaults < TOML <
-``FIBA_*`` environment < flags. A configuration error or an unreachable broker stops the command
-at start with one line on stderr and exit code 2; other failures exit with 1. Heavy modules
+``FIBA_*`` environment < flags. A configuration error, an unreachable broker, rejected
+credentials or a topic the broker's ACLs deny stops the command with one line on stderr and exit
+code 2; other failures exit with 1. Heavy modules
 (aiokafka, Faust, Spark, the benchmarks) are imported inside the commands, so ``fiba --help``
 stays fast; ``bench``, ``spark-join`` and ``spark-read`` hand their arguments to the click
 commands of ``bench.cli`` and ``spark_bridge.cli``.
@@ -168,11 +169,14 @@ def with_settings(
 
 
 def require_broker(settings: Settings) -> None:
-    """Stop with exit code 2 when no bootstrap server of ``settings`` is reachable."""
-    from app.clients import BrokerUnreachable, check_reachable
+    """Stop with exit code 2 when no bootstrap server of ``settings`` is reachable or the broker
+    rejects its credentials."""
+    from app.clients import BrokerUnreachable, CredentialsRejected, check_reachable
 
     try:
         check_reachable(settings)
+    except CredentialsRejected as exc:
+        raise CliFailure(str(exc), 2) from None
     except BrokerUnreachable as exc:
         raise CliFailure(f"{exc}; is it running? (`fiba broker` starts one)", 2) from None
 
@@ -192,14 +196,20 @@ def require_free_port(host: str, port: int, what: str) -> None:
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro``; Kafka connection errors become exit code 2, other Kafka errors 1."""
+    """Run ``coro``; Kafka connection errors and the broker's refusals (credentials, ACLs)
+    become exit code 2, other Kafka errors 1."""
     from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    from app.clients import refusal
 
     try:
         return asyncio.run(coro)
     except KafkaConnectionError as exc:
         raise CliFailure(f"cannot reach the Kafka broker: {exc}", 2) from None
     except KafkaError as exc:
+        refused = refusal(exc)
+        if refused is not None:
+            raise CliFailure(refused, 2) from None
         raise CliFailure(f"Kafka error: {exc}") from None
 
 

@@ -4,7 +4,9 @@ end offsets, fetches that survive a failure.
 - ``client_options(settings)``: the aiokafka keyword arguments for the bootstrap servers and the
   security passthrough (SSL files, SASL) of ``Settings``.
 - ``check_reachable(settings)``: fail fast, with one clear message, when no bootstrap server
-  accepts a TCP connection.
+  accepts a TCP connection or, with SASL, the broker rejects the credentials.
+- ``refusal(exc)``: one line for the broker's refusals (authentication, ACLs), ``None`` for
+  other errors; ``topic_refused(consumer, topic)``: whether the ACLs hide ``topic``.
 - ``end_offsets(consumer, partitions, settings)``: the offset after the last record of each
   partition. On a real Kafka this is ListOffsets(latest); the embedded profile takes the Fetch
   high watermark instead, because the embedded broker's ListOffsets is wrong (it hides the tail
@@ -24,13 +26,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.client import AIOKafkaClient
+from aiokafka.conn import create_conn
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    TopicAuthorizationFailedError,
+)
 from aiokafka.helpers import create_ssl_context
+from aiokafka.protocol.metadata import MetadataRequest
 
 from app.settings import Settings
 
@@ -40,8 +53,34 @@ FETCH_RETRY_S = 0.1
 """Seconds before fetching again after a failed fetch (``fetch``)."""
 
 
+TOPIC_AUTHORIZATION_FAILED = TopicAuthorizationFailedError.errno
+
+SASL_WARNING = "Sending username and password in the clear"
+"""aiokafka's warning on every SASL PLAIN connection without TLS, kept out of the probe of
+``check_reachable`` (the clients that follow log it)."""
+
+
 class BrokerUnreachable(Exception):
     """No bootstrap server accepted a connection; ``str(exc)`` is one clear line."""
+
+
+class CredentialsRejected(BrokerUnreachable):
+    """The broker rejected the SASL credentials (or the handshake did not finish)."""
+
+
+def refusal(exc: BaseException) -> str | None:
+    """One line saying what the broker refused, for its authentication and authorization
+    errors (``None`` for any other error)."""
+    subject = ", ".join(str(arg) for arg in exc.args) or "?"
+    if isinstance(exc, (SaslAuthenticationFailed, AuthenticationFailedError)):
+        return f"the broker rejected the credentials: {subject}"
+    if isinstance(exc, TopicAuthorizationFailedError):
+        return f"not authorised for topic {subject} (the broker's ACLs deny this user)"
+    if isinstance(exc, GroupAuthorizationFailedError):
+        return f"not authorised for consumer group {subject} (the broker's ACLs deny this user)"
+    if isinstance(exc, ClusterAuthorizationFailedError):
+        return f"not authorised for a cluster operation: {subject}"
+    return None
 
 
 def client_options(settings: Settings) -> dict[str, Any]:
@@ -63,19 +102,65 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 
 def check_reachable(settings: Settings, timeout: float = 3.0) -> None:
-    """Return when one bootstrap server accepts a TCP connection; else ``BrokerUnreachable``.
+    """Return when one bootstrap server accepts a TCP connection (and, with SASL or TLS, the
+    handshakes on it succeed); else ``BrokerUnreachable`` (``CredentialsRejected`` for a failed
+    handshake).
 
-    Tries each server in turn with ``timeout`` seconds each.
+    Tries each server in turn with ``timeout`` seconds each; the handshakes take one
+    connection of their own, run on an event loop of its own (call this outside a running loop).
     """
     reasons = []
     for server in settings.bootstrap_servers:
         host, _, port = server.rpartition(":")
         try:
             with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-                return
+                pass
         except OSError as exc:
             reasons.append(f"{server}: {exc.strerror or exc}")
+            continue
+        if settings.sasl_mechanism or settings.security_protocol in ("SSL", "SASL_SSL"):
+            asyncio.run(authenticate(settings, host.strip("[]"), int(port), timeout))
+        return
     raise BrokerUnreachable(f"cannot reach the Kafka broker ({'; '.join(reasons)})")
+
+
+async def authenticate(settings: Settings, host: str, port: int, timeout: float) -> None:
+    """Open and close one connection to ``host:port`` with the security options of
+    ``settings``; ``CredentialsRejected`` saying why when the TLS handshake fails (e.g. a
+    certificate not signed by ``ssl_cafile``), the broker rejects the credentials or the
+    handshakes do not finish within ``timeout`` seconds."""
+    options = client_options(settings)
+    del options["bootstrap_servers"]
+    user = settings.sasl_username
+    conn_logger = logging.getLogger("aiokafka.conn")
+    quiet = _DropMessage(SASL_WARNING)
+    conn_logger.addFilter(quiet)
+    try:
+        conn = await asyncio.wait_for(
+            create_conn(host, port, request_timeout_ms=int(timeout * 1000), **options), timeout
+        )
+        conn.close()
+    except ssl.SSLError as exc:
+        why = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+        raise CredentialsRejected(
+            f"TLS handshake with {host}:{port} failed: {why} (check ssl_cafile)"
+        ) from None
+    except (TimeoutError, KafkaError, OSError) as exc:
+        why = refusal(exc) or f"no SASL handshake with {host}:{port} ({exc!r})"
+        raise CredentialsRejected(f"{why} (user {user!r}, {settings.sasl_mechanism})") from None
+    finally:
+        conn_logger.removeFilter(quiet)
+
+
+class _DropMessage(logging.Filter):
+    """A logging filter dropping the records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
 
 
 async def end_offsets(
@@ -114,6 +199,19 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int] |
     if topic not in cluster.topics():
         return None
     return set(cluster.partitions_for_topic(topic) or ())
+
+
+async def topic_refused(client: AIOKafkaClient, topic: str) -> bool:
+    """True when the broker's ACLs deny this client ``topic`` (a metadata answer for every
+    topic leaves such topics out, as if missing). One metadata request naming ``topic`` with
+    auto-creation off: never use it on a broker that ignores that flag (the embedded one).
+    ``client`` is a started consumer's or producer's aiokafka client."""
+    answer = await client.send(
+        client.get_random_node(), MetadataRequest([topic], allow_auto_topic_creation=False)
+    )
+    return any(
+        name == topic and code == TOPIC_AUTHORIZATION_FAILED for code, name, *_ in answer.topics
+    )
 
 
 async def fetch(

@@ -9,7 +9,9 @@ survive a restart, also after ``kill()``: ``start()`` again serves the same log 
 listeners and paths) and a quiet log4j2 configuration, formats the storage unless already formatted
 (``kafka.tools.StorageTool``), starts ``kafka.Kafka`` with a small heap and returns once the
 broker answers a metadata request with itself as a live broker. The JVM starts in seconds on
-a small machine, hence the generous default ``start_timeout``.
+a small machine, hence the generous default ``start_timeout``. An optional ``sasl`` listener
+(``app.kafka_security.SaslListener``) adds a SASL_PLAINTEXT (or SASL_SSL) listener on
+``sasl_bootstrap`` with its users, SCRAM credentials and, if asked, ACL authorization.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from aiokafka.client import AIOKafkaClient
 
 from app.broker import BrokerError, BrokerProcess, free_port, wait_for_port
 from app.kafka_jars import KAFKA_VERSION, kafka_jars, require_tool
+from app.kafka_security import SaslListener
 
 BROKER_CONFIG: dict[str, str] = {
     "process.roles": "broker,controller",
@@ -123,8 +126,11 @@ class KafkaBroker(BrokerProcess):
         data_dir: str | os.PathLike[str] | None = None,
         version: str = KAFKA_VERSION,
         extra_config: Mapping[str, str] | None = None,
+        sasl: SaslListener | None = None,
     ) -> None:
         super().__init__(port, host, log_path, start_timeout)
+        self.sasl = sasl
+        self.sasl_port = (sasl.port or free_port(host)) if sasl is not None else 0
         self.version = version
         self.extra_config = dict(extra_config or {})
         """Broker properties added to (or overriding) ``BROKER_CONFIG``, e.g. log cleaner
@@ -135,12 +141,18 @@ class KafkaBroker(BrokerProcess):
         self._jars: Path | None = None
         self._java = ""
 
+    @property
+    def sasl_bootstrap(self) -> str:
+        """``host:port`` of the SASL listener (only with ``sasl``)."""
+        assert self.sasl is not None, "this broker has no SASL listener"
+        return f"{self.host}:{self.sasl_port}"
+
     def server_config(self) -> dict[str, str]:
         """``BROKER_CONFIG`` and ``extra_config`` with this node's listeners, quorum and log
-        directory."""
+        directory (and the SASL listener's settings with ``sasl``)."""
         assert self.data_dir is not None
         host, port, cport = self.host, self.port, self.controller_port
-        return {
+        config = {
             **BROKER_CONFIG,
             **self.extra_config,
             "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
@@ -148,6 +160,14 @@ class KafkaBroker(BrokerProcess):
             "controller.quorum.voters": f"{BROKER_CONFIG['node.id']}@{host}:{cport}",
             "log.dirs": str(self.data_dir / "log"),
         }
+        if self.sasl is not None:
+            protocol = self.sasl.protocol
+            sasl = f"{protocol}://{host}:{self.sasl_port}"
+            config["listeners"] += f",{sasl}"
+            config["advertised.listeners"] += f",{sasl}"
+            config["listener.security.protocol.map"] += f",{protocol}:{protocol}"
+            config.update(self.sasl.server_config())
+        return config
 
     def prepare(self) -> None:
         """Resolve the jars, write the configuration files and format the storage."""
@@ -168,10 +188,11 @@ class KafkaBroker(BrokerProcess):
         storage_format = [
             *self.java_command("kafka.tools.StorageTool"),
             "format",
-            "--cluster-id",
-            random_cluster_id(),
+            # one argument: an id may start with "-", which argparse would take for an option
+            f"--cluster-id={random_cluster_id()}",
             "--config",
             str(self.data_dir / "server.properties"),
+            *(self.sasl.format_arguments() if self.sasl is not None else ()),
         ]
         with open(self.log_path, "ab") as log:
             try:

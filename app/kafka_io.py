@@ -16,10 +16,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.structs import ConsumerRecord
 
 from agents.records import QUERY_ID, RangeQuery, dumps
-from app.clients import client_options, end_offsets, topic_partitions
+from app.clients import client_options, end_offsets, topic_partitions, topic_refused
 from app.generator import Event
 from app.settings import Settings
 
@@ -92,6 +94,14 @@ async def start_producer(settings: Settings) -> AIOKafkaProducer:
     return producer
 
 
+async def require_access(settings: Settings, client: AIOKafkaClient, topic: str) -> None:
+    """``TopicAuthorizationFailedError`` when the broker's ACLs deny ``topic`` to ``client``
+    (a started client's aiokafka client); checked outside the embedded profile only, whose
+    broker would auto-create the topic named (``app.clients.topic_refused``)."""
+    if not settings.embedded and await topic_refused(client, topic):
+        raise TopicAuthorizationFailedError(topic)
+
+
 async def send_records(
     settings: Settings,
     records: Iterable[InputRecord],
@@ -104,7 +114,9 @@ async def send_records(
 ) -> int:
     """Send ``records`` to ``topic`` (default: the input topic); returns how many were sent.
 
-    ``rate`` caps the records per second; ``progress`` shows a tqdm bar on stderr. Deliveries
+    ``rate`` caps the records per second; ``progress`` shows a tqdm bar on stderr.
+    ``TopicAuthorizationFailedError`` before the first send when the ACLs deny ``topic``
+    (checked outside the embedded profile). Deliveries
     are awaited every ``chunk`` records, so memory stays bounded and a failed delivery stops
     the run with its exception.
     """
@@ -116,6 +128,7 @@ async def send_records(
     pending: list[asyncio.Future[Any]] = []
     began = time.monotonic()
     try:
+        await require_access(settings, producer.client, target)
         with tqdm(
             total=total, unit="ev", desc="produce", file=sys.stderr, disable=not progress
         ) as bar:
@@ -147,13 +160,16 @@ async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
     """A started, group-less consumer assigned every partition of the existing ``topic``.
 
     The topic's existence is checked in the full topic list first (``MissingTopic`` if absent):
-    a metadata request naming a missing topic would auto-create it on some brokers.
+    a metadata request naming a missing topic would auto-create it on some brokers. Outside the
+    embedded profile a topic absent from that list is asked for by name, without
+    auto-creation: ``TopicAuthorizationFailedError`` when the ACLs deny it.
     """
     consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
     await consumer.start()
     try:
         partitions = await topic_partitions(consumer, topic)
         if partitions is None:
+            await require_access(settings, consumer._client, topic)
             raise MissingTopic(f"topic {topic!r} does not exist (run `fiba topics create`)")
         consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
     except BaseException:
@@ -243,6 +259,7 @@ async def ask(settings: Settings, query: RangeQuery, timeout: float) -> dict[str
         await seek_to_end(consumer, settings)
         producer = await start_producer(settings)
         try:
+            await require_access(settings, producer.client, settings.queries_topic)
             await producer.send_and_wait(
                 settings.queries_topic, dumps(query.to_json()), key=query.key.encode()
             )

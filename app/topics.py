@@ -39,8 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAuthorizationFailedError
 
-from app.clients import client_options
+from app.clients import client_options, topic_refused
 from app.settings import Settings
 
 DATA_RETENTION_MS = 7 * 24 * 3_600_000
@@ -122,7 +123,8 @@ async def create_topics(
     """Create ``specs`` (default: ``topic_specs(settings)``) idempotently; see the module doc.
 
     One CreateTopics request, then metadata requests until every topic shows all its partitions.
-    Raises ``TopicMismatch`` or ``TopicError``; connection failures propagate from aiokafka.
+    Raises ``TopicMismatch`` or ``TopicError``, ``TopicAuthorizationFailedError`` when the ACLs
+    deny creating a topic; connection failures propagate from aiokafka.
     """
     wanted = list(specs if specs is not None else topic_specs(settings))
     admin = AIOKafkaAdminClient(**client_options(settings))
@@ -140,6 +142,8 @@ async def create_topics(
             code, message = errors.get(spec.name, (_NO_ERROR, None))
             if code == _TOPIC_ALREADY_EXISTS:
                 existing.append(spec)
+            elif code == TopicAuthorizationFailedError.errno:
+                raise TopicAuthorizationFailedError(spec.name)
             elif code != _NO_ERROR:
                 raise TopicError(
                     f"cannot create topic {spec.name!r}: {message or f'error code {code}'}"
@@ -162,13 +166,18 @@ async def missing_or_mismatched(settings: Settings) -> list[str]:
     missing or has another partition count (empty when all is well).
 
     Reads the full topic list first and describes only existing topics, so nothing is
-    auto-created.
+    auto-created. Outside the embedded profile a topic absent from the list is asked for by
+    name without auto-creation: ``TopicAuthorizationFailedError`` when the ACLs deny it.
     """
     wanted = topic_specs(settings)
     admin = AIOKafkaAdminClient(**client_options(settings))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
+        if not settings.embedded:
+            for spec in wanted:
+                if spec.name not in existing and await topic_refused(admin._client, spec.name):
+                    raise TopicAuthorizationFailedError(spec.name)
         counts = await _partition_counts(admin, [s.name for s in wanted if s.name in existing])
     finally:
         await admin.close()

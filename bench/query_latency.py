@@ -1,10 +1,11 @@
 """Range-query latency while a worker consumes an input backlog (issue 4: HTTP p99 <= 5 ms,
 query topic p99 <= 20 ms).
 
-``python -m bench.query_latency [--seconds S] [--scenarios event,batch,idle]`` starts an
-embedded broker and, per scenario, the load of ``bench.worker_pipeline`` at occupancy 1,000: a
-pre-produced backlog (100 keys, 20% out of order), one worker subprocess with the real pipeline
-and window store, windows pre-filled to 1,000 events per key. Scenarios ``event`` and ``batch``
+``python -m bench.query_latency [--seconds S] [--scenarios event,batch,idle] [--broker-kind
+embedded|kafka]`` starts a broker (default the embedded one) and, per scenario, the load of
+``bench.worker_pipeline`` at occupancy 1,000: a pre-produced backlog (100 keys, 20% out of
+order), one worker subprocess with the real pipeline and window store, windows pre-filled to
+1,000 events per key. Scenarios ``event`` and ``batch``
 (the ``emit`` mode): while the worker consumes the backlog, a client process times HTTP range
 queries for ``S`` seconds, then another one query-topic round trips for ``S`` seconds (one at a
 time, so that neither client's load, e.g. the topic client's frequent fetches, is counted in
@@ -48,9 +49,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from app.broker import EmbeddedBroker
 from app.clients import client_options
 from app.settings import Settings
+from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, results_path
 from bench.machine import describe_machine
 from bench.worker_pipeline import (
     KEYS,
@@ -237,7 +238,9 @@ def measure_phase(
     }
 
 
-def run_scenario(bootstrap: str, scenario: str, seconds: float, workdir: Path) -> dict[str, Any]:
+def run_scenario(
+    broker: BenchBroker, scenario: str, seconds: float, workdir: Path
+) -> dict[str, Any]:
     """Time HTTP queries, then query-topic round trips, ``seconds`` each, on one worker
     consuming a backlog (scenario = emit mode) or idle after it (``idle``)."""
     idle = scenario == "idle"
@@ -245,7 +248,7 @@ def run_scenario(bootstrap: str, scenario: str, seconds: float, workdir: Path) -
     events = IDLE_BACKLOG if idle else int(EVENTS_PER_SECOND[emit] * (2 * seconds + 15))
     context = multiprocessing.get_context("spawn")
     phases = {}
-    with backlogged_worker(bootstrap, emit, OCCUPANCY, events, workdir) as (settings, worker, _):
+    with backlogged_worker(broker, emit, OCCUPANCY, events, workdir) as (settings, worker, _):
         port = settings.web_port
         wait_until_assigned(port, worker)
         warm = events if idle else int(WARM_FRACTION * events)
@@ -319,20 +322,24 @@ def main() -> None:
     parser.add_argument(
         "--scenarios", default="event,batch,idle", help="event, batch, idle (comma-separated)"
     )
+    add_broker_kind_option(parser)
     args = parser.parse_args()
     print("command:", " ".join(["python -m bench.query_latency", *sys.argv[1:]]))
     for name, value in describe_machine().items():
         print(f"{name}: {value}")
     results = []
-    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="bench-query-") as tmp:
+    with (
+        bench_broker(args.broker_kind) as broker,
+        tempfile.TemporaryDirectory(prefix="bench-query-") as tmp,
+    ):
         for scenario in args.scenarios.split(","):
-            result = run_scenario(broker.bootstrap, scenario, args.seconds, Path(tmp))
+            result = run_scenario(broker, scenario, args.seconds, Path(tmp))
             print(json.dumps(result), flush=True)
             results.append(result)
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average after (1, 5, 15 min): {load}")
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    results_path(RESULTS, args.broker_kind).write_text(json.dumps(results, indent=2) + "\n")
     print(markdown(results))
 
 

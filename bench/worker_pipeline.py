@@ -1,7 +1,8 @@
-"""End-to-end worker throughput and query latency on the embedded broker.
+"""End-to-end worker throughput and query latency on a broker it starts.
 
 ``python -m bench.worker_pipeline run [--quick] [--occupancies ...] [--scenarios ...]
-[--rounds N]`` starts an embedded broker and, per scenario, a
+[--rounds N] [--broker-kind embedded|kafka]`` starts a broker (``bench.bench_broker``, default
+the embedded one) and, per scenario, a
 worker subprocess (``child`` mode of this module: the real ``app.worker`` pipeline, window
 store included), over a pre-produced input topic: 100 keys, 20% of the events out of order (up
 to ``MAX_LATENESS_MS`` = 5 s late, about 50 events of their key, at every occupancy: FiBA's
@@ -58,11 +59,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from app.broker import EmbeddedBroker, free_port
+from app.broker import free_port
 from app.clients import client_options
 from app.demo import settings_environ
 from app.settings import Settings, WindowSpec, load_settings
 from app.topics import create_topics
+from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, results_path
 from bench.machine import describe_machine
 
 KEYS = 100
@@ -83,14 +85,14 @@ def duration_name(ms: int) -> str:
     return f"{ms}ms"
 
 
-def scenario_settings(bootstrap: str, occupancy: int, emit: str, state_dir: Path) -> Settings:
+def scenario_settings(broker: BenchBroker, occupancy: int, emit: str, state_dir: Path) -> Settings:
     retention = occupancy * SPACING_MS
     sizes = (retention // 100, retention // 10, retention)
     suffix = uuid.uuid4().hex[:8]
     return replace(
         Settings(),
-        broker=bootstrap,
-        broker_profile="embedded",
+        broker=broker.bootstrap,
+        broker_profile=broker.profile,
         app_id=f"bench-{suffix}",
         input_topic=f"bench-{suffix}-events",
         aggregates_topic=f"bench-{suffix}-aggregates",
@@ -250,13 +252,13 @@ def percentile(values: list[float], q: float) -> float:
 
 @contextlib.contextmanager
 def backlogged_worker(
-    bootstrap: str, child: str, occupancy: int, events: int, workdir: Path
+    broker: BenchBroker, child: str, occupancy: int, events: int, workdir: Path
 ) -> Iterator[tuple[Settings, subprocess.Popen, Path]]:
     """Create the scenario's topics, pre-produce ``events`` input records, and run the child
     ``child`` (a worker emit mode, or ``bare``/``bare-batch``) in a subprocess on them for the
     ``with`` block: yields its settings, process and log file; terminates it afterwards."""
     emit = {"bare": "event", "bare-batch": "batch"}.get(child, child)
-    settings = scenario_settings(bootstrap, occupancy, emit, workdir / uuid.uuid4().hex[:6])
+    settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6])
     asyncio.run(create_topics(settings))
     asyncio.run(produce(settings, event_stream(events)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
@@ -277,15 +279,16 @@ def backlogged_worker(
 
 
 def run_scenario(
-    bootstrap: str, name: str, occupancy: int, events: int, with_queries: bool, workdir: Path
+    broker: BenchBroker, name: str, occupancy: int, events: int, with_queries: bool, workdir: Path
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
+        "broker": broker.kind,
         "scenario": name,
         "occupancy": occupancy,
         "events": events,
         "queries": with_queries,
     }
-    with backlogged_worker(bootstrap, name, occupancy, events, workdir) as (
+    with backlogged_worker(broker, name, occupancy, events, workdir) as (
         settings,
         worker,
         log_path,
@@ -493,6 +496,7 @@ def main() -> None:
     child.add_argument("occupancy", type=int)
     run = sub.add_parser("run")
     run.add_argument("--quick", action="store_true")
+    add_broker_kind_option(run)
     run.add_argument("--occupancies", default="100,1000,10000")
     run.add_argument("--scenarios", default="bare,bare-batch,event,batch")
     run.add_argument(
@@ -523,7 +527,10 @@ def main() -> None:
     occupancies = [int(x) for x in args.occupancies.split(",")]
     events = 24_000 if args.quick else 90_000
     results = []
-    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+    with (
+        bench_broker(args.broker_kind) as broker,
+        tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp,
+    ):
         workdir = Path(tmp)
         scenarios = args.scenarios.split(",")
         plan = [
@@ -540,14 +547,14 @@ def main() -> None:
             # alternate the order, so that a drift of the machine's speed over the run
             # weighs on every cell alike
             for name, occ, n, queries in plan if round_ % 2 else plan[::-1]:
-                result = run_scenario(broker.bootstrap, name, occ, n, queries, workdir)
+                result = run_scenario(broker, name, occ, n, queries, workdir)
                 result["round"] = round_
                 print(json.dumps(result), flush=True)
                 results.append(result)
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average after (1, 5, 15 min): {load}")
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    results_path(RESULTS, args.broker_kind).write_text(json.dumps(results, indent=2) + "\n")
     print(markdown(results))
 
 

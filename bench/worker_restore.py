@@ -1,7 +1,8 @@
 """Window-store restore: 10^6 retained entries from the changelog, from local RocksDB, rebuild.
 
-``python -m bench.worker_restore [--entries N] [--keys K] [--churn F] [--codec C] [--quick]``
-starts an embedded broker (or uses ``KAFKA_BOOTSTRAP``), writes one changelog partition holding
+``python -m bench.worker_restore [--entries N] [--keys K] [--churn F] [--codec C] [--quick]
+[--broker-kind embedded|kafka]`` starts a broker (default the embedded one; or uses
+``KAFKA_BOOTSTRAP``), writes one changelog partition holding
 ``entries`` retained entries (``keys`` keys, real partials of the default aggregations
 count,sum,max,mean,pop_stddev, records in the store's format, sent with normal producer
 batching) plus ``churn * entries`` entries upserted earlier and evicted since (their upserts
@@ -49,10 +50,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from app.broker import EmbeddedBroker
 from app.clients import client_options
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
+from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, results_path
 from stores.changelog import encode_upsert, entry_id
 from stores.gc_pause import paused_gc
 from stores.key_windows import KeyWindows, PartialJsonCodec, WindowConfig
@@ -64,14 +65,15 @@ TARGET_S = 10.0
 
 
 @contextlib.contextmanager
-def broker_bootstrap() -> Iterator[tuple[str, bool]]:
-    """``(bootstrap, embedded)``: ``KAFKA_BOOTSTRAP`` if set, else a fresh embedded broker."""
+def broker_bootstrap(kind: str) -> Iterator[BenchBroker]:
+    """``KAFKA_BOOTSTRAP`` if set (kind ``external``, profile ``kafka``), else a fresh broker
+    of ``kind``."""
     external = os.environ.get("KAFKA_BOOTSTRAP")
     if external:
-        yield external, False
+        yield BenchBroker(external, "kafka", "external")
         return
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap, True
+    with bench_broker(kind) as broker:
+        yield broker
 
 
 async def write_changelog(
@@ -191,15 +193,17 @@ def built_index(config: WindowConfig, windows: dict[str, list[tuple[int, Any]]])
     return index
 
 
-async def run(entries: int, keys: int, churn: float, seed: int, codec_name: str) -> dict[str, Any]:
+async def run(
+    entries: int, keys: int, churn: float, seed: int, codec_name: str, broker_kind: str
+) -> dict[str, Any]:
     with (
-        broker_bootstrap() as (bootstrap, embedded),
+        broker_bootstrap(broker_kind) as broker,
         tempfile.TemporaryDirectory(prefix="bench-restore-") as tmp,
     ):
         settings = replace(
             Settings(),
-            broker=bootstrap,
-            broker_profile="embedded" if embedded else "kafka",
+            broker=broker.bootstrap,
+            broker_profile=broker.profile,
             app_id=f"bench-restore-{uuid.uuid4().hex[:8]}",
             partitions=1,
             state_dir=Path(tmp),
@@ -239,7 +243,7 @@ async def run(entries: int, keys: int, churn: float, seed: int, codec_name: str)
         windows_bytes, index_bytes = grown
         del index, kept
     return {
-        "broker": "embedded" if embedded else "kafka",
+        "broker": broker.kind,
         "codec": codec_name,
         "load_average_1m": [load_before, os.getloadavg()[0]],
         "entries": entries,
@@ -300,11 +304,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--codec", choices=sorted(CODECS), default="worker")
     parser.add_argument("--quick", action="store_true", help="10^5 entries")
+    add_broker_kind_option(parser)
     args = parser.parse_args()
     entries = 100_000 if args.quick else args.entries
-    result = asyncio.run(run(entries, args.keys, args.churn, args.seed, args.codec))
+    result = asyncio.run(
+        run(entries, args.keys, args.churn, args.seed, args.codec, args.broker_kind)
+    )
     print(json.dumps(result), flush=True)
-    path = (RESULTS / "quick" if args.quick else RESULTS) / f"worker_restore_{args.codec}.json"
+    path = results_path(
+        (RESULTS / "quick" if args.quick else RESULTS) / f"worker_restore_{args.codec}.json",
+        args.broker_kind,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([result], indent=2) + "\n")
     print(markdown([result]))

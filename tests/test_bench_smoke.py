@@ -190,3 +190,17 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
         "event: slowest occupancy at 80% of the fastest (medians, runs without queries); "
         "per round 67%, 91%, 80%"
     ) in report
+
+
+def test_the_worker_benchmarks_use_the_profile_of_the_broker_kind(tmp_path) -> None:
+    from bench.bench_broker import BenchBroker, results_path
+    from bench.worker_pipeline import scenario_settings
+
+    for kind, profile in (("embedded", "embedded"), ("kafka", "kafka")):
+        settings = scenario_settings(
+            BenchBroker("127.0.0.1:9", profile, kind), 100, "event", tmp_path
+        )
+        assert (settings.broker_profile, settings.bootstrap_servers) == (profile, ("127.0.0.1:9",))
+    results = tmp_path / "query_latency.json"
+    assert results_path(results, "embedded") == results
+    assert results_path(results, "kafka") == tmp_path / "query_latency_kafka.json"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.broker import BrokerSetupError
-from app.kafka_broker import KafkaBroker
+from app.kafka_broker import KafkaBroker, random_cluster_id
 from app.kafka_jars import KAFKA_VERSION, SCALA_VERSION, kafka_jars
 
 pytestmark = pytest.mark.timeout(600)
@@ -56,3 +56,14 @@ def test_the_broker_removes_a_temporary_log_dir_and_keeps_a_given_one(tmp_path):
     with KafkaBroker(data_dir=tmp_path / "kept"):
         pass
     assert (tmp_path / "kept" / "log" / "meta.properties").is_file()
+
+
+def test_a_cluster_id_starting_with_a_dash_formats_the_storage(tmp_path, monkeypatch):
+    """One id in 64 starts with "-" (URL-safe base64); the storage tool must not take it for
+    an option (it did: the broker failed to start once in a while)."""
+    cluster_id = "-" + random_cluster_id()[1:]
+    monkeypatch.setattr("app.kafka_broker.random_cluster_id", lambda: cluster_id)
+    broker = KafkaBroker(data_dir=tmp_path / "data")
+    broker.prepare()  # formats the storage, starts nothing
+    meta = (tmp_path / "data" / "log" / "meta.properties").read_text()
+    assert f"cluster.id={cluster_id}\n" in meta

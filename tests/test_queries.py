@@ -4,15 +4,18 @@ profile-dependent fetch wait. Answers themselves are checked end to end in test_
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from dataclasses import replace
+from types import SimpleNamespace
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from agents.queries import (
     EMBEDDED_QUERY_FETCH_WAIT_MS,
     KAFKA_QUERY_FETCH_WAIT_MS,
     LatencyProducer,
+    QueryConsumer,
     query_fetch_wait_ms,
 )
 from app.clients import client_options
@@ -80,3 +83,65 @@ def test_latency_producer_starts_on_first_send_and_delivers_in_order_per_key(
     )
     k0 = [value for key, value in received if key == b"k0"]
     assert k0 == [b"answer 0", b"answer 0 again"]
+
+
+class RecordingService:
+    """The part of ``QueryService`` that ``QueryConsumer`` calls: records what it handles."""
+
+    def __init__(self) -> None:
+        self.handled: list[bytes] = []
+        self.failures: list[BaseException] = []
+
+    async def handle(self, record: ConsumerRecord) -> None:
+        self.handled.append(record.value)
+
+    async def flush(self) -> None:
+        """Nothing is sent, so nothing to flush."""
+
+    def on_failure(self, error: BaseException) -> None:
+        self.failures.append(error)
+
+
+def test_the_query_consumer_reads_after_a_revoke_and_an_assignment_in_quick_succession(
+    kafka_bootstrap: str, embedded_profile: bool
+) -> None:
+    """A worker's first rebalance calls ``follow(set())`` then ``follow(owned)`` while the
+    query group's coordinator may still be looked up: aiokafka's coordination task then died
+    on an assertion, and every later fetch failed (no query answered, logged forever)."""
+    suffix = uuid.uuid4().hex[:8]
+    settings = replace(
+        Settings(),
+        broker=kafka_bootstrap,
+        broker_profile="embedded" if embedded_profile else "kafka",
+        app_id=f"follow-{suffix}",
+        input_topic=f"follow-{suffix}-events",
+        aggregates_topic=f"follow-{suffix}-aggregates",
+        queries_topic=f"follow-{suffix}-queries",
+        answers_topic=f"follow-{suffix}-answers",
+        dead_letter_topic=f"follow-{suffix}-dlq",
+        partitions=2,
+    )
+    service = RecordingService()
+
+    async def scenario() -> None:
+        await create_topics(settings)
+        consumer = QueryConsumer(SimpleNamespace(settings=settings), service)
+        try:
+            await consumer.follow(set())
+            for _ in range(3):  # the coordination task starts looking the coordinator up
+                await asyncio.sleep(0)
+            await consumer.follow({0, 1})
+            producer = AIOKafkaProducer(**client_options(settings))
+            await producer.start()
+            try:
+                await producer.send_and_wait(settings.queries_topic, b"q", key=b"k", partition=1)
+            finally:
+                await producer.stop()
+            deadline = time.monotonic() + 60
+            while not service.handled and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+        finally:
+            await consumer.stop()
+
+    asyncio.run(scenario())
+    assert service.handled == [b"q"]
