@@ -124,6 +124,14 @@ def _not_json(name: str) -> None:
     raise _Corrupt(name)  # NaN, Infinity, -Infinity: accepted by Python's json, not JSON
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent; 1e400 (infinite as a double) is refused."""
+    number = float(text)
+    if number - number != 0.0:
+        raise _Corrupt(text)
+    return number
+
+
 def _check_strings(obj: Any) -> None:
     """Raise ``_Corrupt`` when a string (key or value) anywhere in ``obj`` holds an unpaired
     surrogate (from a ``\\ud800`` escape). Iterative: any depth the parser accepted."""
@@ -143,7 +151,8 @@ def _load(value: bytes | None) -> dict[str, Any]:
     """The JSON object of ``value``; raises one of ``_INVALID`` when it is not one."""
     if value is None:
         raise _Corrupt
-    obj = _obj(json.loads(value.decode("utf-8"), parse_constant=_not_json))
+    text = value.decode("utf-8")
+    obj = _obj(json.loads(text, parse_float=_finite_float, parse_constant=_not_json))
     if b"\\u" in value:
         _check_strings(obj)
     return obj
@@ -156,7 +165,7 @@ def value_text(value: Any) -> str | None:
         return None
     if type(value) is str:
         return value
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _finite(number: float) -> float:
@@ -178,8 +187,8 @@ def split_values(values: dict[str, Any]) -> Split:
     texts: list[tuple[str, str]] = []
     for name, value in values.items():
         kind = type(value)
-        if kind is float:
-            numbers.append((name, _finite(value)))
+        if kind is float:  # finite: _finite_float parsed it
+            numbers.append((name, value))
         elif kind is int:
             numbers.append((name, float(value)))  # OverflowError beyond the double range
         elif value is None:

@@ -30,12 +30,13 @@ integers, ``windows`` object of objects with integer ``start``, ``end``, ``count
 ``aggregates``; answers: ``query_id`` and ``key`` strings; optional fields null or of their
 type) and are in range: times are epoch ms within 0001-01-02..9999-12-30 (``MIN_TIME_MS``..
 ``MAX_TIME_MS``, so a nanosecond time is out of range), counts and ``input_offset`` in
-0..2^63-1, ``input_partition`` in 0..2^31-1, and every number a finite double (no 1e400).
+0..2^63-1, ``input_partition`` in 0..2^31-1; a number with a fraction or exponent must be a
+finite double (no 1e400) and an integer aggregate value must fit one.
 Anything else is a corrupt record: its record columns are null, its Kafka columns set and
 ``_corrupt_record`` holds the value as (UTF-8, replaced) text — never a dropped row nor an
 exception. On a valid record ``_corrupt_record`` is null.
 
-Aggregate values: a JSON number, or a string spelling one (``JSON_NUMBER``), goes to
+Aggregate values: a JSON number, or a string spelling a finite one (``JSON_NUMBER``), goes to
 ``aggregates`` as a double, ``null`` to ``aggregates`` as null; any other value goes to
 ``aggregates_json`` as text: a string as its characters, anything else as compact JSON with
 floats in their shortest round-trip form (Python's ``repr``: ``[312622855.817]``). So each

@@ -91,9 +91,13 @@ WRONG_TYPES = {
 OUT_OF_RANGE = {
     "time": st.integers(MAX_TIME_MS + 1, 2**70)
     | st.integers(-(2**70), MIN_TIME_MS - 1)
-    | st.just(1_700_000_000_000_000_000),  # nanoseconds
-    "count": st.integers(MAX_INT64 + 1, 2**70) | st.integers(-(2**40), -1) | st.just(2**64),
-    "int32": st.integers(MAX_INT32 + 1, 2**70) | st.integers(-(2**40), -1),
+    | st.sampled_from([1_700_000_000_000_000_000, MAX_TIME_MS + 1, MIN_TIME_MS - 1]),  # ns
+    "count": st.integers(MAX_INT64 + 1, 2**70)
+    | st.integers(-(2**40), -1)
+    | st.sampled_from([2**64, MAX_INT64 + 1, -1]),
+    "int32": st.integers(MAX_INT32 + 1, 2**70)
+    | st.integers(-(2**40), -1)
+    | st.sampled_from([MAX_INT32 + 1, 2**40]),
 }
 BAD_BYTES = [b"\xff", b"\xc3", b"a\x80b", b"\xed\xa0\x80"]  # \xed\xa0\x80: encoded surrogate
 LONE_SURROGATES = [b"\\ud800", b"x\\udfff", b"\\udc00\\ud800"]
@@ -175,13 +179,14 @@ def _target(draw: st.DrawFn, kind: str, obj: dict[str, Any], keep: Any = None) -
     fields = AGGREGATE_FIELDS if kind == AGGREGATES else ANSWER_FIELDS
     if kind == AGGREGATES and not obj["windows"] and draw(st.booleans()):
         obj["windows"]["w"] = draw(windows)
-    targets = [(obj, name, spec) for name, spec in fields.items()]
-    if kind == AGGREGATES:
-        for window in obj["windows"].values():
-            targets += [(window, name, spec) for name, spec in WINDOW_FIELDS.items()]
-    if keep is not None:
-        targets = [t for t in targets if keep(t[2])]
-    return draw(st.sampled_from(targets))
+    top = [(obj, name, spec) for name, spec in fields.items()]
+    nested = [
+        (window, name, spec)
+        for window in (obj["windows"].values() if kind == AGGREGATES else ())
+        for name, spec in WINDOW_FIELDS.items()
+    ]
+    pools = [[t for t in pool if keep is None or keep(t[2])] for pool in (top, nested)]
+    return draw(st.sampled_from(draw(st.sampled_from([pool for pool in pools if pool]))))
 
 
 def _value_slot(draw: st.DrawFn, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -223,8 +228,8 @@ def corrupt_values(draw: st.DrawFn, kind: str) -> bytes | None:
         container, name, _ = _target(draw, kind, obj, lambda f: f[1])
         del container[name]
     elif mutation in ("bad_utf8", "surrogate", "non_finite"):
-        if mutation == "non_finite":
-            slot = _value_slot(draw, kind, obj)
+        if mutation == "non_finite":  # in a value map, or in an extra field nothing reads
+            slot = draw(st.sampled_from([_value_slot(draw, kind, obj), obj]))
         else:
             slot, _, _ = _target(draw, kind, obj)
         slot[draw(texts)] = MARK
