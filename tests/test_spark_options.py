@@ -186,3 +186,20 @@ def test_jaas_quoting_round_trips_through_javas_tokenizer(spark, secret):
             values.append(get_field(tokenizer, "sval"))
     assert values == ["u", secret]
     assert jaas_quote(secret).startswith('"')
+
+
+@pytest.mark.spark
+def test_both_engines_refuse_an_option_they_would_ignore(spark):
+    from spark_bridge.read import read_aggregates
+
+    with pytest.raises(ValueError, match="'failOnDataLoss' is not an option of the fiba-kafka"):
+        read_aggregates(spark, "127.0.0.1:1", "t", engine="python", options={"failOnDataLoss": "1"})
+    with pytest.raises(ValueError, match="'maxrecordsperpartitio' is not an option of Spark's"):
+        read_aggregates(
+            spark, "127.0.0.1:1", "t", engine="jvm", options={"maxRecordsPerPartitio": "1"}
+        )
+    direct = spark.read.format("fiba-kafka").options(
+        **{"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "t", "failOnDataLoss": "false"}
+    )
+    with pytest.raises(Exception, match=r"(?i)'failOnDataLoss' is not an option of the fiba-kafka"):
+        direct.load().collect()
