@@ -203,3 +203,18 @@ def test_both_engines_refuse_an_option_they_would_ignore(spark):
     )
     with pytest.raises(Exception, match=r"(?i)'failOnDataLoss' is not an option of the fiba-kafka"):
         direct.load().collect()
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+@pytest.mark.parametrize("engine", ["python", "jvm"])
+def test_spark_read_stops_on_an_unknown_option_with_exit_code_2(spark, kafka_bootstrap, engine):
+    from click.testing import CliRunner
+
+    from spark_bridge.cli import spark_read
+
+    args = ["--broker", kafka_bootstrap, "--engine", engine, "--option", "bogus=1", "--no-progress"]
+    result = CliRunner().invoke(spark_read, args)
+    assert result.exit_code == 2, result.output
+    assert "'bogus' is not an option" in result.output
+    assert "Traceback" not in result.output
