@@ -17,7 +17,6 @@ standard library's linear JSON scanner (nesting deeper than the recursion limit 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -158,20 +157,12 @@ def _load(value: bytes | None) -> dict[str, Any]:
     return obj
 
 
-def value_text(value: Any) -> str | None:
-    """A JSON value as the text of a ``*_json`` map entry (None for null): a string as its
-    characters, anything else as compact JSON (floats in shortest round-trip form)."""
-    if value is None:
-        return None
+def value_text(value: Any) -> str:
+    """A JSON value as the text of a ``*_json`` map entry: a string as its characters, anything
+    else as compact JSON (floats in shortest round-trip form)."""
     if type(value) is str:
         return value
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _finite(number: float) -> float:
-    if not math.isfinite(number):
-        raise _Corrupt
-    return number
 
 
 Split = tuple[list[tuple[str, float | None]], list[tuple[str, str]]]
@@ -193,13 +184,12 @@ def split_values(values: dict[str, Any]) -> Split:
             numbers.append((name, float(value)))  # OverflowError beyond the double range
         elif value is None:
             numbers.append((name, None))
+        elif kind is not str:  # object, list, boolean
+            texts.append((name, value_text(value)))
+        elif JSON_NUMBER.fullmatch(value):  # a string spelling a number
+            numbers.append((name, _finite_float(value)))
         else:
-            text = value if kind is str else value_text(value)
-            assert text is not None
-            if JSON_NUMBER.fullmatch(text):
-                numbers.append((name, _finite(float(text))))
-            else:
-                texts.append((name, text))
+            texts.append((name, value))
     return numbers, texts
 
 

@@ -69,7 +69,7 @@ def decode_rows(kind: str, values: list[bytes | None]) -> list[dict]:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(values=st.lists(st.none() | st.binary(max_size=64), max_size=20))
 def test_arbitrary_bytes_give_corrupt_rows_never_an_exception(kind, values):
     rows = decode_rows(kind, values)
@@ -82,7 +82,7 @@ def test_arbitrary_bytes_give_corrupt_rows_never_an_exception(kind, values):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(values=st.lists(json_values | st.dictionaries(st.text(), json_values), max_size=10))
 def test_arbitrary_json_never_raises(kind, values):
     encoded = [json.dumps(v).encode() for v in values]
@@ -90,7 +90,7 @@ def test_arbitrary_json_never_raises(kind, values):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_generated_records_decode_to_their_expected_rows(kind, data):
     records = data.draw(st.lists(record_values(kind), max_size=12))
