@@ -117,6 +117,7 @@ def test_adversarial_values_finish_as_corrupt_rows(kind):
         json.dumps({"key": "k", "x": [[[[]]]] * 50_000}).encode() + b" trailing",
         json.dumps({str(i): i for i in range(100_000)}).encode(),
         encode_json(_aggregate({"x": [1.5] * 100_000}))[:-1] + b',"y":1e400}}}}',
+        encode_json(_aggregate({}))[:-1] + b',"extra":[1' + b"0" * 250 + b".5e99]}",
     ]
     rows = decode_rows(kind, values)
     assert all(row["_corrupt_record"] is not None for row in rows)
