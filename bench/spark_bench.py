@@ -6,8 +6,9 @@
    produces N aggregate records (1000 keys, three windows, five numeric aggregations each;
    ~650-byte values) in batches — timed, for reference;
 2. **read**: ``read_aggregates`` (the ``fiba-kafka`` Python data source) reads the whole topic
-   into the typed schema, the JSON decoded in the Python tasks (default) and, last, in the JVM
-   (``decoder="jvm"``; ``write.format("noop")`` forces every row, nothing is collected);
+   into the typed schema and, last, reads raw records and decodes them with ``parse_values``
+   (the JVM engine's decoding step; ``write.format("noop")`` forces every row, nothing is
+   collected);
 3. writes N batch rows (keys from the same key set, times spread over the aggregates' span,
    generated in Spark) and the decoded aggregates as Parquet — not timed;
 4. **join**: ``spark_bridge.join.asof_join`` of the N batch rows against the N aggregates from
@@ -129,6 +130,7 @@ def run(bootstrap: str, n: int, workdir: Path) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from spark_bridge.join import asof_join
+    from spark_bridge.jvm import parse_values
     from spark_bridge.read import read_aggregates
     from spark_bridge.session import spark_session
 
@@ -170,9 +172,14 @@ def run(bootstrap: str, n: int, workdir: Path) -> dict[str, Any]:
         join_kafka_s = timed("join from Kafka", lambda: join_from(source, str(workdir / "j2")))
         matched = spark.read.parquet(str(workdir / "j1")).where("agg_window_end IS NOT NULL")
         matched_rows = matched.count()
-        in_jvm = read_aggregates(spark, bootstrap, topic, engine="python", decoder="jvm")
+        raw = (
+            spark.read.format("fiba-kafka")
+            .options(**{"kafka.bootstrap.servers": bootstrap}, topic=topic, records="raw")
+            .load()
+        )
+        in_jvm = parse_values(raw, "aggregates")
         read_jvm_s = timed(
-            "read, JVM decoder", lambda: in_jvm.write.format("noop").mode("overwrite").save()
+            "read raw, parse_values", lambda: in_jvm.write.format("noop").mode("overwrite").save()
         )
     finally:
         spark.stop()
@@ -199,7 +206,7 @@ def markdown(result: dict[str, Any]) -> str:
             result["read_s"],
         ),
         (
-            "read N aggregates into Spark (raw records, JSON decoded in the JVM)",
+            "read N aggregates into Spark (raw records, then the JVM engine's parse_values)",
             result["read_jvm_decoder_s"],
         ),
         ("as-of join N batch rows x N aggregates (Parquet in, Parquet out)", result["join_s"]),

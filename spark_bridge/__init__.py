@@ -3,7 +3,8 @@
 - ``schema``: Spark schemas of the aggregates and answers topics (from ``agents.records``);
 - ``source``: the ``fiba-kafka`` Python data source (batch and streaming), over ``kafka``
   (offsets from the Fetch high watermark), ``offsets`` and ``decode`` (JSON -> Arrow);
-- ``jvm``: the same schema from Spark's own Kafka connector (``from_json``);
+- ``jvm``: the same rows from Spark's own Kafka connector (``decode`` via ``mapInArrow``) and
+  the connector's option mapping;
 - ``read``: ``read_aggregates`` / ``read_answers`` (engine choice), ``flatten_window``;
 - ``join``: the as-of join job; ``cli``: ``fiba spark-join`` / ``fiba spark-read``;
 - ``session``, ``progress``: session set-up and a progress bar of Spark's stages.

@@ -147,13 +147,11 @@ def spark_join(
     with session(master) as spark, spark_progress(spark, enabled=progress, desc="spark-join"):
         try:
             rows = read_batch(spark, batch, batch_format)
-            aggregates = read_aggregates(
-                spark, bootstrap, settings.aggregates_topic, engine=engine, options=options
-            )
+            profile = settings.broker_profile
+            source = {"engine": engine, "options": options, "broker_profile": profile}
+            aggregates = read_aggregates(spark, bootstrap, settings.aggregates_topic, **source)
             answers = (
-                read_answers(
-                    spark, bootstrap, settings.answers_topic, engine=engine, options=options
-                )
+                read_answers(spark, bootstrap, settings.answers_topic, **source)
                 if with_answers
                 else None
             )
@@ -210,16 +208,21 @@ def spark_read(
     require_broker(settings)
     chosen = topic or settings.aggregates_topic
     kind = records or (ANSWERS if chosen == settings.answers_topic else AGGREGATES)
+    options = source_options(settings, extra)
     with session(master) as spark, spark_progress(spark, enabled=progress, desc="spark-read"):
-        df = read_records(
-            spark,
-            kind,
-            ",".join(settings.bootstrap_servers),
-            chosen,
-            engine=engine,
-            starting_offsets=starting_offsets,
-            options=source_options(settings, extra),
-        )
+        try:
+            df = read_records(
+                spark,
+                kind,
+                ",".join(settings.bootstrap_servers),
+                chosen,
+                engine=engine,
+                starting_offsets=starting_offsets,
+                options=options,
+                broker_profile=settings.broker_profile,
+            )
+        except ValueError as exc:
+            raise CliFailure(str(exc), 2) from None
         if window is not None and kind == AGGREGATES:
             df = flatten_window(df, window)
         df.printSchema()

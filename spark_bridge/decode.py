@@ -1,19 +1,23 @@
-"""Kafka records -> Arrow record batches of ``spark_bridge.schema`` (the Python engine's parser).
+"""Kafka record values -> Arrow record batches of ``spark_bridge.schema``: the one decoder.
 
-``decode_batch(kind, records)`` turns consumed records of the aggregates or answers topic into
-one ``pyarrow.RecordBatch`` with exactly the Arrow form of ``SCHEMAS[kind]`` that Spark's Python
-data source expects (timestamps in µs, UTC). Nested columns are assembled from flat lists with
-``MapArray.from_arrays`` / ``StructArray.from_arrays`` instead of converting nested Python
-objects, which is several times faster. Each record costs O(size of its value).
+Both engines decode with this module, so they give identical rows by construction:
+``decode_batch(kind, records)`` turns records consumed by the ``fiba-kafka`` data source into one
+``pyarrow.RecordBatch`` of ``SCHEMAS[kind]``; ``decode_kafka_batches(kind, batches)`` does the
+same for the Arrow batches of Spark's Kafka connector rows (``mapInArrow``, see
+``spark_bridge.jvm.parse_values``). Timestamps are µs, UTC. Nested columns are assembled from
+flat lists with ``MapArray.from_arrays`` / ``StructArray.from_arrays`` instead of converting
+nested Python objects, which is several times faster.
 
-Value semantics (corrupt records, numeric vs JSON aggregate values) are those documented in
-``spark_bridge.schema``.
+Each value is validated completely (the contract of ``spark_bridge.schema``) before anything of
+it is appended to the columns, so an invalid value yields a corrupt row and can never make the
+Arrow conversion of its batch fail. Each record costs O(size of its value); parsing is the
+standard library's linear JSON scanner (nesting deeper than the recursion limit is corrupt).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -35,10 +39,29 @@ from agents.records import (
     WINDOW_START,
     WINDOWS,
 )
-from spark_bridge.schema import AGGREGATES, ANSWERS, JSON_NUMBER, RAW, RESULT_JSON, SCHEMAS
+from spark_bridge.schema import (
+    AGGREGATES,
+    ANSWERS,
+    INPUT_OFFSET,
+    INPUT_PARTITION,
+    JSON_NUMBER,
+    MAX_INT32,
+    MAX_INT64,
+    MAX_TIME_MS,
+    MIN_TIME_MS,
+    OFFSET,
+    PARTITION,
+    RAW,
+    RESULT_JSON,
+    SCHEMAS,
+    TIMESTAMP,
+    TOPIC,
+)
 
 ARROW_SCHEMAS = {kind: to_arrow_schema(schema, timezone="UTC") for kind, schema in SCHEMAS.items()}
 """Record kind -> the Arrow schema Spark expects from the data source's ``read``."""
+
+_TS = pa.timestamp("us", tz="UTC")
 
 
 class KafkaRecord(NamedTuple):
@@ -53,17 +76,31 @@ class KafkaRecord(NamedTuple):
 
 
 class _Corrupt(Exception):
-    """The value does not follow the record format."""
+    """The value does not follow the record contract."""
 
 
-def _int(value: Any) -> int:
-    if type(value) is not int:
+_INVALID = (_Corrupt, ValueError, OverflowError, RecursionError)
+"""What validating one value may raise: all mean "corrupt record" (``UnicodeError``, the JSON
+decoder's and ``float``'s errors are ``ValueError``s)."""
+
+
+def _int(value: Any, low: int, high: int) -> int:
+    if type(value) is not int or not low <= value <= high:
         raise _Corrupt
     return value
 
 
-def _opt_int(value: Any) -> int | None:
-    return None if value is None else _int(value)
+def _opt_int(value: Any, low: int, high: int) -> int | None:
+    return None if value is None else _int(value, low, high)
+
+
+def _time(value: Any) -> int:
+    """Epoch ms within ``MIN_TIME_MS..MAX_TIME_MS`` -> µs."""
+    return _int(value, MIN_TIME_MS, MAX_TIME_MS) * 1000
+
+
+def _opt_time(value: Any) -> int | None:
+    return None if value is None else _time(value)
 
 
 def _str(value: Any) -> str:
@@ -82,13 +119,78 @@ def _obj(value: Any) -> dict[str, Any]:
     return value
 
 
-def value_text(value: Any) -> str | None:
-    """A JSON value as Spark's JSON reader renders it into a string column (None for null)."""
+def _not_json(name: str) -> None:
+    raise _Corrupt(name)  # NaN, Infinity, -Infinity: accepted by Python's json, not JSON
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent; 1e400 (infinite as a double) is refused."""
+    number = float(text)
+    if number - number != 0.0:
+        raise _Corrupt(text)
+    return number
+
+
+def _check_strings(obj: Any) -> None:
+    """Raise ``_Corrupt`` when a string (key or value) anywhere in ``obj`` holds an unpaired
+    surrogate (from a ``\\ud800`` escape). Iterative: any depth the parser accepted."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if type(item) is str:
+            item.encode("utf-8")  # UnicodeEncodeError (a ValueError) on a lone surrogate
+        elif type(item) is dict:
+            stack.extend(item)
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+
+
+def _load(value: bytes | None) -> dict[str, Any]:
+    """The JSON object of ``value``; raises one of ``_INVALID`` when it is not one."""
     if value is None:
-        return None
+        raise _Corrupt
+    text = value.decode("utf-8")
+    obj = _obj(json.loads(text, parse_float=_finite_float, parse_constant=_not_json))
+    if b"\\u" in value:
+        _check_strings(obj)
+    return obj
+
+
+def value_text(value: Any) -> str:
+    """A JSON value as the text of a ``*_json`` map entry: a string as its characters, anything
+    else as compact JSON (floats in shortest round-trip form)."""
     if type(value) is str:
         return value
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+Split = tuple[list[tuple[str, float | None]], list[tuple[str, str]]]
+"""A value map split into its (numeric, text) entries."""
+
+
+def split_values(values: dict[str, Any]) -> Split:
+    """The entries of one aggregates/result object, classified (see ``spark_bridge.schema``).
+
+    Raises one of ``_INVALID`` for a number that is not a finite double.
+    """
+    numbers: list[tuple[str, float | None]] = []
+    texts: list[tuple[str, str]] = []
+    for name, value in values.items():
+        kind = type(value)
+        if kind is float:  # finite: _finite_float parsed it
+            numbers.append((name, value))
+        elif kind is int:
+            numbers.append((name, float(value)))  # OverflowError beyond the double range
+        elif value is None:
+            numbers.append((name, None))
+        elif kind is not str:  # object, list, boolean
+            texts.append((name, value_text(value)))
+        elif JSON_NUMBER.fullmatch(value):  # a string spelling a number
+            numbers.append((name, _finite_float(value)))
+        else:
+            texts.append((name, value))
+    return numbers, texts
 
 
 class _ValueMaps:
@@ -103,35 +205,17 @@ class _ValueMaps:
         self.text_values: list[str] = []
         self.nulls: list[bool] = []
 
-    def add(self, values: dict[str, Any] | None) -> None:
-        """Append one row: the entries of ``values``, or null maps when it is None.
-
-        A value whose text (``value_text``) is a JSON number goes to the numeric map as a float,
-        null to the numeric map as null, anything else to the text map as its text.
-        """
-        self.nulls.append(values is None)
-        if values:
-            num_keys, num_values = self.num_keys, self.num_values
-            for name, value in values.items():
-                kind = type(value)
-                if kind is float:
-                    num_keys.append(name)
-                    num_values.append(value)
-                elif kind is int:
-                    num_keys.append(name)
-                    num_values.append(float(value))
-                elif value is None:
-                    num_keys.append(name)
-                    num_values.append(None)
-                else:
-                    text = value_text(value)
-                    assert text is not None
-                    if JSON_NUMBER.fullmatch(text):
-                        num_keys.append(name)
-                        num_values.append(float(text))
-                    else:
-                        self.text_keys.append(name)
-                        self.text_values.append(text)
+    def add(self, split: Split | None) -> None:
+        """Append one row: the entries of ``split``, or null maps when it is None."""
+        self.nulls.append(split is None)
+        if split is not None:
+            numbers, texts = split
+            for name, number in numbers:
+                self.num_keys.append(name)
+                self.num_values.append(number)
+            for name, text in texts:
+                self.text_keys.append(name)
+                self.text_values.append(text)
         self.num_offsets.append(len(self.num_keys))
         self.text_offsets.append(len(self.text_keys))
 
@@ -152,51 +236,27 @@ class _ValueMaps:
         return numbers, texts
 
 
-def _micros(ms: int | None) -> int | None:
-    return None if ms is None else ms * 1000
-
-
-def _kafka_columns(records: Sequence[KafkaRecord], corrupt: list[str | None]) -> list[pa.Array]:
-    ts = pa.timestamp("us", tz="UTC")
-    return [
-        pa.array([r.topic for r in records], pa.string()),
-        pa.array([r.partition for r in records], pa.int32()),
-        pa.array([r.offset for r in records], pa.int64()),
-        pa.array([_micros(r.timestamp) for r in records], ts),
-        pa.array(corrupt, pa.string()),
-    ]
-
-
 def _corrupt_text(value: bytes | None) -> str:
     return "" if value is None else value.decode("utf-8", "replace")
 
 
-def _load(value: bytes | None) -> dict[str, Any]:
-    if value is None:
-        raise _Corrupt
-    try:
-        return _obj(json.loads(value))
-    except (ValueError, RecursionError):
-        raise _Corrupt from None
-
-
-def _window(name: str, window: Any) -> tuple[str, int, int, int, dict[str, Any]]:
+def _window(name: str, window: Any) -> tuple[str, int, int, int, Split]:
     w = _obj(window)
     return (
         name,
-        _int(w.get(WINDOW_START)),
-        _int(w.get(WINDOW_END)),
-        _int(w.get(WINDOW_COUNT)),
-        _obj(w.get(WINDOW_AGGREGATES)),
+        _time(w.get(WINDOW_START)),
+        _time(w.get(WINDOW_END)),
+        _int(w.get(WINDOW_COUNT), 0, MAX_INT64),
+        split_values(_obj(w.get(WINDOW_AGGREGATES))),
     )
 
 
-def _decode_aggregates(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
+def _aggregate_columns(values: Sequence[bytes | None]) -> tuple[list[pa.Array], list[str | None]]:
     schema = ARROW_SCHEMAS[AGGREGATES]
     window_type = schema.field(WINDOWS).type.item_type
-    keys: list[str | None] = []
-    event_ts: list[int | None] = []
-    stream_time: list[int | None] = []
+    scalars: dict[str, list[Any]] = {
+        name: [] for name in (KEY, EVENT_TS, STREAM_TIME, INPUT_PARTITION, INPUT_OFFSET)
+    }
     bad: list[bool] = []
     corrupt: list[str | None] = []
     w_offsets = [0]
@@ -205,39 +265,40 @@ def _decode_aggregates(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
     w_end: list[int] = []
     w_count: list[int] = []
     w_values = _ValueMaps()
-    for record in records:
+    for value in values:
         try:
-            obj = _load(record.value)
-            key = _str(obj.get(KEY))
-            ets = _int(obj.get(EVENT_TS))
-            st = _int(obj.get(STREAM_TIME))
+            obj = _load(value)
+            row = {
+                KEY: _str(obj.get(KEY)),
+                EVENT_TS: _time(obj.get(EVENT_TS)),
+                STREAM_TIME: _time(obj.get(STREAM_TIME)),
+                INPUT_PARTITION: _opt_int(obj.get(INPUT_PARTITION), 0, MAX_INT32),
+                INPUT_OFFSET: _opt_int(obj.get(INPUT_OFFSET), 0, MAX_INT64),
+            }
             windows = [_window(name, w) for name, w in _obj(obj.get(WINDOWS)).items()]
-        except _Corrupt:
-            keys.append(None)
-            event_ts.append(None)
-            stream_time.append(None)
+        except _INVALID:
+            for column in scalars.values():
+                column.append(None)
             bad.append(True)
-            corrupt.append(_corrupt_text(record.value))
+            corrupt.append(_corrupt_text(value))
             w_offsets.append(len(w_names))
             continue
-        keys.append(key)
-        event_ts.append(ets * 1000)
-        stream_time.append(st * 1000)
+        for name, item in row.items():
+            scalars[name].append(item)
         bad.append(False)
         corrupt.append(None)
-        for name, start, end, count, values in windows:
+        for name, start, end, count, split in windows:
             w_names.append(name)
-            w_start.append(start * 1000)
-            w_end.append(end * 1000)
+            w_start.append(start)
+            w_end.append(end)
             w_count.append(count)
-            w_values.add(values)
+            w_values.add(split)
         w_offsets.append(len(w_names))
-    ts = pa.timestamp("us", tz="UTC")
     numbers, texts = w_values.arrays()
     window_structs = pa.StructArray.from_arrays(
         [
-            pa.array(w_start, ts),
-            pa.array(w_end, ts),
+            pa.array(w_start, _TS),
+            pa.array(w_end, _TS),
             pa.array(w_count, pa.int64()),
             numbers,
             texts,
@@ -251,83 +312,116 @@ def _decode_aggregates(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
         mask=pa.array(bad, pa.bool_()),
     )
     columns = [
-        pa.array(keys, pa.string()),
-        pa.array(event_ts, ts),
-        pa.array(stream_time, ts),
+        pa.array(scalars[KEY], pa.string()),
+        pa.array(scalars[EVENT_TS], _TS),
+        pa.array(scalars[STREAM_TIME], _TS),
         windows_column.cast(schema.field(WINDOWS).type),
-        *_kafka_columns(records, corrupt),
+        pa.array(scalars[INPUT_PARTITION], pa.int32()),
+        pa.array(scalars[INPUT_OFFSET], pa.int64()),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    return columns, corrupt
 
 
-def _decode_answers(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
+def _answer_columns(values: Sequence[bytes | None]) -> tuple[list[pa.Array], list[str | None]]:
     schema = ARROW_SCHEMAS[ANSWERS]
     scalars: dict[str, list[Any]] = {
         name: [] for name in (QUERY_ID, KEY, FROM, TO, COUNT, STREAM_TIME, ERROR)
     }
-    bad: list[bool] = []
     corrupt: list[str | None] = []
     results = _ValueMaps()
-    for record in records:
+    for value in values:
         try:
-            obj = _load(record.value)
+            obj = _load(value)
             row = {
                 QUERY_ID: _str(obj.get(QUERY_ID)),
                 KEY: _str(obj.get(KEY)),
-                FROM: _micros(_opt_int(obj.get(FROM))),
-                TO: _micros(_opt_int(obj.get(TO))),
-                COUNT: _opt_int(obj.get(COUNT)),
-                STREAM_TIME: _micros(_opt_int(obj.get(STREAM_TIME))),
+                FROM: _opt_time(obj.get(FROM)),
+                TO: _opt_time(obj.get(TO)),
+                COUNT: _opt_int(obj.get(COUNT), 0, MAX_INT64),
+                STREAM_TIME: _opt_time(obj.get(STREAM_TIME)),
                 ERROR: _opt_str(obj.get(ERROR)),
             }
             result = obj.get(RESULT)
-            if result is not None:
-                _obj(result)
-        except _Corrupt:
+            split = None if result is None else split_values(_obj(result))
+        except _INVALID:
             for column in scalars.values():
                 column.append(None)
-            bad.append(True)
-            corrupt.append(_corrupt_text(record.value))
+            corrupt.append(_corrupt_text(value))
             results.add(None)
             continue
-        for name, value in row.items():
-            scalars[name].append(value)
-        bad.append(False)
+        for name, item in row.items():
+            scalars[name].append(item)
         corrupt.append(None)
-        results.add(result)
-    ts = pa.timestamp("us", tz="UTC")
+        results.add(split)
     numbers, texts = results.arrays()
     columns = [
         pa.array(scalars[QUERY_ID], pa.string()),
         pa.array(scalars[KEY], pa.string()),
-        pa.array(scalars[FROM], ts),
-        pa.array(scalars[TO], ts),
+        pa.array(scalars[FROM], _TS),
+        pa.array(scalars[TO], _TS),
         numbers.cast(schema.field(RESULT).type),
         texts.cast(schema.field(RESULT_JSON).type),
         pa.array(scalars[COUNT], pa.int64()),
-        pa.array(scalars[STREAM_TIME], ts),
+        pa.array(scalars[STREAM_TIME], _TS),
         pa.array(scalars[ERROR], pa.string()),
-        *_kafka_columns(records, corrupt),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    return columns, corrupt
 
 
-def _raw(records: Sequence[KafkaRecord]) -> pa.RecordBatch:
-    columns = [
-        pa.array([r.key for r in records], pa.binary()),
-        pa.array([r.value for r in records], pa.binary()),
-        *_kafka_columns(records, [None] * len(records))[:4],
+def decode_values(
+    kind: str, values: Sequence[bytes | None]
+) -> tuple[list[pa.Array], list[str | None]]:
+    """The record columns of ``SCHEMAS[kind]`` (``"aggregates"`` or ``"answers"``) decoded from
+    ``values``, in order, and each value's ``_corrupt_record`` text (None when valid)."""
+    if kind == AGGREGATES:
+        return _aggregate_columns(values)
+    if kind == ANSWERS:
+        return _answer_columns(values)
+    raise ValueError(f"unknown record kind {kind!r} (expected {AGGREGATES} or {ANSWERS})")
+
+
+def _micros(ms: int | None) -> int | None:
+    return None if ms is None else ms * 1000
+
+
+def _kafka_columns(records: Sequence[KafkaRecord]) -> list[pa.Array]:
+    return [
+        pa.array([r.topic for r in records], pa.string()),
+        pa.array([r.partition for r in records], pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([_micros(r.timestamp) for r in records], _TS),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMAS[RAW])
 
 
 def decode_batch(kind: str, records: Sequence[KafkaRecord]) -> pa.RecordBatch:
     """The rows of ``records`` (all of one kind: ``"aggregates"``, ``"answers"`` or ``"raw"``:
     undecoded), in order."""
     if kind == RAW:
-        return _raw(records)
-    if kind == AGGREGATES:
-        return _decode_aggregates(records)
-    if kind == ANSWERS:
-        return _decode_answers(records)
-    raise ValueError(f"unknown record kind {kind!r} (expected one of {sorted(SCHEMAS)})")
+        columns = [
+            pa.array([r.key for r in records], pa.binary()),
+            pa.array([r.value for r in records], pa.binary()),
+            *_kafka_columns(records),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMAS[RAW])
+    if kind not in (AGGREGATES, ANSWERS):
+        raise ValueError(f"unknown record kind {kind!r} (expected one of {sorted(SCHEMAS)})")
+    columns, corrupt = decode_values(kind, [r.value for r in records])
+    kafka = [*_kafka_columns(records), pa.array(corrupt, pa.string())]
+    return pa.RecordBatch.from_arrays(columns + kafka, schema=ARROW_SCHEMAS[kind])
+
+
+def decode_kafka_batches(kind: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: batches of Spark Kafka rows (``value`` binary, ``topic`` string,
+    ``partition`` int, ``offset`` bigint, ``timestamp`` timestamp) -> batches of
+    ``SCHEMAS[kind]``, the Kafka columns passed through."""
+    schema = ARROW_SCHEMAS[kind]
+    for batch in batches:
+        columns, corrupt = decode_values(kind, batch.column("value").to_pylist())
+        kafka = [
+            batch.column(TOPIC).cast(pa.string()),
+            batch.column(PARTITION).cast(pa.int32()),
+            batch.column(OFFSET).cast(pa.int64()),
+            batch.column(TIMESTAMP).cast(_TS),
+            pa.array(corrupt, pa.string()),
+        ]
+        yield pa.RecordBatch.from_arrays(columns + kafka, schema=schema)

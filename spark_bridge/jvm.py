@@ -1,53 +1,74 @@
-"""The JVM engine: Spark's own Kafka connector (``spark-sql-kafka-0-10``) plus ``from_json``.
+"""The JVM engine: Spark's own Kafka connector (``spark-sql-kafka-0-10``), and its options.
 
 When the connector jar is on the classpath (``--packages
 org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>``), ``format("kafka")`` reads the
-topic in the JVM (no Python worker per task) and ``parse_values`` turns its ``value`` column into
-exactly the schema of the Python data source (``spark_bridge.schema``): same columns, same types,
-same numeric/JSON split of aggregate values, same ``_corrupt_record`` rule. Note that Spark's
-connector takes "latest" from ListOffsets, which is right on Kafka and wrong on the embedded
-broker, so this engine is for real clusters.
+topic in the JVM and ``parse_values`` decodes its ``value`` column with the bridge's one decoder
+(``spark_bridge.decode``, through ``mapInArrow``): exactly the rows of the Python data source.
+Spark's JSON functions are not used because they cannot follow the record contract (they
+coerce a number to a string field, ignore trailing text, pass invalid UTF-8, render floats
+in nested values with Java's ``Double.toString``, fail the query on an out-of-range time).
+Spark's connector takes "latest" from ListOffsets, which is right on Kafka and wrong on the
+embedded broker, so this engine is for real clusters (``engine="auto"`` never picks it with
+``broker_profile=embedded``).
+
+``jvm_kafka_options`` maps the bridge's source options to the connector's (see its docstring).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from agents.records import (
-    COUNT,
-    ERROR,
-    EVENT_TS,
-    FROM,
-    KEY,
-    QUERY_ID,
-    RESULT,
-    STREAM_TIME,
-    TO,
-    WINDOW_AGGREGATES,
-    WINDOW_COUNT,
-    WINDOW_END,
-    WINDOW_START,
-    WINDOWS,
-)
-from spark_bridge.schema import (
-    AGGREGATES,
-    ANSWERS,
-    CORRUPT_RECORD,
-    JSON_NUMBER_SQL,
-    OFFSET,
-    PARTITION,
-    RAW_VALUE_SCHEMAS,
-    RESULT_JSON,
-    SCHEMAS,
-    TIMESTAMP,
-    TOPIC,
-    WINDOW_AGGREGATES_JSON,
-)
+from spark_bridge.decode import decode_kafka_batches
+from spark_bridge.schema import AGGREGATES, ANSWERS, OFFSET, PARTITION, SCHEMAS, TIMESTAMP, TOPIC
 
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+CONNECTOR_OPTIONS = (
+    "startingOffsets",
+    "endingOffsets",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "failOnDataLoss",
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "groupIdPrefix",
+    "includeHeaders",
+)
+"""Source options of Spark's Kafka connector (besides ``kafka.*``) passed through unchanged;
+``subscribe``/``assign``/``subscribePattern`` are the bridge's (the topic)."""
+
+LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "OAUTHBEARER": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule",
+}
+"""SASL mechanism -> the JAAS login module a user name and password go to."""
+OAUTH_CALLBACK_HANDLER = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+)
+
+_BRIDGE_SECURITY = ("kafka.sasl.username", "kafka.sasl.password")
+_PEM_FILES = ("kafka.ssl.cafile", "kafka.ssl.certfile", "kafka.ssl.keyfile")
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----", re.DOTALL)
+_PKCS8_KEYS = ("PRIVATE KEY", "ENCRYPTED PRIVATE KEY")
+_DERIVED_FAMILIES = ("kafka.sasl.jaas.config", "kafka.ssl.truststore.", "kafka.ssl.keystore.")
+"""Connector options the bridge's options become; also giving them directly is refused."""
 
 
 def jvm_kafka_available(spark: SparkSession) -> bool:
@@ -66,134 +87,145 @@ def jvm_kafka_available(spark: SparkSession) -> bool:
     return True
 
 
-def jvm_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
-    """The connector's options for the bridge's security passthrough options.
+def jaas_quote(value: str) -> str:
+    """``value`` as a double-quoted JAAS option value (Kafka parses it with Java's
+    ``StreamTokenizer``: backslash, quote and line breaks escaped)."""
+    escaped = (
+        value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    )
+    return f'"{escaped}"'
 
-    ``kafka.sasl.username``/``password`` become a ``kafka.sasl.jaas.config`` (PLAIN or SCRAM
-    login module), PEM files ``kafka.ssl.cafile``/``certfile``/``keyfile`` become PEM trust and
-    key stores. Other ``kafka.*`` options pass through unchanged.
-    """
-    lowered = {k.lower(): v for k, v in options.items()}
-    out = {
-        k: v
-        for k, v in lowered.items()
-        if k.startswith("kafka.")
-        and k not in ("kafka.sasl.username", "kafka.sasl.password")
-        and not k.startswith("kafka.ssl.")
-    }
-    user = lowered.get("kafka.sasl.username")
-    if user is not None:
-        mechanism = lowered.get("kafka.sasl.mechanism", "PLAIN").upper()
-        module = (
-            "org.apache.kafka.common.security.scram.ScramLoginModule"
-            if mechanism.startswith("SCRAM")
-            else "org.apache.kafka.common.security.plain.PlainLoginModule"
+
+def _jaas_config(mechanism: str, user: str, password: str) -> tuple[str, dict[str, str]]:
+    """(``sasl.jaas.config``, other connector options it needs) for a user and password."""
+    if mechanism == "GSSAPI":
+        raise ValueError(
+            "kafka.sasl.mechanism GSSAPI (Kerberos) takes a keytab, not a user name and "
+            "password: pass --option kafka.sasl.jaas.config='com.sun.security.auth.module."
+            'Krb5LoginModule required useKeyTab=true keyTab="..." principal="...";\' and '
+            "kafka.sasl.kerberos.service.name instead"
         )
-        password = lowered.get("kafka.sasl.password", "")
-        out["kafka.sasl.jaas.config"] = (
-            f'{module} required username="{user}" password="{password}";'
-        )
-    if lowered.get("kafka.ssl.cafile"):
+    module = LOGIN_MODULES.get(mechanism)
+    if module is None:
+        known = ", ".join(sorted(LOGIN_MODULES))
+        raise ValueError(f"kafka.sasl.mechanism {mechanism!r} is not one of {known}, GSSAPI")
+    if mechanism == "OAUTHBEARER":  # OAuth client credentials (KIP-768)
+        secret = jaas_quote(password)
+        config = f"{module} required clientId={jaas_quote(user)} clientSecret={secret};"
+        return config, {"kafka.sasl.login.callback.handler.class": OAUTH_CALLBACK_HANDLER}
+    return f"{module} required username={jaas_quote(user)} password={jaas_quote(password)};", {}
+
+
+def _pem_blocks(path: str, option: str) -> list[tuple[str, str]]:
+    """(label, block text) of every PEM block in file ``path`` (named by ``option`` in errors)."""
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeError) as exc:
+        raise ValueError(f"{option}: cannot read PEM file {path!r}: {exc}") from None
+    return [(m.group(1), m.group(0)) for m in _PEM_BLOCK.finditer(text)]
+
+
+def _pem_stores(cafile: str | None, certfile: str | None, keyfile: str | None) -> dict[str, str]:
+    """Connector options of PEM files: PEM *text* in the trust and key store options (read here,
+    on the driver, so executors need no copy of the files)."""
+    out: dict[str, str] = {}
+    if cafile:
+        blocks = _pem_blocks(cafile, "kafka.ssl.cafile")
+        certs = [b for label, b in blocks if label == "CERTIFICATE"]
+        if not certs:
+            raise ValueError(f"kafka.ssl.cafile {cafile!r} holds no PEM CERTIFICATE")
         out["kafka.ssl.truststore.type"] = "PEM"
-        out["kafka.ssl.truststore.location"] = lowered["kafka.ssl.cafile"]
-    if lowered.get("kafka.ssl.certfile"):
+        out["kafka.ssl.truststore.certificates"] = "\n".join(certs)
+    if keyfile and not certfile:
+        raise ValueError("kafka.ssl.keyfile needs kafka.ssl.certfile (the client certificate)")
+    if certfile:
+        cert_blocks = _pem_blocks(certfile, "kafka.ssl.certfile")
+        key_blocks = _pem_blocks(keyfile, "kafka.ssl.keyfile") if keyfile else cert_blocks
+        chain = [b for label, b in cert_blocks if label == "CERTIFICATE"]
+        keys = [(label, b) for label, b in key_blocks if label.endswith("PRIVATE KEY")]
+        if not chain:
+            raise ValueError(f"kafka.ssl.certfile {certfile!r} holds no PEM CERTIFICATE")
+        if len(keys) != 1:
+            raise ValueError(
+                f"{'kafka.ssl.keyfile' if keyfile else 'kafka.ssl.certfile'} must hold exactly "
+                f"one PEM private key, found {len(keys)}"
+            )
+        label, key = keys[0]
+        if label not in _PKCS8_KEYS:
+            raise ValueError(
+                f"the client key is a PEM {label!r}; Kafka's JVM client needs PKCS#8 "
+                "('PRIVATE KEY'): convert it with openssl pkcs8 -topk8 -nocrypt"
+            )
         out["kafka.ssl.keystore.type"] = "PEM"
-        out["kafka.ssl.keystore.location"] = lowered["kafka.ssl.certfile"]
-        if lowered.get("kafka.ssl.keyfile"):
-            out["kafka.ssl.keystore.key"] = lowered["kafka.ssl.keyfile"]
+        out["kafka.ssl.keystore.certificate.chain"] = "\n".join(chain)
+        out["kafka.ssl.keystore.key"] = key
     return out
 
 
-def _ts(column: Column) -> Column:
-    return F.timestamp_millis(column)
+def jvm_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The connector's options for the bridge's source options (names case-insensitive).
 
+    - ``kafka.sasl.username``/``password`` become ``kafka.sasl.jaas.config`` with the login
+      module of ``kafka.sasl.mechanism`` (PLAIN default; SCRAM-*; OAUTHBEARER as OAuth client
+      credentials, with its callback handler), values escaped; GSSAPI is refused (Kerberos
+      takes a keytab: pass ``kafka.sasl.jaas.config`` itself);
+    - PEM files ``kafka.ssl.cafile``/``certfile``/``keyfile`` are read: their PEM text goes to
+      ``kafka.ssl.truststore.certificates`` and ``kafka.ssl.keystore.certificate.chain``/
+      ``key`` (type PEM); the key must be PKCS#8;
+    - every other ``kafka.*`` option and the connector's own (``CONNECTOR_OPTIONS``) pass
+      through unchanged.
 
-def _numbers(values: Column) -> Column:
-    kept = F.map_filter(values, lambda _, v: v.isNull() | v.rlike(JSON_NUMBER_SQL))
-    return F.transform_values(kept, lambda _, v: v.cast("double"))
-
-
-def _texts(values: Column) -> Column:
-    return F.map_filter(values, lambda _, v: v.isNotNull() & ~v.rlike(JSON_NUMBER_SQL))
-
-
-def _aggregate_columns(p: Column) -> tuple[Column, list[Column]]:
-    windows = p[WINDOWS]
-    bad_window = F.exists(
-        F.map_values(windows),
-        lambda w: (
-            w.isNull()
-            | w[WINDOW_START].isNull()
-            | w[WINDOW_END].isNull()
-            | w[WINDOW_COUNT].isNull()
-            | w[WINDOW_AGGREGATES].isNull()
-        ),
+    Raises ``ValueError`` (one line) for an option the connector does not take, for a setting
+    given twice (a bridge option and the connector option it becomes), or for unusable files.
+    """
+    lowered = {k.lower(): v for k, v in options.items()}
+    connector = {name.lower(): name for name in CONNECTOR_OPTIONS}
+    out: dict[str, str] = {}
+    for name, value in lowered.items():
+        if name in _BRIDGE_SECURITY or name in _PEM_FILES:
+            continue
+        if name.startswith("kafka."):
+            out[name] = value
+        elif name in connector:
+            out[connector[name]] = value
+        else:
+            raise ValueError(
+                f"option {name!r} is not an option of Spark's Kafka connector (engine jvm); "
+                f"it takes kafka.* and {', '.join(CONNECTOR_OPTIONS)}"
+            )
+    derived: dict[str, str] = {}
+    user, password = lowered.get("kafka.sasl.username"), lowered.get("kafka.sasl.password")
+    if user is not None or password is not None:
+        mechanism = lowered.get("kafka.sasl.mechanism", "PLAIN").upper()
+        config, extra = _jaas_config(mechanism, user or "", password or "")
+        derived["kafka.sasl.jaas.config"] = config
+        derived.update({k: v for k, v in extra.items() if k not in out})
+    derived.update(
+        _pem_stores(*(lowered.get(name) for name in _PEM_FILES))  # type: ignore[arg-type]
     )
-    corrupt = (
-        p.isNull()
-        | p[KEY].isNull()
-        | p[EVENT_TS].isNull()
-        | p[STREAM_TIME].isNull()
-        | windows.isNull()
-        | bad_window
-    )
-    typed_windows = F.transform_values(
-        windows,
-        lambda _, w: F.struct(
-            _ts(w[WINDOW_START]).alias(WINDOW_START),
-            _ts(w[WINDOW_END]).alias(WINDOW_END),
-            w[WINDOW_COUNT].alias(WINDOW_COUNT),
-            _numbers(w[WINDOW_AGGREGATES]).alias(WINDOW_AGGREGATES),
-            _texts(w[WINDOW_AGGREGATES]).alias(WINDOW_AGGREGATES_JSON),
-        ),
-    )
-    return corrupt, [
-        p[KEY].alias(KEY),
-        _ts(p[EVENT_TS]).alias(EVENT_TS),
-        _ts(p[STREAM_TIME]).alias(STREAM_TIME),
-        typed_windows.alias(WINDOWS),
-    ]
-
-
-def _answer_columns(p: Column) -> tuple[Column, list[Column]]:
-    corrupt = p.isNull() | p[QUERY_ID].isNull() | p[KEY].isNull()
-    return corrupt, [
-        p[QUERY_ID].alias(QUERY_ID),
-        p[KEY].alias(KEY),
-        _ts(p[FROM]).alias(FROM),
-        _ts(p[TO]).alias(TO),
-        _numbers(p[RESULT]).alias(RESULT),
-        _texts(p[RESULT]).alias(RESULT_JSON),
-        p[COUNT].alias(COUNT),
-        _ts(p[STREAM_TIME]).alias(STREAM_TIME),
-        p[ERROR].alias(ERROR),
-    ]
+    for family in _DERIVED_FAMILIES:
+        if any(n.startswith(family) for n in derived) and any(n.startswith(family) for n in out):
+            raise ValueError(
+                f"options {family}* are given twice: directly and by kafka.sasl.username/"
+                "password or kafka.ssl.cafile/certfile/keyfile; give one or the other"
+            )
+    return {**out, **derived}
 
 
 def parse_values(df: DataFrame, kind: str) -> DataFrame:
     """``df`` with Kafka columns (``value`` binary, ``topic``, ``partition``, ``offset``,
-    ``timestamp``, as ``format("kafka")`` yields) parsed into ``SCHEMAS[kind]``.
+    ``timestamp``, as ``format("kafka")`` yields) decoded into ``SCHEMAS[kind]``.
 
-    Pure column expressions (``from_json`` in PERMISSIVE mode, higher-order map functions):
-    runs in the JVM, row by row, with no shuffle.
+    One ``mapInArrow`` running ``spark_bridge.decode`` in the Python workers: row by row, no
+    shuffle, the very rows the ``fiba-kafka`` data source yields for the same records.
     """
     if kind not in (AGGREGATES, ANSWERS):
         raise ValueError(f"unknown record kind {kind!r}")
-    text = F.col("value").cast("string")
-    parsed = F.from_json(text, RAW_VALUE_SCHEMAS[kind], {"mode": "PERMISSIVE"})
-    with_parsed = df.withColumn("__parsed", parsed)
-    p = F.col("__parsed")
-    corrupt, columns = _aggregate_columns(p) if kind == AGGREGATES else _answer_columns(p)
-    schema = SCHEMAS[kind]
-    record_columns = [
-        F.when(~corrupt, c).cast(field.dataType).alias(field.name)
-        for c, field in zip(columns, schema.fields, strict=False)
-    ]
-    return with_parsed.select(
-        *record_columns,
-        F.col(TOPIC),
+    raw = df.select(
+        F.col("value").cast("binary").alias("value"),
+        F.col(TOPIC).cast("string").alias(TOPIC),
         F.col(PARTITION).cast("int").alias(PARTITION),
         F.col(OFFSET).cast("long").alias(OFFSET),
         F.col(TIMESTAMP).cast("timestamp").alias(TIMESTAMP),
-        F.when(corrupt, F.coalesce(text, F.lit(""))).alias(CORRUPT_RECORD),
-    ).to(schema)
+    )
+    return raw.mapInArrow(partial(decode_kafka_batches, kind), SCHEMAS[kind])

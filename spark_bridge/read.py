@@ -4,13 +4,14 @@
 ``spark_bridge.schema`` (batch, or streaming with ``streaming=True``). ``engine``:
 
 - ``"python"``: the ``fiba-kafka`` Python data source (works everywhere, reads to the Fetch high
-  watermark, so also on the embedded broker). With ``decoder="python"`` (default) the tasks
-  decode the JSON (``spark_bridge.decode``); ``decoder="jvm"`` moves the raw bytes and decodes
-  them with ``from_json`` (``spark_bridge.jvm.parse_values``). Both give the same rows (tested)
-  and measured within the noise of each other on the 2-core bench machine (``bench/RESULTS.md``);
+  watermark, so also on the embedded broker);
 - ``"jvm"``: Spark's Kafka connector + ``spark_bridge.jvm.parse_values`` (needs the
-  ``spark-sql-kafka-0-10`` jar; faster, for real clusters);
-- ``"auto"`` (default): ``"jvm"`` when the connector is on the classpath, else ``"python"``.
+  ``spark-sql-kafka-0-10`` jar; for real clusters: its "latest" is wrong on the embedded broker);
+- ``"auto"`` (default): ``"jvm"`` when the connector is on the classpath and the broker profile
+  is not ``embedded``, else ``"python"``.
+
+Both engines decode with ``spark_bridge.decode``: the same rows for the same records. Extra
+``options`` each engine does not take are refused (``ValueError``), never silently dropped.
 
 ``flatten_window(df, window)`` turns the ``windows`` map into plain columns for one window.
 """
@@ -24,21 +25,28 @@ from pyspark.sql import functions as F
 
 from agents.records import WINDOW_AGGREGATES, WINDOW_COUNT, WINDOW_END, WINDOW_START, WINDOWS
 from spark_bridge.jvm import jvm_kafka_available, jvm_kafka_options, parse_values
-from spark_bridge.schema import AGGREGATES, ANSWERS, JSON_SUFFIX, RAW, WINDOW_AGGREGATES_JSON
+from spark_bridge.schema import AGGREGATES, ANSWERS, JSON_SUFFIX, WINDOW_AGGREGATES_JSON
 from spark_bridge.session import register
-from spark_bridge.source import SHORT_NAME
+from spark_bridge.source import SHORT_NAME, check_options
 
 ENGINES = ("auto", "python", "jvm")
-DECODERS = ("python", "jvm")
+EMBEDDED = "embedded"
+"""The broker profile of the embedded broker (``app.settings``), whose ListOffsets is wrong."""
 
 
-def choose_engine(spark: SparkSession, engine: str) -> str:
+def engine_for(engine: str, broker_profile: str, connector_available: bool) -> str:
     """``"python"`` or ``"jvm"`` for the requested ``engine`` (see the module docstring)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
     if engine == "auto":
-        return "jvm" if jvm_kafka_available(spark) else "python"
+        return "jvm" if connector_available and broker_profile != EMBEDDED else "python"
     return engine
+
+
+def choose_engine(spark: SparkSession, engine: str, broker_profile: str = "kafka") -> str:
+    """``engine_for`` with the connector looked up on ``spark``'s classpath (when it matters)."""
+    needed = engine == "auto" and broker_profile != EMBEDDED
+    return engine_for(engine, broker_profile, needed and jvm_kafka_available(spark))
 
 
 def read_records(
@@ -52,17 +60,16 @@ def read_records(
     starting_offsets: str | None = None,
     ending_offsets: str | None = None,
     options: Mapping[str, str] | None = None,
-    decoder: str = "python",
+    broker_profile: str = "kafka",
 ) -> DataFrame:
     """The records of ``kind`` (``"aggregates"`` or ``"answers"``) in ``topic``.
 
     Offsets default to Spark's Kafka defaults (batch: earliest to latest; streaming: from
-    latest). ``options`` are extra source options (security passthrough ``kafka.*``,
-    ``maxOffsetsPerTrigger``, ``maxRecordsPerPartition`` for the Python engine).
+    latest). ``options`` are extra source options: for the Python engine those of
+    ``spark_bridge.source``, for the JVM engine those ``jvm_kafka_options`` maps; any other
+    raises ``ValueError``. ``broker_profile`` (``app.settings``) steers ``engine="auto"``.
     """
-    chosen = choose_engine(spark, engine)
-    if decoder not in DECODERS:
-        raise ValueError(f"decoder must be one of {DECODERS}, not {decoder!r}")
+    chosen = choose_engine(spark, engine, broker_profile)
     opts: dict[str, str] = {"kafka.bootstrap.servers": bootstrap}
     if starting_offsets is not None:
         opts["startingOffsets"] = starting_offsets
@@ -72,12 +79,10 @@ def read_records(
     if chosen == "python":
         register(spark)
         opts.update(options or {})
-        records = RAW if decoder == "jvm" else kind
-        df = reader.format(SHORT_NAME).options(topic=topic, records=records, **opts).load()
-        return parse_values(df, kind) if decoder == "jvm" else df
+        opts.update(topic=topic, records=kind)
+        check_options(opts)
+        return reader.format(SHORT_NAME).options(**opts).load()
     opts.update(jvm_kafka_options(options or {}))
-    if options and options.get("maxOffsetsPerTrigger"):
-        opts["maxOffsetsPerTrigger"] = options["maxOffsetsPerTrigger"]
     raw = reader.format("kafka").options(subscribe=topic, **opts).load()
     return parse_values(raw, kind)
 

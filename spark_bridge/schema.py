@@ -1,4 +1,4 @@
-"""The Spark schemas of the output topics, derived from ``agents.records`` (the one schema module).
+"""The Spark schemas of the output topics and the record contract both engines decode by.
 
 Aggregates topic, one row per Kafka record (``AGGREGATES_SCHEMA``)::
 
@@ -6,7 +6,11 @@ Aggregates topic, one row per Kafka record (``AGGREGATES_SCHEMA``)::
     windows map<string, struct<start timestamp, end timestamp, count bigint,
                                aggregates map<string, double>,
                                aggregates_json map<string, string>>>,
+    input_partition int, input_offset bigint,
     topic string, partition int, offset bigint, timestamp timestamp, _corrupt_record string
+
+``input_partition``/``input_offset``: input topic partition and offset of the event the record
+answers (null in records written before the worker added them).
 
 Answers topic (``ANSWERS_SCHEMA``)::
 
@@ -15,26 +19,28 @@ Answers topic (``ANSWERS_SCHEMA``)::
     stream_time timestamp, error string, topic, partition, offset, timestamp, _corrupt_record
 
 Raw records (``RAW_SCHEMA``, the data source's ``records=raw``): Kafka ``key`` and ``value``
-bytes plus the Kafka columns, for decoding in the JVM with ``spark_bridge.jvm.parse_values``.
+bytes plus the Kafka columns. ``topic``, ``partition``, ``offset`` and ``timestamp`` (the Kafka
+record timestamp) are named as in Spark's own Kafka source.
 
-Record times (epoch ms) become Spark timestamps (UTC instants, exact: Spark keeps µs).
-``topic``, ``partition``, ``offset`` and ``timestamp`` (the Kafka record timestamp) are named as
-in Spark's own Kafka source.
+The contract (one decoder, ``spark_bridge.decode``, applies it for both engines, so their rows
+are identical by construction). A valid value is exactly one JSON object (RFC 8259: no
+``NaN``/``Infinity``, no trailing text) in valid UTF-8 with no unpaired surrogate escape, whose
+required fields have their JSON type (aggregates: ``key`` string, ``event_ts``, ``stream_time``
+integers, ``windows`` object of objects with integer ``start``, ``end``, ``count`` and object
+``aggregates``; answers: ``query_id`` and ``key`` strings; optional fields null or of their
+type) and are in range: times are epoch ms within 0001-01-02..9999-12-30 (``MIN_TIME_MS``..
+``MAX_TIME_MS``, so a nanosecond time is out of range), counts and ``input_offset`` in
+0..2^63-1, ``input_partition`` in 0..2^31-1; a number with a fraction or exponent must be a
+finite double (no 1e400) and an integer aggregate value must fit one.
+Anything else is a corrupt record: its record columns are null, its Kafka columns set and
+``_corrupt_record`` holds the value as (UTF-8, replaced) text — never a dropped row nor an
+exception. On a valid record ``_corrupt_record`` is null.
 
-Aggregate values: JSON carries numbers (sum, max, mean...) and non-numbers (an argmax object, a
-collect list). Each value is first rendered as text the way Spark's JSON reader renders a JSON
-value read as a string (a string as its characters, anything else as compact JSON); a value
-whose text is a JSON number goes to ``aggregates`` as a double, a JSON ``null`` to ``aggregates``
-as a null, every other value to ``aggregates_json`` as that text. So each aggregation name is a
-key of exactly one of the two maps, and both engines (the Python data source and the JVM Kafka
-connector parsing with ``from_json``) classify identically by construction.
-
-Corrupt records: a value that is not a JSON object, or lacks a required field (aggregates:
-``key``, ``event_ts``, ``stream_time``, ``windows`` and in each window ``start``, ``end``,
-``count``, ``aggregates``; answers: ``query_id``, ``key``) or holds it with the wrong JSON type,
-yields a row whose record columns are null, whose Kafka columns are set and whose
-``_corrupt_record`` holds the value as (UTF-8, replaced) text — never a dropped row. On a good
-record ``_corrupt_record`` is null.
+Aggregate values: a JSON number, or a string spelling a finite one (``JSON_NUMBER``), goes to
+``aggregates`` as a double, ``null`` to ``aggregates`` as null; any other value goes to
+``aggregates_json`` as text: a string as its characters, anything else as compact JSON with
+floats in their shortest round-trip form (Python's ``repr``: ``[312622855.817]``). So each
+aggregation name is a key of exactly one of the two maps.
 """
 
 from __future__ import annotations
@@ -84,8 +90,20 @@ RESULT_JSON = RESULT + JSON_SUFFIX
 
 JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 """A JSON number (RFC 8259 grammar); matched against a value's whole text."""
-JSON_NUMBER_SQL = "^" + JSON_NUMBER.pattern + "$"
-"""The same pattern anchored, for Spark SQL ``rlike``."""
+
+MIN_TIME_MS = -62_135_510_400_000
+"""0001-01-02T00:00:00Z in epoch ms: the earliest time of a valid record."""
+MAX_TIME_MS = 253_402_214_399_999
+"""9999-12-30T23:59:59.999Z in epoch ms: the latest time of a valid record. Spark's timestamp
+range less a day at each end, so that a collected time becomes a Python ``datetime`` in any
+local time zone (Python cannot convert the first and last day in every zone)."""
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
+
+INPUT_PARTITION = "input_partition"
+"""Aggregates: input topic partition of the event the record answers (int, optional)."""
+INPUT_OFFSET = "input_offset"
+"""Aggregates: input topic offset of the event the record answers (int, optional)."""
 
 NUMBERS = MapType(StringType(), DoubleType(), valueContainsNull=True)
 TEXTS = MapType(StringType(), StringType(), valueContainsNull=True)
@@ -113,6 +131,8 @@ AGGREGATE_FIELDS = [
     StructField(EVENT_TS, TimestampType()),
     StructField(STREAM_TIME, TimestampType()),
     StructField(WINDOWS, MapType(StringType(), WINDOW_TYPE, valueContainsNull=True)),
+    StructField(INPUT_PARTITION, IntegerType()),
+    StructField(INPUT_OFFSET, LongType()),
 ]
 AGGREGATES_SCHEMA = StructType(AGGREGATE_FIELDS + KAFKA_FIELDS)
 
@@ -143,37 +163,3 @@ ANSWERS = "answers"
 RAW = "raw"
 SCHEMAS = {AGGREGATES: AGGREGATES_SCHEMA, ANSWERS: ANSWERS_SCHEMA, RAW: RAW_SCHEMA}
 """Record kind (the data source's ``records`` option) -> its Spark schema."""
-
-# The value JSON as Spark's JSON reader (``from_json``) must read it on the JVM path: times as
-# bigint epoch ms, value maps as text (then classified with JSON_NUMBER_SQL).
-_RAW_WINDOW = StructType(
-    [
-        StructField(WINDOW_START, LongType()),
-        StructField(WINDOW_END, LongType()),
-        StructField(WINDOW_COUNT, LongType()),
-        StructField(WINDOW_AGGREGATES, TEXTS),
-    ]
-)
-RAW_VALUE_SCHEMAS = {
-    AGGREGATES: StructType(
-        [
-            StructField(KEY, StringType()),
-            StructField(EVENT_TS, LongType()),
-            StructField(STREAM_TIME, LongType()),
-            StructField(WINDOWS, MapType(StringType(), _RAW_WINDOW, valueContainsNull=True)),
-        ]
-    ),
-    ANSWERS: StructType(
-        [
-            StructField(QUERY_ID, StringType()),
-            StructField(KEY, StringType()),
-            StructField(FROM, LongType()),
-            StructField(TO, LongType()),
-            StructField(RESULT, TEXTS),
-            StructField(COUNT, LongType()),
-            StructField(STREAM_TIME, LongType()),
-            StructField(ERROR, StringType()),
-        ]
-    ),
-}
-"""Record kind -> the schema ``from_json`` parses its value with (JVM engine)."""

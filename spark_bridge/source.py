@@ -25,6 +25,8 @@ Options:
   ``kafka.sasl.username``, ``kafka.sasl.password``, ``kafka.ssl.cafile``,
   ``kafka.ssl.certfile``, ``kafka.ssl.keyfile``.
 
+Any other option is refused (``ValueError`` naming the accepted ones), never ignored.
+
 One Spark input partition per Kafka partition (or per slice of a large one); each task opens its
 own consumer, reads exactly its offset range and decodes it (``spark_bridge.decode``) into Arrow
 batches. "Latest" is the Fetch high watermark, never ListOffsets. In streaming, the offsets of
@@ -50,7 +52,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_bridge.decode import decode_batch
-from spark_bridge.kafka import KafkaReader, KafkaSourceError
+from spark_bridge.kafka import BOOTSTRAP_OPTIONS, SECURITY_OPTIONS, KafkaReader, KafkaSourceError
 from spark_bridge.offsets import (
     EARLIEST,
     LATEST,
@@ -65,6 +67,28 @@ from spark_bridge.schema import AGGREGATES, SCHEMAS
 
 SHORT_NAME = "fiba-kafka"
 DEFAULT_MAX_RECORDS_PER_PARTITION = 200_000
+OPTIONS = (
+    *BOOTSTRAP_OPTIONS,
+    "topic",
+    "records",
+    "startingOffsets",
+    "endingOffsets",
+    "maxRecordsPerPartition",
+    "maxOffsetsPerTrigger",
+    *SECURITY_OPTIONS,
+)
+"""The options the data source takes (see the module docstring)."""
+
+
+def check_options(options: Mapping[str, str]) -> None:
+    """Raise ``ValueError`` naming the first option (case-insensitive) not in ``OPTIONS``."""
+    known = {name.lower() for name in OPTIONS}
+    for name in options:
+        if name.lower() not in known:
+            raise ValueError(
+                f"option {name!r} is not an option of the fiba-kafka source (engine python); "
+                f"it takes {', '.join(OPTIONS)}"
+            )
 
 
 def _option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
@@ -82,6 +106,7 @@ class _Config:
     """The validated options shared by the batch and the stream reader."""
 
     def __init__(self, options: Mapping[str, str], streaming: bool) -> None:
+        check_options(options)
         self.options = {k.lower(): v for k, v in options.items()}
         topic = _option(options, "topic")
         if not topic:

@@ -80,3 +80,46 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes | Non
             await producer.stop()
 
     asyncio.run(run())
+
+
+def kafka_records(values: list[bytes | None]) -> list[Any]:
+    """``KafkaRecord``s of ``values`` (partitions 0/1, offsets from 100, distinct timestamps)."""
+    from spark_bridge.decode import KafkaRecord
+
+    return [
+        KafkaRecord("t", i % 2, 100 + i, 1_700_000_000_000 + i, v) for i, v in enumerate(values)
+    ]
+
+
+def python_engine_rows(spark: Any, kind: str, records: list[Any]) -> list[Any]:
+    """The rows the ``fiba-kafka`` source yields for ``records``, collected in offset order."""
+    import pyarrow as pa
+
+    from spark_bridge.decode import decode_batch
+    from spark_bridge.schema import SCHEMAS
+
+    table = pa.Table.from_batches([decode_batch(kind, records)])
+    return spark.createDataFrame(table, schema=SCHEMAS[kind]).orderBy("offset").collect()
+
+
+def jvm_engine_df(spark: Any, kind: str, records: list[Any]) -> Any:
+    """``parse_values`` (the JVM engine's decoding) over a DataFrame of the connector's raw
+    columns holding ``records``."""
+    from datetime import UTC, datetime
+
+    from spark_bridge.jvm import parse_values
+
+    raw = spark.createDataFrame(
+        [
+            (
+                None if r.value is None else bytearray(r.value),
+                r.topic,
+                r.partition,
+                r.offset,
+                datetime.fromtimestamp(r.timestamp / 1000, UTC),
+            )
+            for r in records
+        ],
+        "value binary, topic string, partition int, offset bigint, timestamp timestamp",
+    )
+    return parse_values(raw, kind)

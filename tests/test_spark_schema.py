@@ -1,23 +1,20 @@
-"""The shared schema logic: the Python decoder and the JVM path (``from_json``) agree.
+"""The shared schema logic: the Python data source's rows and the JVM path's agree.
 
-The JVM engine cannot run end to end here (no Kafka connector jar), so its parsing of a
-``value`` binary column is checked on a local DataFrame against the Python data source's decoder
-on the same values: same rows, columns and types, corrupt records included. Also covered:
-connector detection, option translation and ``flatten_window``.
+The JVM engine cannot run end to end here (no Kafka connector jar), so its decoding of a
+``value`` binary column (``parse_values``) is checked on a local DataFrame against the Python
+data source's decoder on the same values: same rows, columns and types, corrupt records
+included. Also covered: connector detection, engine choice and ``flatten_window``.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-import pyarrow as pa
 import pytest
 
 from agents.records import AggregateRecord, Answer, WindowResult, dumps
-from spark_bridge.decode import KafkaRecord, decode_batch
-from spark_bridge.jvm import jvm_kafka_available, jvm_kafka_options, parse_values
-from spark_bridge.read import choose_engine, flatten_window
+from spark_bridge.jvm import jvm_kafka_available
+from spark_bridge.read import choose_engine, engine_for, flatten_window
 from spark_bridge.schema import AGGREGATES, ANSWERS, SCHEMAS
+from tests.spark_fixtures import jvm_engine_df, kafka_records, python_engine_rows
 
 pytestmark = pytest.mark.spark
 
@@ -70,38 +67,10 @@ def answer_values() -> list[bytes | None]:
     ]
 
 
-def kafka_records(values: list[bytes | None]) -> list[KafkaRecord]:
-    return [
-        KafkaRecord("t", i % 2, 100 + i, 1_700_000_000_000 + i, v) for i, v in enumerate(values)
-    ]
-
-
-def python_engine_rows(spark, kind, records):
-    table = pa.Table.from_batches([decode_batch(kind, records)])
-    return spark.createDataFrame(table, schema=SCHEMAS[kind]).orderBy("offset").collect()
-
-
-def jvm_engine_df(spark, kind, records):
-    raw = spark.createDataFrame(
-        [
-            (
-                None if r.value is None else bytearray(r.value),
-                r.topic,
-                r.partition,
-                r.offset,
-                datetime.fromtimestamp(r.timestamp / 1000, UTC),
-            )
-            for r in records
-        ],
-        "value binary, topic string, partition int, offset bigint, timestamp timestamp",
-    )
-    return parse_values(raw, kind)
-
-
 @pytest.mark.parametrize(
     ("kind", "values"), [(AGGREGATES, aggregate_values()), (ANSWERS, answer_values())]
 )
-def test_from_json_path_equals_python_decoder(spark, kind, values):
+def test_jvm_path_equals_python_decoder(spark, kind, values):
     records = kafka_records(values)
     jvm = jvm_engine_df(spark, kind, records)
     assert jvm.schema == SCHEMAS[kind]
@@ -131,6 +100,8 @@ def test_flatten_window(spark):
         "key",
         "event_ts",
         "stream_time",
+        "input_partition",
+        "input_offset",
         "topic",
         "partition",
         "offset",
@@ -160,21 +131,8 @@ def test_engine_detection_without_connector(spark):
         choose_engine(spark, "scala")
 
 
-def test_jvm_security_options():
-    out = jvm_kafka_options(
-        {
-            "kafka.security.protocol": "SASL_SSL",
-            "kafka.sasl.mechanism": "SCRAM-SHA-512",
-            "kafka.sasl.username": "u",
-            "kafka.sasl.password": "p",
-            "kafka.ssl.cafile": "/ca.pem",
-        }
-    )
-    assert out == {
-        "kafka.security.protocol": "SASL_SSL",
-        "kafka.sasl.mechanism": "SCRAM-SHA-512",
-        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
-        'required username="u" password="p";',
-        "kafka.ssl.truststore.type": "PEM",
-        "kafka.ssl.truststore.location": "/ca.pem",
-    }
+def test_auto_engine_never_takes_the_connector_on_the_embedded_broker():
+    assert engine_for("auto", "kafka", connector_available=True) == "jvm"
+    assert engine_for("auto", "embedded", connector_available=True) == "python"
+    assert engine_for("auto", "kafka", connector_available=False) == "python"
+    assert engine_for("jvm", "embedded", connector_available=False) == "jvm"

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from agents.records import AggregateRecord, Answer, WindowResult, dumps
-from spark_bridge.read import read_aggregates
+from spark_bridge.jvm import parse_values
 from tests.spark_fixtures import create_topic, produce, unique_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -190,17 +190,20 @@ def test_answers_topic_reader(spark, kafka_bootstrap):
 
 
 def run_available_now(spark, bootstrap, topic, out, checkpoint):
-    """One ``availableNow`` run of a file-sink query over ``read_aggregates`` (raw records
-    decoded in the JVM); returns its micro-batch count."""
-    stream = read_aggregates(
-        spark,
-        bootstrap,
-        topic,
-        streaming=True,
-        starting_offsets="earliest",
-        options={"maxOffsetsPerTrigger": "45"},
-        decoder="jvm",
+    """One ``availableNow`` run of a file-sink query over the source's raw records decoded by
+    ``parse_values`` (the JVM engine's decoding step); returns its micro-batch count."""
+    raw = (
+        spark.readStream.format("fiba-kafka")
+        .options(
+            **{"kafka.bootstrap.servers": bootstrap},
+            topic=topic,
+            records="raw",
+            startingOffsets="earliest",
+            maxOffsetsPerTrigger="45",
+        )
+        .load()
     )
+    stream = parse_values(raw, "aggregates")
     query = (
         stream.writeStream.format("parquet")
         .option("path", str(out))
