@@ -64,6 +64,8 @@ from agents.records import (
     ERROR,
     EVENT_TS,
     FROM,
+    INPUT_OFFSET,
+    INPUT_PARTITION,
     KEY,
     QUERY_ID,
     RESULT,
@@ -99,11 +101,6 @@ range less a day at each end, so that a collected time becomes a Python ``dateti
 local time zone (Python cannot convert the first and last day in every zone)."""
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
-
-INPUT_PARTITION = "input_partition"
-"""Aggregates: input topic partition of the event the record answers (int, optional)."""
-INPUT_OFFSET = "input_offset"
-"""Aggregates: input topic offset of the event the record answers (int, optional)."""
 
 NUMBERS = MapType(StringType(), DoubleType(), valueContainsNull=True)
 TEXTS = MapType(StringType(), StringType(), valueContainsNull=True)

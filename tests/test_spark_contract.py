@@ -185,10 +185,6 @@ def test_the_issue_values_give_the_same_rows_in_both_decoders(spark):
 
 # --- every built-in aggregation -------------------------------------------------------------------
 
-KNOWN_UNENCODABLE = {"bloom"}
-"""Aggregations whose lowered value the worker cannot write as JSON yet (a ``BloomFilter``):
-issue 16 item 2, the worker's half. When it is fixed this set must shrink (the test says so)."""
-
 INPUTS = [312622855.817, 0.00025, 7, 1.5e7, 2.5]
 
 
@@ -198,11 +194,10 @@ def _input(name: str, x: float) -> object:
     return x
 
 
-def builtin_values() -> tuple[dict[str, tuple[bytes, bytes]], set[str]]:
-    """name -> (aggregate record, answer) the worker writes for that aggregation alone, and the
-    names whose values it cannot encode."""
+def builtin_values() -> dict[str, tuple[bytes, bytes]]:
+    """name -> (aggregate record, answer) the worker writes for that aggregation alone (every
+    lowered value encodes as JSON: a ``TypeError`` here fails the test)."""
     values: dict[str, tuple[bytes, bytes]] = {}
-    unencodable: set[str] = set()
     for name in monoid_names():
         settings_ = Settings(aggregations=(name,), windows=(WindowSpec("1m", 60_000),))
         windows = KeyWindows(WindowConfig.from_settings(settings_))
@@ -211,18 +206,14 @@ def builtin_values() -> tuple[dict[str, tuple[bytes, bytes]], set[str]]:
         record = accepted.record
         result = record.windows["1m"].aggregates
         answer = Answer("q", "k", 1, 2, result, len(INPUTS), record.stream_time)
-        try:
-            values[name] = (encode_json(record.to_json()), encode_json(answer.to_json()))
-        except TypeError:
-            unencodable.add(name)
-    return values, unencodable
+        values[name] = (encode_json(record.to_json()), encode_json(answer.to_json()))
+    return values
 
 
 @pytest.mark.spark
 def test_every_builtin_aggregation_goes_through_both_decoders(spark):
-    values, unencodable = builtin_values()
-    assert unencodable == KNOWN_UNENCODABLE, "update KNOWN_UNENCODABLE"
-    assert set(values) | unencodable == set(monoid_names())
+    values = builtin_values()
+    assert set(values) == set(monoid_names())
     names = list(values)
     aggregates = assert_engines_agree(spark, AGGREGATES, [values[n][0] for n in names])
     answers = assert_engines_agree(spark, ANSWERS, [values[n][1] for n in names])
