@@ -526,7 +526,7 @@ def install(fiba: FibaApp, service: QueryService) -> None:
     async def read_owned_queries(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
         await consumer.follow(fiba.owned_partitions(assigned))
 
-    @app.page("/windows/{key:.+}")
+    @app.page(r"/windows/{key:[\s\S]+}")  # any key, "/" and line breaks included
     class WindowsView(View):
         async def get(self, request: Request, key: str) -> Response:
             try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, NamedTuple
 
@@ -66,12 +67,14 @@ producer's clock) and headers."""
 
 
 def kafka_timestamp(ms: int | None) -> int | None:
-    """``ms`` as a Kafka record timestamp: None (the producer's clock) unless it is a time
-    Kafka accepts (0 or later, at most 2^63 - 1), so that an odd event time never makes a
-    batch fail. O(1)."""
-    if ms is None or not 0 <= ms < 1 << 63:
+    """``ms`` as a Kafka record timestamp that a broker accepts, so that an odd event time never
+    makes a batch fail: None (the producer's clock) for no time or one before 1970, and this
+    machine's clock for a time ahead of it (Apache Kafka refuses a batch with a timestamp more
+    than ``message.timestamp.after.max.ms`` ahead of its clock: one hour by default since 4.0,
+    and an accepted event may be up to ``max_wall_clock_skew`` ahead). O(1)."""
+    if ms is None or ms < 0:
         return None
-    return ms
+    return min(ms, time.time_ns() // 1_000_000)
 
 
 async def send_records(

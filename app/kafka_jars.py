@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from app.broker import BrokerSetupError
+from app.settings import CACHE_DIR_ENV
 
 KAFKA_VERSION = "4.1.1"
 """The Apache Kafka the project runs (``fiba broker --kind kafka``, the tests); the image in
@@ -36,7 +37,7 @@ RESOLVE_TIMEOUT_S = 900.0
 
 def cache_root() -> Path:
     """Where resolved Kafka versions live (module docstring)."""
-    explicit = os.environ.get("FIBA_CACHE_DIR")
+    explicit = os.environ.get(CACHE_DIR_ENV)
     if explicit:
         return Path(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

@@ -240,6 +240,10 @@ SECRET_SETTINGS = frozenset({"sasl_password"})
 
 ENV_PREFIX = "FIBA_"
 CONFIG_ENV = "FIBA_CONFIG"
+CACHE_DIR_ENV = "FIBA_CACHE_DIR"
+"""Where downloaded artifacts (Apache Kafka's jars, ``app.kafka_jars``) are cached."""
+NON_SETTING_ENV = frozenset({CONFIG_ENV, CACHE_DIR_ENV})
+"""The ``FIBA_*`` variables that name no setting; any other unknown one is refused."""
 """The one ``FIBA_*`` variable that is not a setting: the path of the TOML file."""
 
 
@@ -296,13 +300,13 @@ def load_settings_with_sources(
         variable
         for variable in environ
         if variable.startswith(ENV_PREFIX)
-        and variable != CONFIG_ENV
+        and variable not in NON_SETTING_ENV
         and variable[len(ENV_PREFIX) :].lower() not in SETTINGS_HELP
     )
     if unknown:
         raise ConfigError(
             f"environment: unknown setting(s) {', '.join(unknown)} (every {ENV_PREFIX}* variable"
-            f" but {CONFIG_ENV} must name a setting)"
+            f" but {' and '.join(sorted(NON_SETTING_ENV))} must name a setting)"
         )
     for name in SETTINGS_HELP:
         env_name = f"{ENV_PREFIX}{name.upper()}"

@@ -61,7 +61,10 @@ from app.kafka_io import send_records
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics
 
-BASE = 1_700_000_000_000
+BASE = (time.time_ns() // 1_000_000_000 - 86_400) * 1000
+"""Event time of the stream's start: a day ago, so that the outputs (whose Kafka timestamps are
+their event times) are inside the topics' time retention on a real broker, and the whole stream
+(100 ms apart) stays behind the worker's clock (``max_wall_clock_skew``)."""
 INTERVAL_MS = 100
 RETENTION_MS = 300_000
 WINDOWS = (WindowSpec("10s", 10_000), WindowSpec("1m", 60_000))
@@ -299,6 +302,9 @@ class Cluster:
             stop_worker(proc)
 
 
+CHAOS_SESSION_TIMEOUT_MS = 6_000
+
+
 def chaos_settings(bootstrap: str, embedded: bool, partitions: int, emit: str) -> Settings:
     tag = f"chaos-{uuid.uuid4().hex[:8]}"
     return replace(
@@ -318,6 +324,9 @@ def chaos_settings(bootstrap: str, embedded: bool, partitions: int, emit: str) -
         max_future_skew=MAX_FUTURE_SKEW_MS,
         emit=emit,
         sweep_interval=10_000,
+        # a killed member leaves the group after the session timeout: Faust's default (60 s) on a
+        # real broker would make each takeover a minute long (the embedded profile sets its own)
+        session_timeout=None if embedded else CHAOS_SESSION_TIMEOUT_MS,
     )
 
 

@@ -70,7 +70,7 @@ def reproduce_command(experiment: str, config: BenchConfig) -> str:
     return shlex.join(words)
 
 
-@click.command("bench")
+@click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("experiment", type=click.Choice([*EXPERIMENTS, "all"]))
 @click.option("--quick", is_flag=True, help="Small sizes and few repetitions (about 2 minutes).")
 @click.option(

@@ -80,7 +80,7 @@ OPTION = click.option(
 PROGRESS = click.option("--progress/--no-progress", default=True, help="progress bar on stderr")
 
 
-@click.command("spark-join")
+@click.command("spark-join", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--batch", required=True, help="batch dataset: Parquet (file or folder) or CSV")
 @click.option(
     "--batch-format",
@@ -173,7 +173,7 @@ def spark_join(
     click.echo(f"wrote {out} in {time.monotonic() - began:.1f}s", err=True)
 
 
-@click.command("spark-read")
+@click.command("spark-read", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--topic", default=None, help="topic to read (default: the aggregates topic)")
 @click.option(
     "--records",

@@ -38,6 +38,14 @@ import pytest  # noqa: E402
 
 from app.brokers import BROKER_KINDS, make_broker  # noqa: E402
 
+SESSION_BROKER_OPTIONS: dict[str, dict] = {
+    # The tests' events are from 2023 and every output record's Kafka timestamp is its event
+    # time, far beyond the 7 days of time retention the app gives its topics: Apache Kafka's
+    # retention check (every 5 minutes) would delete a test's outputs while it reads them.
+    "kafka": {"extra_config": {"log.retention.check.interval.ms": str(7 * 24 * 3_600_000)}},
+}
+"""Options of the session broker per kind, beyond ``make_broker``'s defaults."""
+
 
 def broker_kinds_under_test() -> list[str]:
     """The parameters of the session broker (see above)."""
@@ -63,7 +71,7 @@ def kafka_bootstrap(broker_kind: str):
     if broker_kind == "external":
         yield os.environ["KAFKA_BOOTSTRAP"]
         return
-    with make_broker(broker_kind) as broker:
+    with make_broker(broker_kind, **SESSION_BROKER_OPTIONS.get(broker_kind, {})) as broker:
         yield broker.bootstrap
 
 

@@ -4,6 +4,7 @@ returned names the last record's offset."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,13 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.batched_send import KEY_CACHE_SIZE, KeyedOutputs, KeyPartitioner, send_records
+from app.batched_send import (
+    KEY_CACHE_SIZE,
+    KeyedOutputs,
+    KeyPartitioner,
+    kafka_timestamp,
+    send_records,
+)
 from app.clients import client_options
 from app.settings import Settings
 from app.topics import TopicSpec, create_topics
@@ -108,3 +115,14 @@ async def test_keyed_outputs_land_where_producer_send_would_put_them(
         assert record.partition == expected_partition[record.key]
     for key in expected_partition:  # each key's records in the order added
         assert [r.value for r in got if r.key == key] == [v for k, v in sent if k == key]
+
+
+def test_kafka_timestamps_are_never_ahead_of_the_clock_nor_before_1970() -> None:
+    """An output's Kafka timestamp is its event time, but one a broker accepts: a time ahead of
+    this machine's clock (Apache Kafka 4 refuses one more than an hour ahead and fails the whole
+    batch) is sent as the clock's time; no time or one before 1970 as the producer's."""
+    before = time.time_ns() // 1_000_000
+    assert kafka_timestamp(1_700_000_000_000) == 1_700_000_000_000
+    assert kafka_timestamp(None) is None and kafka_timestamp(-1) is None
+    for ahead in (before + 3_600_001, 253_402_214_399_999, 2**63 - 1):
+        assert before <= kafka_timestamp(ahead) <= time.time_ns() // 1_000_000

@@ -31,7 +31,7 @@ def test_fiba_broker_leaves_no_log_in_the_temp_directory(tmp_path: Path) -> None
     try:
         assert wait_for_port("127.0.0.1", port, 30), "the broker did not start"
         deadline = time.monotonic() + 10
-        while not list(tmp_path.glob("tansu-*.log")):
+        while not list(tmp_path.glob("embedded-broker-*.log")):
             assert time.monotonic() < deadline, "no log while running"
             time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
@@ -42,7 +42,7 @@ def test_fiba_broker_leaves_no_log_in_the_temp_directory(tmp_path: Path) -> None
             proc.wait()
     assert proc.returncode == 0, output
     assert b"embedded broker on" in output
-    assert not list(tmp_path.glob("tansu-*.log"))
+    assert not list(tmp_path.glob("embedded-broker-*.log"))
 
 
 def test_a_chosen_log_path_is_kept(tmp_path: Path) -> None:
