@@ -187,6 +187,26 @@ async def end_offsets(
     return {tp: int(consumer.highwater(tp)) for tp in partitions}
 
 
+async def read_to_end(settings: Settings, topic: str) -> list[ConsumerRecord]:
+    """Every record of ``topic`` (``settings.partitions`` partitions) from its start up to its
+    end (``end_offsets``: the profile's way), sorted by partition and offset. O(records)."""
+    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        ends = await end_offsets(consumer, tps, settings)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        records: list[ConsumerRecord] = []
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            for tp, batch in (await consumer.getmany(timeout_ms=500, max_records=50_000)).items():
+                records.extend(r for r in batch if r.offset < ends[tp])
+        return sorted(records, key=lambda r: (r.partition, r.offset))
+    finally:
+        await consumer.stop()
+
+
 async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int] | None:
     """The partition numbers of ``topic``, ``None`` when it does not exist.
 

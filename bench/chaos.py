@@ -51,11 +51,9 @@ from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
 from app.batched_send import default_partition
 from app.broker import EmbeddedBroker, free_port
-from app.clients import client_options, end_offsets
+from app.clients import read_to_end
 from app.demo import log_tail, start_worker, stop_worker
 from app.kafka_io import send_records
 from app.settings import Settings, WindowSpec
@@ -226,25 +224,6 @@ def record_tuple(obj: dict) -> tuple:
 
 
 WINDOW_ORDER = {w.name: i for i, w in enumerate(WINDOWS)}
-
-
-async def read_topic(settings: Settings, topic: str) -> list:
-    """Every record of ``topic`` up to its end (the profile's end offsets)."""
-    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
-        consumer.assign(tps)
-        ends = await end_offsets(consumer, tps, settings)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        records = []
-        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            for tp, batch in (await consumer.getmany(timeout_ms=500, max_records=50_000)).items():
-                records.extend(r for r in batch if r.offset < ends[tp])
-        return sorted(records, key=lambda r: (r.partition, r.offset))
-    finally:
-        await consumer.stop()
 
 
 def http_json(port: int, path: str) -> Any:
@@ -431,7 +410,7 @@ def send_queries(settings: Settings, queries: list[dict]) -> None:
 
 
 def last_offsets(settings: Settings) -> dict[int, int]:
-    records = asyncio.run(read_topic(settings, settings.input_topic))
+    records = asyncio.run(read_to_end(settings, settings.input_topic))
     last: dict[int, int] = {}
     for r in records:
         last[r.partition] = max(last.get(r.partition, -1), r.offset)
@@ -440,7 +419,7 @@ def last_offsets(settings: Settings) -> dict[int, int]:
 
 def build_oracle(settings: Settings, kinds: dict[tuple[bytes | None, bytes], str]) -> Oracle:
     oracle = Oracle()
-    for r in asyncio.run(read_topic(settings, settings.input_topic)):
+    for r in asyncio.run(read_to_end(settings, settings.input_topic)):
         kind = kinds[(r.key, r.value)]
         value = json.loads(r.value) if kind == "event" else None
         key = r.key.decode() if r.key is not None else ""
@@ -480,7 +459,7 @@ def wait_for_answers(settings: Settings, query_ids: set[str], timeout: float) ->
     while True:
         answered = query_ids & {
             json.loads(r.value)["query_id"]
-            for r in asyncio.run(read_topic(settings, settings.answers_topic))
+            for r in asyncio.run(read_to_end(settings, settings.answers_topic))
         }
         if answered == query_ids or time.monotonic() > deadline:
             return len(answered)
@@ -490,14 +469,14 @@ def wait_for_answers(settings: Settings, query_ids: set[str], timeout: float) ->
 def check_outputs(settings: Settings, oracle: Oracle, outcome: Outcome) -> None:
     got = Counter(
         record_tuple(json.loads(r.value))
-        for r in asyncio.run(read_topic(settings, settings.aggregates_topic))
+        for r in asyncio.run(read_to_end(settings, settings.aggregates_topic))
     )
     for record, n in oracle.records.items():
         outcome.lost_outputs += max(0, n - got[record])
         outcome.repeated += max(0, got[record] - n)
     outcome.wrong_outputs += sum(n for record, n in got.items() if record not in oracle.records)
     dead: Counter[tuple[int, int]] = Counter()
-    for r in asyncio.run(read_topic(settings, settings.dead_letter_topic)):
+    for r in asyncio.run(read_to_end(settings, settings.dead_letter_topic)):
         headers = {name: data.decode() for name, data in r.headers}
         source = (int(headers["fiba.error.partition"]), int(headers["fiba.error.offset"]))
         if headers["fiba.error.topic"] != settings.input_topic:

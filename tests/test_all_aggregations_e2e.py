@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from agents.records import INPUT_OFFSET, INPUT_PARTITION
+from app.clients import read_to_end
 from app.demo import start_worker, stop_worker
 from app.settings import Settings
 from app.topics import create_topics
@@ -39,7 +40,6 @@ from tests.test_worker_e2e import (
     make_settings,
     partition_of,
     produce,
-    read_all,
     wait_for_stats,
 )
 
@@ -120,7 +120,7 @@ def feed(oracle: Oracle, records, placed) -> dict[tuple[int, int], dict]:
 
 def check_aggregates(settings: Settings, expected: dict[tuple[int, int], dict]) -> None:
     by_input: dict[tuple[int, int], dict] = {}
-    for r in asyncio.run(read_all(settings, settings.aggregates_topic)):
+    for r in asyncio.run(read_to_end(settings, settings.aggregates_topic)):
         obj = json.loads(r.value)
         validate("aggregate", obj)
         position = (obj[INPUT_PARTITION], obj[INPUT_OFFSET])
@@ -151,7 +151,7 @@ def check_answers(settings: Settings, oracle: Oracle, round_id: str) -> None:
     deadline = time.monotonic() + 60
     while len(answers) < len(queries):
         assert time.monotonic() < deadline, f"answers missing: {len(answers)}/{len(queries)}"
-        for r in asyncio.run(read_all(settings, settings.answers_topic)):
+        for r in asyncio.run(read_to_end(settings, settings.answers_topic)):
             answer = json.loads(r.value)
             if answer["query_id"].startswith(f"{round_id}-"):
                 answers[answer["query_id"]] = answer

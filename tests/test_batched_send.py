@@ -20,11 +20,10 @@ from app.batched_send import (
     kafka_timestamp,
     send_records,
 )
-from app.clients import client_options
+from app.clients import client_options, read_to_end
 from app.settings import Settings
 from app.topics import TopicSpec, create_topics
 from tests.test_window_store import make_settings
-from tests.test_worker_e2e import read_all
 
 
 async def started_producer(settings: Settings, max_batch_size: int) -> AIOKafkaProducer:
@@ -76,7 +75,7 @@ async def test_records_beyond_one_batch_arrive_complete_and_in_order(
         assert last == await delivery  # awaitable again
     finally:
         await producer.stop()
-    got = await read_all(settings, topic)
+    got = await read_to_end(settings, topic)
     assert [(r.key, r.value) for r in got] == records
     assert last.offset == got[-1].offset == 299
     assert [r.offset for r in got] == list(range(300))  # nothing repeated or lost
@@ -109,7 +108,7 @@ async def test_keyed_outputs_land_where_producer_send_would_put_them(
         }
     finally:
         await producer.stop()
-    got = [r for r in await read_all(settings, topic) if r.value != b"probe"]
+    got = [r for r in await read_to_end(settings, topic) if r.value != b"probe"]
     assert sorted((r.key, r.value) for r in got) == sorted(sent)
     for record in got:
         assert record.partition == expected_partition[record.key]

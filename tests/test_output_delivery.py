@@ -21,13 +21,12 @@ from aiokafka import AIOKafkaProducer
 
 from agents.records import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, EVENT_TS, KEY, REASON_LATE
 from agents.records import REASON_MALFORMED_JSON as MALFORMED
-from app.clients import client_options
+from app.clients import client_options, read_to_end
 from app.demo import start_worker, stop_worker
 from app.settings import Settings
 from app.topics import create_topics
 from stores.window_store import replay_changelog
 from tests.test_crash_recovery import BASE, caught_up, wait_until, worker_settings
-from tests.test_worker_e2e import read_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -70,7 +69,7 @@ async def produce(settings: Settings, records, topic: str) -> list[tuple[int, in
 def changelog_applied(settings: Settings) -> dict[int, int]:
     """The applied input offset each changelog partition records (-1: none)."""
     applied = dict.fromkeys(range(settings.partitions), -1)
-    for record in asyncio.run(read_all(settings, settings.changelog_topic)):
+    for record in asyncio.run(read_to_end(settings, settings.changelog_topic)):
         applied[record.partition], _ = replay_changelog(
             [record], applied[record.partition], lambda k, v: None, lambda k: None
         )
@@ -116,7 +115,7 @@ def test_outputs_are_acknowledged_before_their_offsets_are_marked_applied(
         stop_worker(worker)
 
     accepted = {(k.decode(), json.loads(v)["ts"]) for k, v, _, reason in records if not reason}
-    aggregates = asyncio.run(read_all(settings, settings.aggregates_topic))
+    aggregates = asyncio.run(read_to_end(settings, settings.aggregates_topic))
     emitted = [json.loads(r.value) for r in aggregates]
     missing = accepted - {(a[KEY], a[EVENT_TS]) for a in emitted}
     assert not missing, f"{len(missing)} of {len(accepted)} aggregates lost: {sorted(missing)}"
@@ -133,7 +132,7 @@ def test_outputs_are_acknowledged_before_their_offsets_are_marked_applied(
             record.timestamp,
             headers[DLQ_REASON].decode(),
         )
-        for record in asyncio.run(read_all(settings, settings.dead_letter_topic))
+        for record in asyncio.run(read_to_end(settings, settings.dead_letter_topic))
         for headers in [dict(record.headers)]
     }
     lost = sorted(set(rejected) - set(dead))
@@ -151,7 +150,7 @@ def query_record() -> tuple[bytes, bytes, int, None]:
 def wait_for_records(settings: Settings, topic: str, n: int, timeout: float = 60) -> list:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        got = asyncio.run(read_all(settings, topic))
+        got = asyncio.run(read_to_end(settings, topic))
         if len(got) >= n:
             return got
         time.sleep(0.3)

@@ -18,11 +18,11 @@ import time
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from app.clients import client_options
+from app.clients import client_options, read_to_end
 from app.demo import start_worker, stop_worker
 from app.settings import Settings
 from app.topics import create_topics, topic_specs
-from tests.test_worker_e2e import BASE, make_settings, produce, read_all
+from tests.test_worker_e2e import BASE, make_settings, produce
 from tests.test_worker_health import get
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -61,7 +61,7 @@ def test_the_topic_list_is_every_topic_a_worker_uses(kafka_bootstrap, embedded_p
         query = {"query_id": "q", "key": "k", "from": BASE, "to": BASE + 10}
         asyncio.run(produce(settings, settings.queries_topic, [(b"k", json.dumps(query).encode())]))
         deadline = time.monotonic() + 60
-        while not asyncio.run(read_all(settings, settings.answers_topic)):
+        while not asyncio.run(read_to_end(settings, settings.answers_topic)):
             assert time.monotonic() < deadline, "no answer"
             time.sleep(0.5)
         assert get(settings.web_port, "/windows/k?window=2s")[0] == 200

@@ -41,7 +41,7 @@ from agents.records import (
     AggregateRecord,
 )
 from app.broker import free_port
-from app.clients import client_options, end_offsets
+from app.clients import client_options, read_to_end
 from app.demo import start_worker, stop_worker
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics
@@ -123,26 +123,6 @@ async def produce(settings: Settings, topic: str, records) -> list[tuple[int, in
     return [(m.partition, m.offset) for m in metas]
 
 
-async def read_all(settings: Settings, topic: str) -> list:
-    """Every record of ``topic`` up to its end (Fetch high watermark on the embedded broker)."""
-    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
-        consumer.assign(tps)
-        ends = await end_offsets(consumer, tps, settings)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        records = []
-        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-            batch = await consumer.getmany(timeout_ms=500)
-            for tp, tp_records in batch.items():
-                records.extend(r for r in tp_records if r.offset < ends[tp])
-        return sorted(records, key=lambda r: (r.partition, r.offset))
-    finally:
-        await consumer.stop()
-
-
 def http_get(settings: Settings, path: str) -> tuple[int, dict]:
     url = f"http://127.0.0.1:{settings.web_port}{path}"
     try:
@@ -220,8 +200,8 @@ def run_scenario(settings: Settings, tmp_path: Path, n: int) -> None:
     worker = start_worker(settings, tmp_path / "worker.log")
     try:
         wait_for_stats(settings, worker, len(records))
-        aggregates = asyncio.run(read_all(settings, settings.aggregates_topic))
-        dead = asyncio.run(read_all(settings, settings.dead_letter_topic))
+        aggregates = asyncio.run(read_to_end(settings, settings.aggregates_topic))
+        dead = asyncio.run(read_to_end(settings, settings.dead_letter_topic))
         check_aggregates(settings, aggregates, snapshots)
         check_input_positions(settings, aggregates, records, placed, rejected)
         check_dead_letters(settings, dead, records, placed, rejected)
@@ -386,7 +366,7 @@ def check_queries(settings: Settings, models) -> None:
     deadline = time.monotonic() + 60
     answers: dict[str, dict] = {}
     while len(answers) < len(to_send) and time.monotonic() < deadline:
-        for r in asyncio.run(read_all(settings, settings.answers_topic)):
+        for r in asyncio.run(read_to_end(settings, settings.answers_topic)):
             answer = json.loads(r.value)
             answers[answer["query_id"]] = answer
         time.sleep(0.5)
