@@ -36,10 +36,14 @@ def test_fiba_broker_leaves_no_log_in_the_temp_directory(tmp_path: Path) -> None
             time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=30)
-    finally:
+    finally:  # on a failed assertion too: SIGTERM stops the broker child, a SIGKILL would not
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == 0, output
     assert b"embedded broker on" in output
     assert not list(tmp_path.glob("embedded-broker-*.log"))
