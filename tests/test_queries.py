@@ -31,22 +31,27 @@ def test_fetch_wait_is_short_only_where_the_broker_does_not_answer_early() -> No
     assert EMBEDDED_QUERY_FETCH_WAIT_MS < KAFKA_QUERY_FETCH_WAIT_MS
 
 
+def two_partition_settings(bootstrap: str, embedded: bool, prefix: str) -> Settings:
+    """Settings on the test broker with two partitions and topics named ``<prefix>-<unique>-*``."""
+    suffix = uuid.uuid4().hex[:8]
+    return replace(
+        Settings(),
+        broker=bootstrap,
+        broker_profile="embedded" if embedded else "kafka",
+        app_id=f"{prefix}-{suffix}",
+        input_topic=f"{prefix}-{suffix}-events",
+        aggregates_topic=f"{prefix}-{suffix}-aggregates",
+        queries_topic=f"{prefix}-{suffix}-queries",
+        answers_topic=f"{prefix}-{suffix}-answers",
+        dead_letter_topic=f"{prefix}-{suffix}-dlq",
+        partitions=2,
+    )
+
+
 def test_latency_producer_starts_on_first_send_and_delivers_in_order_per_key(
     kafka_bootstrap: str, embedded_profile: bool
 ) -> None:
-    suffix = uuid.uuid4().hex[:8]
-    settings = replace(
-        Settings(),
-        broker=kafka_bootstrap,
-        broker_profile="embedded" if embedded_profile else "kafka",
-        app_id=f"latency-{suffix}",
-        input_topic=f"latency-{suffix}-events",
-        aggregates_topic=f"latency-{suffix}-aggregates",
-        queries_topic=f"latency-{suffix}-queries",
-        answers_topic=f"latency-{suffix}-answers",
-        dead_letter_topic=f"latency-{suffix}-dlq",
-        partitions=2,
-    )
+    settings = two_partition_settings(kafka_bootstrap, embedded_profile, "latency")
 
     async def scenario() -> list[tuple[bytes, bytes]]:
         await create_topics(settings)
@@ -108,19 +113,7 @@ def test_the_query_consumer_reads_after_a_revoke_and_an_assignment_in_quick_succ
     """A worker's first rebalance calls ``follow(set())`` then ``follow(owned)`` while the
     query group's coordinator may still be looked up: aiokafka's coordination task then died
     on an assertion, and every later fetch failed (no query answered, logged forever)."""
-    suffix = uuid.uuid4().hex[:8]
-    settings = replace(
-        Settings(),
-        broker=kafka_bootstrap,
-        broker_profile="embedded" if embedded_profile else "kafka",
-        app_id=f"follow-{suffix}",
-        input_topic=f"follow-{suffix}-events",
-        aggregates_topic=f"follow-{suffix}-aggregates",
-        queries_topic=f"follow-{suffix}-queries",
-        answers_topic=f"follow-{suffix}-answers",
-        dead_letter_topic=f"follow-{suffix}-dlq",
-        partitions=2,
-    )
+    settings = two_partition_settings(kafka_bootstrap, embedded_profile, "follow")
     service = RecordingService()
 
     async def scenario() -> None:
