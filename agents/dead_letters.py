@@ -7,7 +7,9 @@ as ``fiba.error.*`` and once as Kafka Connect's own ``__connect.errors.*`` (with
 class name and stage). Nothing is dropped: every rejected record, whatever the reason (bad JSON,
 missing fields, NaN, late, future, oversize, bad queries), becomes one dead letter. Dead letters
 are queued (``app.batched_send.KeyedOutputs``: on the partition of their key, or of their source
-partition when they have none) and handed over with the other outputs of the worker
+partition when they have none; grouped by their source topic and partition, so that
+exactly-once sends each with the transaction of its source) and handed over with the other
+outputs of the worker
 (``agents.windows.WindowsPipeline.deliver_outputs``), acknowledged before the state that makes
 a redelivery skip their record. The first rejection of each reason is logged as a warning with
 its detail, the others at debug level; ``counts`` (reason -> number) is served by
@@ -64,4 +66,5 @@ class DeadLetters:
             timestamp,
             dead_letter_headers(reason, detail, source_topic, partition, offset),
             partition=partition,
+            source=(source_topic, partition),
         )

@@ -351,6 +351,10 @@ class WindowStore:
         """Awaited by ``send_changes`` before it hands changelog records over: the owner's
         outputs barrier (``agents.windows.WindowsPipeline.deliver_outputs``), which returns once
         every output of the records queued so far is acknowledged."""
+        self.hand_over: Callable[[int], Awaitable[None]] = self.send_changes
+        """What ``flush`` calls per open partition: ``send_changes``, or the owner's call of it
+        while no record of the partition is being applied (exactly-once: the changelog records
+        and the outputs queued with them go in one transaction, ``app.transactions``)."""
         if settings.standby_replicas > 0 and isinstance(producer, FaustChangelogProducer):
             producer.app.on_partitions_assigned.connect(self._follow_faust_standbys)
 
@@ -727,9 +731,16 @@ class WindowStore:
                 await self._outputs_delivered()
                 if self._abandoned:
                     return
-                state.last_delivery = await self._producer.send_records(
-                    self.topic, partition, records
-                )
+                try:
+                    state.last_delivery = await self._producer.send_records(
+                        self.topic, partition, records
+                    )
+                except BaseException:
+                    # the records taken would leave a gap (exactly-once: the transaction
+                    # carrying them and their outputs was aborted)
+                    logger.error("window store: changelog not sent; nothing more is written")
+                    self.abandon()
+                    raise
             state.sent_applied = applied
 
     async def _outputs_delivered(self) -> None:
@@ -756,7 +767,7 @@ class WindowStore:
                 await asyncio.wait([state.backfill.task])  # it logs its own failure
         snapshot: dict[int, tuple[_OpenPartition, Awaitable[Any] | None, int, int]] = {}
         for partition, state in list(self._open.items()):
-            await self.send_changes(partition)
+            await self.hand_over(partition)
             snapshot[partition] = (state, state.last_delivery, state.sent_applied, state.evictions)
         await self._producer.flush()
         for partition, (state, delivery, sent_applied, evictions) in snapshot.items():
