@@ -12,18 +12,25 @@ there. Under at-least-once (the twin) that repeats outputs: the test can fail.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
 
 from app.broker import free_port
 from app.demo import settings_environ
 from app.settings import Settings
+from app.topics import create_topics
+from app.transactions import NotOwned, PartitionTransactions
 from bench.chaos import Outcome, parse_args, run
+from stores.changelog import ChangelogReader
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(400)]
 
@@ -89,3 +96,70 @@ def test_exactly_once_on_a_broker_without_transactions_stops_the_worker_at_start
     assert len(lines) == 1, lines
     assert "exactly_once needs a broker with transactions" in lines[0], lines
     assert "InitProducerId" in lines[0], lines
+
+
+def eos_settings(bootstrap: str) -> Settings:
+    tag = f"eos-{uuid.uuid4().hex[:8]}"
+    return replace(
+        Settings(),
+        broker=bootstrap,
+        app_id=tag,
+        input_topic=f"{tag}-events",
+        aggregates_topic=f"{tag}-aggregates",
+        queries_topic=f"{tag}-queries",
+        answers_topic=f"{tag}-answers",
+        dead_letter_topic=f"{tag}-dlq",
+        partitions=1,
+        processing_guarantee="exactly_once",
+    )
+
+
+async def changelog_keys(settings: Settings) -> tuple[list[bytes | None], int]:
+    """The keys of changelog partition 0 as a restore reads them, and where it stopped."""
+    keys: list[bytes | None] = []
+    async with ChangelogReader(settings) as reader:
+        async for batches in reader.read(TopicPartition(settings.changelog_topic, 0), 0):
+            keys += [record.key for batch in batches for record in batch]
+        return keys, reader.position
+
+
+def test_a_restore_reads_committed_transactions_only_and_a_new_owner_fences_the_old(
+    kafka_bootstrap: str, embedded_profile: bool
+) -> None:
+    if embedded_profile:
+        pytest.skip("the embedded broker (Tansu) has no transactions")
+    settings = eos_settings(kafka_bootstrap)
+
+    async def scenario() -> None:
+        await create_topics(settings)
+        owner, successor = PartitionTransactions(settings), PartitionTransactions(settings)
+        try:
+            await owner.claim(0)
+            await owner.send_records(settings.changelog_topic, 0, [(b"a", b"1"), (b"b", b"2")])
+            with pytest.raises(RuntimeError):
+                async with owner.transaction(0) as producer:
+                    await producer.send(settings.changelog_topic, b"x", key=b"aborted")
+                    await producer.flush()  # on the broker, then aborted
+                    raise RuntimeError("crash inside the transaction")
+            with pytest.raises(NotOwned):  # a failed transaction drops the producer
+                await owner.send_records(settings.changelog_topic, 0, [(b"c", b"3")])
+            await owner.claim(0)
+            with pytest.raises(KafkaError):  # the commit of the fenced owner fails
+                async with owner.transaction(0) as producer:  # still open: the owner hangs
+                    await producer.send(settings.changelog_topic, b"y", key=b"zombie")
+                    await producer.flush()
+                    await successor.claim(0)  # fences the owner, aborts its open transaction
+                    keys, position = await changelog_keys(settings)
+                    assert keys == [b"a", b"b"], keys
+                    uncommitted, _ = await changelog_keys(
+                        replace(settings, processing_guarantee="at_least_once")
+                    )
+                    assert uncommitted == [b"a", b"b", b"aborted", b"zombie"], uncommitted
+            await successor.send_records(settings.changelog_topic, 0, [(b"c", b"3")])
+            keys, end = await changelog_keys(settings)
+            assert keys == [b"a", b"b", b"c"] and end > position, (keys, end, position)
+        finally:
+            await owner.stop()
+            await successor.stop()
+
+    asyncio.run(scenario())
