@@ -390,13 +390,21 @@ class WindowsPipeline:
         turns = self.turns
         if time.perf_counter() >= turns.deadline:
             await turns.take()
+        if self.transactions is not None:
+            # one transaction per partition, on producers of their own: all in flight at once
+            await asyncio.gather(*(self._send_changes(s) for s in list(self._states.values())))
+            return
         await self.deliver_outputs()
         for state in list(self._states.values()):
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
-            async with state.lock:
-                if self._states.get(state.partition) is state:
-                    await self.store.send_changes(state.partition)
+            await self._send_changes(state)
+
+    async def _send_changes(self, state: PartitionState) -> None:
+        """``store.send_changes`` of a loaded partition, under its lock (if still loaded)."""
+        async with state.lock:
+            if self._states.get(state.partition) is state:
+                await self.store.send_changes(state.partition)
 
     async def _process_one(self, state: PartitionState, record: ConsumerRecord) -> None:
         """Handle one input record (``emit`` = ``event`` or ``changes``)."""
