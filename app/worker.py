@@ -45,7 +45,12 @@ from stores.changelog import FaustChangelogProducer
 from stores.key_windows import WindowConfig
 from stores.state_lock import StateDirLock
 from stores.state_shape import StateMismatch, StateShape, check_local_shape
-from stores.window_store import MarshalStateCodec, WindowStore, store_root
+from stores.window_store import (
+    MarshalStateCodec,
+    WindowStore,
+    faust_standby_partitions,
+    store_root,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,13 @@ def build_worker(settings: Settings) -> Worker:
         transactions.riders.append(pipeline.send_outputs_of)
         transactions.progress = pipeline.progress
         service.transactions = transactions
+        if settings.standby_replicas > 0:  # the store follows Faust's standbys by itself only
+            # with a FaustChangelogProducer
+
+            @fiba.app.on_partitions_assigned.connect
+            async def follow_standbys(sender: Any, assigned: Any, **kwargs: Any) -> None:
+                await store.follow(faust_standby_partitions(fiba.app, settings.assignment_topic))
+
     reader = windows.install(fiba, pipeline, crash)
     queries.install(fiba, service)
     worker = Worker(fiba, store, pipeline, service, reader)

@@ -13,6 +13,7 @@ there. Under at-least-once (the twin) that repeats outputs: the test can fail.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -23,8 +24,10 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
+from click.testing import CliRunner
 
 from app.broker import free_port
+from app.cli import cli
 from app.demo import settings_environ
 from app.settings import Settings
 from app.topics import create_topics
@@ -163,3 +166,37 @@ def test_a_restore_reads_committed_transactions_only_and_a_new_owner_fences_the_
             await successor.stop()
 
     asyncio.run(scenario())
+
+
+def test_tail_shows_committed_outputs_only(kafka_bootstrap: str, embedded_profile: bool) -> None:
+    if embedded_profile:
+        pytest.skip("the embedded broker (Tansu) has no transactions")
+    settings = eos_settings(kafka_bootstrap)
+    topic = settings.aggregates_topic
+
+    async def write() -> None:
+        await create_topics(settings)
+        transactions = PartitionTransactions(settings)
+        try:
+            await transactions.claim(0)
+            async with transactions.transaction(0) as producer:
+                await producer.send(topic, b'{"n": 1}', key=b"committed", partition=0)
+            with pytest.raises(RuntimeError):
+                async with transactions.transaction(0) as producer:
+                    await producer.send(topic, b'{"n": 2}', key=b"aborted", partition=0)
+                    await producer.flush()
+                    raise RuntimeError("crash inside the transaction")
+            await transactions.claim(0)
+            async with transactions.transaction(0) as producer:
+                await producer.send(topic, b'{"n": 3}', key=b"committed too", partition=0)
+        finally:
+            await transactions.stop()
+
+    asyncio.run(write())
+    env = settings_environ(replace(settings, broker_profile="kafka"))
+    shown = CliRunner().invoke(
+        cli, ["tail", "--from-beginning", "--idle-timeout", "2s"], env=env, catch_exceptions=False
+    )
+    assert shown.exit_code == 0, shown.stderr
+    keys = [json.loads(line)["key"] for line in shown.stdout.splitlines()]
+    assert keys == ["committed", "committed too"], keys
