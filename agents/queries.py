@@ -68,9 +68,10 @@ from app.settings import Settings
 from stores.key_windows import KeyWindows
 
 OnAnswered = Callable[[str, float], None]
+"""Told how a query came ("topic" or "http") and how many seconds answering it took."""
+
 SendAnswer = Callable[[bytes, bytes, int | None], Awaitable[None]]
 """Sends one answer: key, value, Kafka timestamp (ms, or None)."""
-"""Told how a query came ("topic" or "http") and how many seconds answering it took."""
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,12 @@ workers and checks every output topic against an oracle that shares no code with
   (a correct record more than once: allowed under at-least-once) and ``wrong`` ones;
 - dead letters: one per rejected input record (source partition and offset, reason):
   ``dead letters missing``, ``wrong reason``;
-- answers: at least one per query: ``answers missing``.
+- answers: at least one per query: ``answers missing``, and ``repeated answers``.
+
+``--guarantee exactly_once`` runs the workers with that processing guarantee (outputs read
+``read_committed``); then every repeated output (aggregate records, dead letters, answers:
+``Outcome.duplicates``) is a failure too (tests/test_exactly_once.py). ``--rebalance-kill``
+adds two kills: worker 0, then worker 1 while worker 0 joins the group again.
 
 It prints one line per kill and the summary ``events, kills, lost, doubled (state), repeated
 (outputs), dead letters missing`` (plus the other counts); the exit code is 1 if anything was
@@ -602,7 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     print(outcome.summary(), flush=True)
     for note in outcome.notes[:10]:
         print("  ", note)
-    return 0 if outcome.exact else 1
+    duplicated = args.guarantee == "exactly_once" and outcome.duplicates
+    return 0 if outcome.exact and not duplicated else 1
 
 
 if __name__ == "__main__":

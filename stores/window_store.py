@@ -83,6 +83,15 @@ record below the committed offset whose effect is missing can only be one withou
 Records without effect (late or bad input) after the last applied marker are read again after
 a crash: their dead letters may repeat, the state never changes.
 
+Exactly-once (``processing_guarantee``): the producer is a transactional one per partition
+(``app.transactions``), and each ``send_changes`` is one transaction carrying the changelog
+records and the outputs of the same input records; it returns once committed, so a
+checkpoint never covers an uncommitted record, and the changelog is read ``read_committed``
+(``ChangelogReader``): an aborted transaction's records, whose local writes may be on disk,
+are never replayed, and a local copy holding them has an applied offset past its checkpoint,
+so it is discarded as above. ``flush`` hands each partition over through ``hand_over`` (the
+owner's, which waits until none of its records is being applied).
+
 How a restore runs (``restore``): the entries are gathered in memory, entry id -> partial
 bytes: the local copy's if usable, then the changelog records from the start offset replayed
 on top (the last record of an entry wins; tombstones and the deletions inside upserts remove
