@@ -8,10 +8,7 @@ a ``FaustWorker``, structurally. A setting the stream logic starts to read is ad
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
-
-from stores.key_windows import WindowSettings
 
 if TYPE_CHECKING:  # Faust is heavy to import; the Kafka clients need none of it
     import faust
@@ -19,7 +16,7 @@ if TYPE_CHECKING:  # Faust is heavy to import; the Kafka clients need none of it
     from faust.types import TP
 
 
-class WorkerSettings(WindowSettings, Protocol):
+class WorkerSettings(Protocol):
     """The settings fields read by ``agents`` (semantics: ``app.settings``)."""
 
     app_id: str
@@ -28,7 +25,6 @@ class WorkerSettings(WindowSettings, Protocol):
     aggregates_topic: str
     queries_topic: str
     answers_topic: str
-    dead_letter_topic: str
     emit: str
     batch_max_records: int
     batch_max_wait: int
@@ -46,17 +42,12 @@ class WorkerSettings(WindowSettings, Protocol):
     ssl_cafile: str | None
     ssl_certfile: str | None
     ssl_keyfile: str | None
-    state_dir: Path
-    standby_replicas: int
 
     @property
     def bootstrap_servers(self) -> tuple[str, ...]: ...
 
     @property
     def embedded(self) -> bool: ...
-
-    @property
-    def changelog_topic(self) -> str: ...
 
     @property
     def input_progress_group(self) -> str: ...

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -183,3 +184,44 @@ def test_fiba_and_monoids_run_on_the_standard_library_alone():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "ok"
+
+
+def protocol_members(protocol: type) -> set[str]:
+    """The attributes, properties and methods a Protocol class and its bases declare."""
+    return {
+        name
+        for cls in protocol.__mro__
+        if getattr(cls, "_is_protocol", False) and cls.__module__ != "typing"
+        for name in (*inspect.get_annotations(cls), *cls.__dict__)
+        if not name.startswith("_")
+    }
+
+
+def settings_reads(package: str) -> set[str]:
+    """The names ``n`` of every ``<...>settings.n`` read in ``package``'s modules."""
+    return {
+        node.attr
+        for path in (ROOT / package).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Attribute)
+        and (
+            (isinstance(node.value, ast.Name) and node.value.id == "settings")
+            or (isinstance(node.value, ast.Attribute) and node.value.attr == "settings")
+        )
+    }
+
+
+def test_the_settings_protocols_declare_what_their_layer_reads_and_settings_has_it():
+    """``stores`` and ``agents`` read the worker's settings through Protocols of their own,
+    which declare exactly the fields the layer reads; ``app.settings.Settings`` has them all."""
+    from agents.config import WorkerSettings
+    from app.settings import Settings
+    from stores.window_store import StoreSettings
+
+    declared = {
+        "stores": protocol_members(StoreSettings),
+        "agents": protocol_members(WorkerSettings),
+    }
+    for package, members in declared.items():
+        assert settings_reads(package) == members, package
+        assert [name for name in members if not hasattr(Settings(), name)] == [], package
