@@ -20,7 +20,7 @@ dir, and a crash at any instant all resume exactly where the durable state ends:
 lost, nothing counted twice. For monitoring only, each partition's progress (applied offset
 + 1) is committed every ``COMMIT_INTERVAL_S`` under the consumer group ``<app_id>-input``
 (``Settings.input_progress_group``; exactly-once: inside the partition's transactions,
-``app.transactions``), which no consumer ever joins, so that the usual tools show
+``agents.transactions``), which no consumer ever joins, so that the usual tools show
 the input lag (``kafka-consumer-groups --describe --group <app_id>-input``); the committed
 offsets are never read back. The commits go through a second consumer that never fetches
 (its partitions are paused): one with a group would position the reading consumer's
@@ -54,9 +54,9 @@ from typing import TYPE_CHECKING
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import IllegalStateError
 
+from agents.clients import client_options, fetch
+from agents.config import WorkerSettings
 from agents.supervision import OnFailure, watched
-from app.clients import client_options, fetch
-from app.settings import Settings
 from stores.state_shape import StateMismatch
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class InputReader:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: WorkerSettings,
         pipeline: WindowsPipeline,
         on_failure: OnFailure,
     ) -> None:
@@ -221,7 +221,7 @@ class InputReader:
         self._consumer = consumer
         self._loop_task = watched(self._read(consumer), "fiba-input-reader", self.on_failure)
         if self.settings.exactly_once:
-            return  # the progress is committed inside the transactions (app.transactions)
+            return  # the progress is committed inside the transactions (agents.transactions)
         committer = AIOKafkaConsumer(
             **client_options(self.settings),
             group_id=self.settings.input_progress_group,

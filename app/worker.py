@@ -5,7 +5,7 @@ durable window store (``stores.window_store``, its changelog sent through the Fa
 that Faust's pre-commit flush covers it), the dead-letter sender, the windows pipeline and agent
 (``agents.windows``), the query agent and HTTP views (``agents.queries``), with
 ``processing_guarantee = "exactly_once"`` the per-partition transactions that carry outputs,
-changelog and offsets together (``app.transactions``), the health and
+changelog and offsets together (``agents.transactions``), the health and
 metrics views (``app.health``: ``/live``, ``/ready``, ``/metrics``). ``run_worker`` runs
 it in the foreground until SIGTERM/SIGINT; on shutdown the store is flushed and checkpointed
 after the consumer stopped and before the producer is flushed.
@@ -29,28 +29,23 @@ from typing import Any
 import faust
 
 from agents import queries, windows
+from agents.batched_send import KeyedOutputs
+from agents.clients import throttle_failed_metadata_updates
 from agents.dead_letters import DeadLetters
 from agents.input_reader import InputReader
+from agents.kafka_changelog import FaustChangelog
 from agents.queries import QueryService
 from agents.supervision import WorkerCrash
+from agents.transactions import PartitionTransactions
 from agents.windows import WindowsPipeline
 from app import health
-from app.batched_send import KeyedOutputs
-from app.clients import throttle_failed_metadata_updates
 from app.faust_app import FibaApp, create_app
 from app.health import WorkerHealth
 from app.settings import Settings
-from app.transactions import PartitionTransactions
-from stores.changelog import FaustChangelogProducer
 from stores.key_windows import WindowConfig
 from stores.state_lock import StateDirLock
 from stores.state_shape import StateMismatch, StateShape, check_local_shape
-from stores.window_store import (
-    MarshalStateCodec,
-    WindowStore,
-    faust_standby_partitions,
-    store_root,
-)
+from stores.window_store import MarshalStateCodec, WindowStore, store_root
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +61,15 @@ class Worker:
 
 def build_worker(settings: Settings) -> Worker:
     """Create the app and register every agent, timer, view and lifecycle hook (and pace the
-    Kafka clients' metadata retries while no broker answers, ``app.clients``)."""
+    Kafka clients' metadata retries while no broker answers, ``agents.clients``)."""
     throttle_failed_metadata_updates()
     fiba = create_app(settings)
     config = WindowConfig.from_settings(settings)
-    transactions = PartitionTransactions(settings) if settings.exactly_once else None
+    transactions = (
+        PartitionTransactions(settings, FaustChangelog(fiba)) if settings.exactly_once else None
+    )
     store = WindowStore(
-        settings,
-        MarshalStateCodec(config.composed),
-        transactions or FaustChangelogProducer(fiba),
+        settings, MarshalStateCodec(config.composed), transactions or FaustChangelog(fiba)
     )
     dead_letters = DeadLetters(KeyedOutputs(fiba.kafka_producer, settings.dead_letter_topic))
     pipeline = WindowsPipeline(fiba, store, dead_letters, config)
@@ -85,14 +80,8 @@ def build_worker(settings: Settings) -> Worker:
         transactions.riders.append(pipeline.send_outputs_of)
         transactions.progress = pipeline.progress
         service.transactions = transactions
-        if settings.standby_replicas > 0:  # the store follows Faust's standbys by itself only
-            # with a FaustChangelogProducer
-
-            @fiba.app.on_partitions_assigned.connect
-            async def follow_standbys(sender: Any, assigned: Any, **kwargs: Any) -> None:
-                await store.follow(faust_standby_partitions(fiba.app, settings.assignment_topic))
-
-    reader = windows.install(fiba, pipeline, crash)
+    reader = InputReader(settings, pipeline, crash)
+    windows.install(fiba, pipeline, reader)
     queries.install(fiba, service)
     worker = Worker(fiba, store, pipeline, service, reader)
     checks = WorkerHealth(worker)
@@ -103,8 +92,6 @@ def build_worker(settings: Settings) -> Worker:
     async def stop_store(sender: Any, **kwargs: Any) -> None:
         await reader.stop()  # no record half applied, restores in flight done
         await pipeline.stop()
-        if transactions is not None:
-            await transactions.stop()
 
     return worker
 

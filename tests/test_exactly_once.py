@@ -26,14 +26,14 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from click.testing import CliRunner
 
+from agents.kafka_changelog import ChangelogReader, KafkaChangelog
+from agents.transactions import NotOwned, PartitionTransactions
 from app.broker import free_port
 from app.cli import cli
 from app.demo import settings_environ
 from app.settings import Settings
 from app.topics import create_topics
-from app.transactions import NotOwned, PartitionTransactions
 from bench.chaos import Outcome, parse_args, run
-from stores.changelog import ChangelogReader
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(400)]
 
@@ -135,7 +135,10 @@ def test_a_restore_reads_committed_transactions_only_and_a_new_owner_fences_the_
 
     async def scenario() -> None:
         await create_topics(settings)
-        owner, successor = PartitionTransactions(settings), PartitionTransactions(settings)
+        owner, successor = (
+            PartitionTransactions(settings, KafkaChangelog(settings)),
+            PartitionTransactions(settings, KafkaChangelog(settings)),
+        )
         try:
             await owner.claim(0)
             await owner.send_records(settings.changelog_topic, 0, [(b"a", b"1"), (b"b", b"2")])
@@ -176,7 +179,7 @@ def test_tail_shows_committed_outputs_only(kafka_bootstrap: str, embedded_profil
 
     async def write() -> None:
         await create_topics(settings)
-        transactions = PartitionTransactions(settings)
+        transactions = PartitionTransactions(settings, KafkaChangelog(settings))
         try:
             await transactions.claim(0)
             async with transactions.transaction(0) as producer:

@@ -150,7 +150,7 @@ class KeyPartitioner:
 class KeyedOutputs:
     """Output records of one topic, queued per *source* (what caused them: an input partition,
     or a ``(topic, partition)``; one transaction per source under exactly-once,
-    ``app.transactions``) and per partition (of their key under Kafka's default partitioner,
+    ``agents.transactions``) and per partition (of their key under Kafka's default partitioner,
     as ``producer.send`` without a partition would pick, or given), handed over by ``send``:
     per record O(1) (a memoised partition and a list append), per ``send`` one
     ``send_output_records`` per partition with records."""
