@@ -94,7 +94,7 @@ MAX_EXTRA_TURNS = 8
 FREEZE_INTERVAL_S = 2.0
 """Seconds between two ``stores.gc_pause.freeze_survivors``: the window entries made since the
 last one are taken out of the cyclic collector's full collections, so that none of them
-traverses the whole window state (a pause of about 0.1 s per 10^5 retained entries)."""
+traverses the whole window state (one pause proportional to it)."""
 
 MAX_SLICE = 1024
 """Largest number of records ``emit=batch`` applies to the windows in one synchronous step."""
@@ -266,7 +266,7 @@ class WindowsPipeline:
 
     async def _free(self, windows: KeyWindows) -> None:
         """Free a released partition's windows now, key by key (``KeyWindows.forget``), the
-        event loop getting its turns: about 0.3 s per 10^6 entries in all. Left to the
+        event loop getting its turns, O(entries) in all. Left to the
         collector instead, the dropped trees (reference cycles) would never be freed once
         frozen."""
         for key in list(windows):

@@ -84,9 +84,8 @@ def _discard(node: _Node, keep: _Node | None = None) -> None:
 
     Parent links make every subtree a reference cycle, which only CPython's cyclic garbage
     collector would free: in one pause proportional to all such garbage since its last full
-    collection (about 0.1 s per 10^5 evicted entries), inside whatever the event loop runs
-    then. Dropping the children lists top-down breaks every cycle. O(inner nodes of the
-    subtree); no operator call.
+    collection, inside whatever the event loop runs then. Dropping the children lists
+    top-down breaks every cycle. O(inner nodes of the subtree); no operator call.
     """
     stack = [node]
     while stack:
