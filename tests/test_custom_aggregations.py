@@ -37,6 +37,8 @@ from tests.test_crash_recovery import (
     wait_until,
     worker_settings,
 )
+from tests.test_output_schemas import validate
+from tests.test_spark_contract import decode_rows
 
 SPAN = "tests.custom_monoids:SPAN"
 
@@ -133,6 +135,24 @@ def test_a_custom_aggregation_in_the_records_and_their_json():
     assert record.windows["1m"].aggregates[SPAN] == {"first": 4, "last": 5, "n": 3}
     decoded = AggregateRecord.from_json(json.loads(encode_json(record.to_json())))
     assert decoded.windows["1m"].aggregates[SPAN] == {"first": 4, "last": 5, "n": 3}
+
+
+def test_custom_values_are_valid_records_and_decode_in_spark_as_json_text():
+    """Any JSON value (or ``repr`` string) of a custom aggregation: valid against the schema,
+    and in the Spark rows' ``aggregates_json`` map (a number: ``aggregates``), never corrupt."""
+    windows = KeyWindows(WindowConfig.from_settings(load_settings(environ={})))
+    record = windows.accept("k", BASE, 3).record
+    values = {SPAN: {"first": 3, "last": 3, "n": 1}, "p": [1, 2.5], "b": True, "r": "<o>"}
+    values["n"] = 2.5
+    record.windows["1m"].aggregates.update(values)
+    raw = encode_json({**record.to_json(), "input_partition": 0, "input_offset": 7})
+    validate("aggregate", json.loads(raw))
+    [row] = decode_rows("aggregates", [raw])
+    assert row["_corrupt_record"] is None
+    [(_, window)] = [w for w in row["windows"] if w[0] == "1m"]
+    texts = dict(window["aggregates_json"])
+    assert texts == {SPAN: '{"first":3,"last":3,"n":1}', "p": "[1,2.5]", "b": "true", "r": "<o>"}
+    assert dict(window["aggregates"])["n"] == 2.5
 
 
 def span_oracle(events: list[tuple[str, int, int]]) -> dict[str, dict]:

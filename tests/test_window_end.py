@@ -10,6 +10,9 @@ with ``max(end - w, S - R) <= time <= end``, ``end`` being ``S`` (``stream_time`
 
 from __future__ import annotations
 
+import asyncio
+import json
+import random
 from dataclasses import replace
 from itertools import pairwise
 
@@ -17,11 +20,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agents.records import AggregateRecord
+from app.clients import read_to_end
+from app.demo import start_worker, stop_worker
 from app.settings import ConfigError, Settings, load_settings
+from app.topics import create_topics
 from stores.key_windows import KeyWindows, Rejected, WindowConfig
 from stores.monoids import compose, monoid
 from tests.oracle import OracleWindow
 from tests.test_key_windows import SETTINGS, Model, events, same_aggregates
+from tests.test_worker_e2e import BASE, KEYS, make_settings, produce, wait_for_stats
 
 MODES = ("stream_time", "event_time")
 
@@ -140,3 +148,66 @@ def test_event_time_windows_never_reach_below_the_retention():
     assert [t for t, _ in windows.entries("k")] == [100, 160, 200]
     w80 = windows.record_of("k", 160).windows["w80"]
     assert (w80.start, w80.end, w80.count, w80.aggregates["sum"]) == (80, 160, 1, 4)
+
+
+def late_stream(n: int, seed: int) -> list[tuple[bytes, bytes]]:
+    """Keyed input records, out of order by up to 3 s, every 10th one 2-15 s late (inside the
+    20 s retention: accepted), a few beyond it (dead letters)."""
+    rng = random.Random(seed)
+    records = []
+    for i in range(n):
+        ts = BASE + i * 100 - rng.choice([0, 0, rng.randrange(3_000)])
+        if i % 10 == 5:
+            ts -= rng.randrange(2_000, 15_000)
+        if i % 97 == 50:
+            ts -= 60_000
+        value = json.dumps({"ts": ts, "value": rng.randrange(-100, 100)}).encode()
+        records.append((rng.choice(KEYS).encode(), value))
+    return records
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("window_end", MODES)
+def test_the_worker_reports_the_windows_of_its_mode(
+    kafka_bootstrap, embedded_profile, tmp_path, window_end
+):
+    """A ``fiba worker``'s aggregate records, per input partition in order, equal the oracle's
+    replay of that partition's records in offset order."""
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", "event")
+    settings = replace(settings, window_end=window_end)
+    asyncio.run(create_topics(settings))
+    records = late_stream(400, seed=5)
+    placed = asyncio.run(produce(settings, settings.input_topic, records))
+    oracles = {p: Oracle(settings) for p in range(settings.partitions)}
+    expected: dict[int, list] = {}
+    out_of_order = 0
+    for (partition, _), (key, value) in sorted(zip(placed, records, strict=True)):
+        obj = json.loads(value)
+        t = oracles[partition].accept(key.decode(), obj["ts"], obj["value"])
+        if not isinstance(t, str):
+            oracle = oracles[partition]
+            out_of_order += t < oracle.model.stream_time
+            wanted = (key.decode(), oracle.model.stream_time, oracle.expected(key.decode(), t))
+            expected.setdefault(partition, []).append(wanted)
+    assert out_of_order > 40  # where the two modes differ
+    worker = start_worker(settings, tmp_path / "worker.log")
+    try:
+        wait_for_stats(settings, worker, len(records))
+        got: dict[int, list[AggregateRecord]] = {}
+        for r in asyncio.run(read_to_end(settings, settings.aggregates_topic)):
+            record = AggregateRecord.from_json(json.loads(r.value))
+            got.setdefault(record.input_partition, []).append(record)
+    except BaseException:
+        print((tmp_path / "worker.log").read_text(errors="replace")[-5000:])
+        raise
+    finally:
+        stop_worker(worker)
+    assert {p: len(rs) for p, rs in got.items()} == {p: len(w) for p, w in expected.items()}
+    for partition, wanted in expected.items():
+        for record, (key, stream_time, windows) in zip(got[partition], wanted, strict=True):
+            assert (record.key, record.stream_time) == (key, stream_time)
+            for name, (start, end, count, aggregates) in windows.items():
+                w = record.windows[name]
+                assert (w.start, w.end, w.count) == (start, end, count), (record, name)
+                assert same_aggregates(w.aggregates, aggregates), (record, name)
