@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.records import AggregateRecord, encode_json
+from agents.queries import answer
+from agents.records import AggregateRecord, RangeQuery, encode_json
 from app.demo import start_worker, stop_worker
 from app.settings import ConfigError, load_settings
 from app.topics import create_topics
@@ -135,6 +136,8 @@ def test_a_custom_aggregation_in_the_records_and_their_json():
     assert record.windows["1m"].aggregates[SPAN] == {"first": 4, "last": 5, "n": 3}
     decoded = AggregateRecord.from_json(json.loads(encode_json(record.to_json())))
     assert decoded.windows["1m"].aggregates[SPAN] == {"first": 4, "last": 5, "n": 3}
+    reply = answer(windows, RangeQuery("q", "k", BASE + 1, BASE + 2, aggregations=(SPAN,)))
+    assert (reply.count, reply.result) == (2, {SPAN: {"first": 7, "last": 5, "n": 2}})
 
 
 def test_custom_values_are_valid_records_and_decode_in_spark_as_json_text():
