@@ -211,3 +211,11 @@ def test_the_worker_reports_the_windows_of_its_mode(
                 w = record.windows[name]
                 assert (w.start, w.end, w.count) == (start, end, count), (record, name)
                 assert same_aggregates(w.aggregates, aggregates), (record, name)
+
+
+def test_the_window_end_benchmark_runs(capsys):
+    from bench.window_end import main
+
+    main(["--events", "300", "--occupancies", "100", "--rounds", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 100 |")]
+    assert len(rows) == 1 and float(rows[0].split("|")[-2]) > 0
