@@ -538,9 +538,9 @@ class KeyWindows:
 
     def windows_ending(self, key: str, end: int) -> dict[str, WindowResult]:
         """Every configured window ``[end - w, end]`` of ``key`` (``window_end = event_time``),
-        over the key's entries present now and retained (``t >= S - R``): for a late event's
-        ``end`` they include the events of that span that arrived after it. One range query
-        per window, O(W log n); ``{}`` before any event."""
+        over the key's entries present now and retained (``t >= S - R``): every event of
+        that span accepted so far, whenever it arrived. One range query per window,
+        O(W log n); ``{}`` before any event."""
         s = self.stream_time
         if s is None:
             return {}
