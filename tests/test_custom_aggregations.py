@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from agents.queries import answer
-from agents.records import AggregateRecord, RangeQuery, encode_json
+from agents.records import AggregateRecord, RangeQuery, encode_aggregate
 from app.demo import start_worker, stop_worker
 from app.settings import ConfigError, load_settings
 from app.topics import create_topics
@@ -134,7 +134,7 @@ def test_a_custom_aggregation_in_the_records_and_their_json():
     for ts, value in ((BASE + 2, 5), (BASE, 4), (BASE + 1, 7)):
         record = windows.accept("k", ts, value).record
     assert record.windows["1m"].aggregates[SPAN] == {"first": 4, "last": 5, "n": 3}
-    decoded = AggregateRecord.from_json(json.loads(encode_json(record.to_json())))
+    decoded = AggregateRecord.from_json(json.loads(encode_aggregate(record, 0, 7)))
     assert decoded.windows["1m"].aggregates[SPAN] == {"first": 4, "last": 5, "n": 3}
     reply = answer(windows, RangeQuery("q", "k", BASE + 1, BASE + 2, aggregations=(SPAN,)))
     assert (reply.count, reply.result) == (2, {SPAN: {"first": 7, "last": 5, "n": 2}})
@@ -148,7 +148,7 @@ def test_custom_values_are_valid_records_and_decode_in_spark_as_json_text():
     values = {SPAN: {"first": 3, "last": 3, "n": 1}, "p": [1, 2.5], "b": True, "r": "<o>"}
     values["n"] = 2.5
     record.windows["1m"].aggregates.update(values)
-    raw = encode_json({**record.to_json(), "input_partition": 0, "input_offset": 7})
+    raw = encode_aggregate(record, 0, 7)
     validate("aggregate", json.loads(raw))
     [row] = decode_rows("aggregates", [raw])
     assert row["_corrupt_record"] is None

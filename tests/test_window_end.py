@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import time
 from dataclasses import replace
 from itertools import pairwise
 
@@ -20,8 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agents.clients import read_to_end
 from agents.records import AggregateRecord
-from app.clients import read_to_end
 from app.demo import start_worker, stop_worker
 from app.settings import ConfigError, Settings, load_settings
 from app.topics import create_topics
@@ -166,6 +167,14 @@ def late_stream(n: int, seed: int) -> list[tuple[bytes, bytes]]:
     return records
 
 
+def aggregates_by_partition(settings: Settings) -> dict[int, list[AggregateRecord]]:
+    got: dict[int, list[AggregateRecord]] = {}
+    for r in asyncio.run(read_to_end(settings, settings.aggregates_topic)):
+        record = AggregateRecord.from_json(json.loads(r.value))
+        got.setdefault(record.input_partition, []).append(record)
+    return got
+
+
 @pytest.mark.kafka
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("window_end", MODES)
@@ -194,10 +203,13 @@ def test_the_worker_reports_the_windows_of_its_mode(
     worker = start_worker(settings, tmp_path / "worker.log")
     try:
         wait_for_stats(settings, worker, len(records))
-        got: dict[int, list[AggregateRecord]] = {}
-        for r in asyncio.run(read_to_end(settings, settings.aggregates_topic)):
-            record = AggregateRecord.from_json(json.loads(r.value))
-            got.setdefault(record.input_partition, []).append(record)
+        deadline = time.monotonic() + 60
+        while True:  # "accepted" is counted before the record's aggregate is sent
+            got = aggregates_by_partition(settings)
+            if sum(map(len, got.values())) >= sum(map(len, expected.values())):
+                break
+            assert time.monotonic() < deadline, "aggregates missing"
+            time.sleep(0.5)
     except BaseException:
         print((tmp_path / "worker.log").read_text(errors="replace")[-5000:])
         raise
