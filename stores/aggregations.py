@@ -76,6 +76,16 @@ def _imported(path: str) -> Any:
     return found
 
 
+def stored_name(name: str) -> str:
+    """How the state shape (``stores.state_shape``) names aggregation ``name``: itself, or for
+    an entry point ``name=module:attribute`` (its target), so that a package that points the
+    name elsewhere is a changed shape, not state silently read by another monoid."""
+    if is_builtin(name) or ":" in name:
+        return name
+    matches = entry_points(group=ENTRY_POINT_GROUP, name=name)
+    return f"{name}={next(iter(matches)).value}" if matches else name
+
+
 def _entry_point(name: str) -> Any:
     matches = entry_points(group=ENTRY_POINT_GROUP, name=name)
     if not matches:

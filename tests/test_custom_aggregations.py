@@ -116,8 +116,14 @@ def test_an_entry_point_names_a_custom_monoid(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="unknown aggregation 'span'"):
         aggregations("count,span")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert aggregations("count,span") == ("count", "span")
+    settings = load_settings(environ={"FIBA_AGGREGATIONS": "count,span"})
+    assert settings.aggregations == ("count", "span")
     assert resolve_aggregation("span") is custom_monoids.SPAN
+    # the state shape names the entry point's target: pointing it elsewhere changes the shape
+    stored = StateShape.of(settings, "marshal-state/1").encode()
+    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nspan = tests.x:OTHER\n")
+    with pytest.raises(StateMismatch, match=f"from count,span={SPAN} to count,span=tests.x:OTHER"):
+        StateShape.of(settings, "marshal-state/1").check(stored, "the changelog")
 
 
 def test_a_changed_import_path_is_a_changed_state_shape():
