@@ -10,7 +10,9 @@ non-commutative monoid, so the order of combination is checked, not only the mul
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given
@@ -193,3 +195,12 @@ def test_declaration_errors() -> None:
         composed_monoid([len])
     with pytest.raises(ValueError, match="two aggregations named 'count'"):
         composed_monoid(["count", monoid("count")])
+
+
+def test_readme_example_is_the_tested_example_file() -> None:
+    """The README's Faust example is ``examples/clicks.py`` verbatim (which
+    ``tests/test_sliding_e2e.py`` runs as a worker)."""
+    root = Path(__file__).resolve().parent.parent
+    section = (root / "README.md").read_text().split("## Sliding windows in your own Faust", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], flags=re.DOTALL)
+    assert blocks == [(root / "examples" / "clicks.py").read_text()]
