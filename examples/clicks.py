@@ -13,7 +13,6 @@ app = faust.App(
     broker=os.environ.get("KAFKA_BROKER", "kafka://localhost:9092"),
     topic_partitions=int(os.environ.get("CLICKS_PARTITIONS", "4")),
     store="memory://",
-    web_enabled=False,
 )
 
 
