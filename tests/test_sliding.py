@@ -204,3 +204,11 @@ def test_readme_example_is_the_tested_example_file() -> None:
     section = (root / "README.md").read_text().split("## Sliding windows in your own Faust", 1)[1]
     blocks = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], flags=re.DOTALL)
     assert blocks == [(root / "examples" / "clicks.py").read_text()]
+
+
+def test_bench_sliding_api_replays_its_changelog_exactly() -> None:
+    """``bench.sliding_api`` at a small size (it asserts the replayed state equals the state)."""
+    from bench.sliding_api import run
+
+    result = run(events=3_000, keys=20, disorder_ms=5_000)
+    assert result["records_per_event"] == 1  # 30 s of events, 10 min retention: no eviction
