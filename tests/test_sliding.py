@@ -11,14 +11,17 @@ non-commutative monoid, so the order of combination is checked, not only the mul
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import faust
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agents.sliding import composed_monoid, duration_ms
+from agents.sliding import SlidingWindows, composed_monoid, duration_ms
+from stores.faust_sliding import SlidingStore
 from stores.monoids import make_monoid, monoid
 from stores.sliding_state import KeyPartitionError, LateEvent, SlidingState
 from tests.oracle import OracleWindow
@@ -212,3 +215,28 @@ def test_bench_sliding_api_replays_its_changelog_exactly() -> None:
 
     result = run(events=3_000, keys=20, disorder_ms=5_000)
     assert result["records_per_event"] == 1  # 30 s of events, 10 min retention: no eviction
+
+
+def test_windows_declared_on_a_faust_app() -> None:
+    """A ``SlidingWindows`` is a Faust table of the app with a ``SlidingStore``; its entries
+    read through the table as ``(key, t) -> state``; ``add`` outside a stream is refused."""
+    app = faust.App(f"sliding-{uuid.uuid4().hex[:8]}", broker="kafka://127.0.0.1:1")
+    windows = SlidingWindows(
+        app, "clicks", windows=["1m", 5_000], retention="1h", aggregations=["count", "sum"]
+    )
+    assert app.tables["clicks"] is windows.table
+    assert windows.table.changelog_topic_name == f"{app.conf.id}-clicks-changelog"
+    assert isinstance(windows.table.data, SlidingStore)
+    with pytest.raises(RuntimeError, match="while iterating a stream"):
+        windows.add("a", 1, 1)
+    assert windows.get("a", "1m") == {"count": 0, "sum": 0}
+    windows.state.add(0, "a", 60_000, 4)
+    windows.state.add(0, "a", 1_000, 3)
+    assert dict(windows.table.items()) == {("a", 1_000): [1, 3], ("a", 60_000): [1, 4]}
+    assert windows.get("a", "5000ms") == {"count": 1, "sum": 4}
+    assert windows.range("a", 0, 1_000) == {"count": 1, "sum": 3}
+    assert windows.stream_time("a") == 60_000
+    with pytest.raises(KeyError, match="no window '2m'"):
+        windows.get("a", "2m")
+    with pytest.raises(ValueError, match="already exists"):
+        SlidingWindows(app, "clicks", windows=["1m"], retention="1h", aggregations=["count"])
