@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from app.clients import client_options, read_to_end
+from agents.clients import client_options, read_to_end
 from app.demo import log_tail, stop_worker
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, DATA_TOPIC_CONFIGS, TopicSpec, create_topics
