@@ -13,7 +13,8 @@
 Semantics. Times are ints (milliseconds, say; durations like ``"5m"`` are read as
 milliseconds). Each partition of the stream has a stream time ``S``: the largest time added on
 it. ``add(key, ts, value)`` adds ``value`` at ``ts`` (out of order is fine; equal times combine,
-older first) unless ``ts < S - retention`` (``LateEvent``, nothing changes), then evicts every
+older first) unless ``ts < S - retention`` (``LateEvent``) or ``ts > S + max_future_skew``
+(``FutureEvent``, when a skew is given), where nothing changes; then it evicts every
 entry older than ``S - retention`` and returns every window of the key, the window of size
 ``w`` being the events of the key with ``S - w <= t <= S``. ``get(key, name)`` is one window,
 ``range(key, t_from, t_to)`` any span of the retained events, ``stream_time(key)`` the ``S``
@@ -50,9 +51,16 @@ from faust.streams import current_event
 
 from stores.faust_sliding import SlidingStore
 from stores.monoids import Monoid, compose, monoid
-from stores.sliding_state import KeyPartitionError, LateEvent, SlidingState
+from stores.sliding_state import FutureEvent, KeyPartitionError, LateEvent, SlidingState
 
-__all__ = ["KeyPartitionError", "LateEvent", "SlidingTable", "SlidingWindows", "duration_ms"]
+__all__ = [
+    "FutureEvent",
+    "KeyPartitionError",
+    "LateEvent",
+    "SlidingTable",
+    "SlidingWindows",
+    "duration_ms",
+]
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
@@ -124,6 +132,7 @@ class SlidingTable(faust.Table):
 class SlidingWindows:
     """Sliding windows ``windows`` (names: durations) over the last ``retention`` of each
     key, with ``aggregations``; see the module doc for the semantics and guarantees.
+    ``max_future_skew``: how far after the stream time an event may be (default: any).
     ``partitions``: the table's partition count (default: the app's ``topic_partitions``),
     which must equal the source topic's."""
 
@@ -136,11 +145,15 @@ class SlidingWindows:
         retention: str | int | timedelta,
         aggregations: Sequence[str | Any] | Mapping[str, str | Any],
         partitions: int | None = None,
+        max_future_skew: str | int | timedelta | None = None,
     ) -> None:
         sizes = {
             w if isinstance(w, str) else f"{duration_ms(w)}ms": duration_ms(w) for w in windows
         }
-        self.state = SlidingState(composed_monoid(aggregations), sizes, duration_ms(retention))
+        skew = None if max_future_skew is None else duration_ms(max_future_skew)
+        self.state = SlidingState(
+            composed_monoid(aggregations), sizes, duration_ms(retention), skew
+        )
         self._to_state = self.state.monoid.to_state
         self.table = app.tables.add(
             SlidingTable(
@@ -156,8 +169,8 @@ class SlidingWindows:
     def add(self, key: Hashable, ts: int, value: Any) -> dict[str, dict[str, Any]]:
         """Add ``value`` at time ``ts`` to ``key`` and return every window of ``key`` by window
         name. Call it while iterating a stream partitioned by ``key``. Raises ``LateEvent``
-        (too old), ``ValueError`` (a value the aggregations refuse, a time that is no int),
-        ``KeyPartitionError``; nothing changes then."""
+        (too old), ``FutureEvent`` (too far ahead), ``ValueError`` (a value the aggregations
+        refuse, a time that is no int), ``KeyPartitionError``; nothing changes then."""
         event = current_event()
         if event is None:
             raise RuntimeError("SlidingWindows.add runs while iterating a stream (an agent)")

@@ -3,6 +3,7 @@
 Entries are ``(key, t) -> partial`` (``t`` an int, e.g. milliseconds), kept as one FiBA per key
 in time order. Each partition ``p`` has its own stream time ``S_p``, the largest ``t`` added on
 it. ``add`` rejects a time older than ``S_p - retention`` (``LateEvent``, nothing changes),
+refuses one more than ``max_future_skew`` after ``S_p`` (``FutureEvent``; no limit when None),
 inserts the lifted value (equal times combine, older first), advances ``S_p`` and evicts every
 entry of the partition with ``t < S_p - retention``, returning the evicted ``(key, t)`` so that a
 changelog can delete them. The window of size ``w`` of a key is ``[S_p - w, S_p]`` (both bounds
@@ -35,6 +36,11 @@ class LateEvent(ValueError):
     """An event older than its partition's stream time minus the retention: not added."""
 
 
+class FutureEvent(ValueError):
+    """An event further ahead of its partition's stream time than the allowed skew: not added
+    (one wrong timestamp would otherwise move the stream time ahead and evict everything)."""
+
+
 class KeyPartitionError(ValueError):
     """A key met on a second partition: its entries would be split between two changelog
     partitions (the stream must be partitioned by the key, e.g. with ``group_by``)."""
@@ -55,11 +61,20 @@ def _same(x: Any) -> Any:
 class PartitionWindows:
     """The entries of one partition: one FiBA of partials per key and the stream time."""
 
-    __slots__ = ("_by_oldest", "_oldest", "_retention", "_stored", "_trees", "stream_time")
+    __slots__ = (
+        "_by_oldest",
+        "_max_future_skew",
+        "_oldest",
+        "_retention",
+        "_stored",
+        "_trees",
+        "stream_time",
+    )
 
-    def __init__(self, stored: Any, retention: int) -> None:
+    def __init__(self, stored: Any, retention: int, max_future_skew: int | None = None) -> None:
         self._stored = stored  # the monoid of stored partials (lift = identity)
         self._retention = retention
+        self._max_future_skew = max_future_skew
         self._trees: dict[Hashable, FiBA] = {}
         self._oldest: dict[Hashable, int] = {}
         self._by_oldest = SortedList()  # (oldest time, key), for the retention
@@ -99,6 +114,9 @@ class PartitionWindows:
             raise LateEvent(
                 f"time {t} < stream time {self.stream_time} - retention {self._retention}"
             )
+        skew = self._max_future_skew
+        if skew is not None and self.stream_time is not None and t > self.stream_time + skew:
+            raise FutureEvent(f"time {t} > stream time {self.stream_time} + max_future_skew {skew}")
         tree = self._tree(key)
         tree.insert(t, partial)
         if t < self._oldest[key]:
@@ -193,16 +211,24 @@ class SlidingState:
     """Sliding windows of many keys, each key in one partition (see the module doc).
 
     ``monoid`` lifts values and combines partials (its ``lower`` gives the results);
-    ``windows`` maps window names to sizes, each at most ``retention``.
+    ``windows`` maps window names to sizes, each at most ``retention``; ``max_future_skew``:
+    how far ahead of the stream time an event may be (None: any).
     """
 
-    def __init__(self, monoid: Any, windows: Mapping[str, int], retention: int) -> None:
+    def __init__(
+        self,
+        monoid: Any,
+        windows: Mapping[str, int],
+        retention: int,
+        max_future_skew: int | None = None,
+    ) -> None:
         for name, size in windows.items():
             if not 0 <= size <= retention:
                 raise ValueError(f"window {name!r} ({size}) must be in [0, retention {retention}]")
         self.monoid = monoid
         self.windows = dict(windows)
         self.retention = retention
+        self.max_future_skew = max_future_skew
         self._stored = make_monoid(
             monoid.identity,
             _same,
@@ -230,8 +256,8 @@ class SlidingState:
         return partial
 
     def add(self, partition: int, key: Hashable, t: int, value: Any) -> AddOutcome:
-        """Add ``value`` at ``(key, t)`` on ``partition``: ``LateEvent``, ``ValueError`` (bad
-        value, bad time) or ``KeyPartitionError`` before any change."""
+        """Add ``value`` at ``(key, t)`` on ``partition``: ``LateEvent``, ``FutureEvent``,
+        ``ValueError`` (bad value, bad time) or ``KeyPartitionError`` before any change."""
         if type(t) is not int:
             raise ValueError(f"time must be an int (e.g. milliseconds), got {t!r}")
         self._check_partition(key, partition)
@@ -326,7 +352,9 @@ class SlidingState:
     def _partition(self, partition: int) -> PartitionWindows:
         windows = self._partitions.get(partition)
         if windows is None:
-            windows = self._partitions[partition] = PartitionWindows(self._stored, self.retention)
+            windows = self._partitions[partition] = PartitionWindows(
+                self._stored, self.retention, self.max_future_skew
+            )
         return windows
 
     def _check_partition(self, key: Hashable, partition: int) -> None:

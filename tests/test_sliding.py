@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from agents.sliding import SlidingWindows, composed_monoid, duration_ms
 from stores.faust_sliding import SlidingStore
 from stores.monoids import make_monoid, monoid
-from stores.sliding_state import KeyPartitionError, LateEvent, SlidingState
+from stores.sliding_state import FutureEvent, KeyPartitionError, LateEvent, SlidingState
 from tests.oracle import OracleWindow
 
 LAST_TWO = make_monoid(
@@ -33,6 +33,7 @@ LAST_TWO = make_monoid(
 AGGREGATIONS = ["count", "sum", "collect", LAST_TWO]
 WINDOWS = {"w5": 5, "w20": 20, "w40": 40}
 RETENTION = 40
+MAX_FUTURE_SKEW = 30
 KEYS = ("a", "b", "c", "d")
 
 
@@ -48,15 +49,17 @@ class Oracle:
         self.keys: dict[str, OracleWindow] = {}
         self.stream_time: dict[int, int] = {}
 
-    def add(self, key: str, t: int, value: int) -> bool:
-        """False when the event is late (nothing changes)."""
+    def add(self, key: str, t: int, value: int) -> type[Exception] | None:
+        """The exception of an event that is late or too far ahead (nothing changes)."""
         p = partition_of(key)
         s = self.stream_time.get(p)
         if s is not None and t < s - RETENTION:
-            return False
+            return LateEvent
+        if s is not None and t > s + MAX_FUTURE_SKEW:
+            return FutureEvent
         self.keys.setdefault(key, OracleWindow(self.composed)).insert(t, value)
         self.stream_time[p] = t if s is None else max(s, t)
-        return True
+        return None
 
     def range(self, key: str, t_from: int, t_to: int):
         window = self.keys.get(key)
@@ -74,12 +77,13 @@ class Oracle:
 
 @st.composite
 def events(draw) -> list[tuple[str, int, int]]:
-    """``(key, t, value)``: times drift forward by steps of -6..12, or jump back 45 (late)."""
+    """``(key, t, value)``: times drift forward by steps of -6..12, or jump 45 back (late) or
+    ahead (too far ahead for ``MAX_FUTURE_SKEW``, then accepted after a few steps)."""
     steps = draw(
         st.lists(
             st.tuples(
                 st.sampled_from(KEYS),
-                st.integers(-6, 12) | st.just(-45),
+                st.integers(-6, 12) | st.sampled_from([-45, 45]),
                 st.integers(-5, 5),
             ),
             max_size=120,
@@ -109,13 +113,14 @@ def replay(composed, changelog) -> SlidingState:
 @example([("a", 10, 1), ("a", 11, 2), ("a", 51, 3), ("a", 10, 4)], 0, 150)  # 11 stays, 10 goes
 def test_windows_and_ranges_equal_the_oracle(evs, t_from, t_to) -> None:
     composed = composed_monoid(AGGREGATIONS)
-    state = SlidingState(composed, WINDOWS, RETENTION)
+    state = SlidingState(composed, WINDOWS, RETENTION, MAX_FUTURE_SKEW)
     oracle = Oracle(composed)
     changelog = []
     for key, t, value in evs:
         p = partition_of(key)
-        if not oracle.add(key, t, value):
-            with pytest.raises(LateEvent):
+        refused = oracle.add(key, t, value)
+        if refused is not None:
+            with pytest.raises(refused):
                 state.add(p, key, t, value)
             continue
         outcome = state.add(p, key, t, value)
@@ -158,10 +163,12 @@ def test_replaying_a_changelog_twice_changes_nothing(evs) -> None:
 
 
 def test_bad_input_changes_nothing() -> None:
-    state = SlidingState(composed_monoid(["sum"]), WINDOWS, RETENTION)
+    state = SlidingState(composed_monoid(["sum"]), WINDOWS, RETENTION, MAX_FUTURE_SKEW)
     state.add(0, "a", 100, 1)
     with pytest.raises(LateEvent, match="time 59 < stream time 100 - retention 40"):
         state.add(0, "a", 59, 1)
+    with pytest.raises(FutureEvent, match="time 131 > stream time 100 \\+ max_future_skew 30"):
+        state.add(0, "a", 131, 1)
     with pytest.raises(ValueError, match="cannot aggregate 'x'"):
         state.add(0, "a", 100, "x")
     with pytest.raises(ValueError, match="time must be an int"):
