@@ -75,6 +75,8 @@ from collections.abc import Iterable, Iterator
 from functools import reduce
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 __all__ = ["FiBA"]
 
 
@@ -149,6 +151,7 @@ class _Node:
         self.suffix: list[Any] | None = None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # e.g. a counting subclass, compiled or not
 class FiBA:
     """Finger B-tree aggregator: exact sliding-window aggregation over out-of-order streams.
 
@@ -441,13 +444,13 @@ class FiBA:
                 node = self._lf
                 parent = node.parent
                 while parent is not root and not t < parent.times[0]:
-                    node = parent
+                    node = parent  # type: ignore[assignment]
                     parent = node.parent
             elif t > rtimes[-1]:
                 node = self._rf
                 parent = node.parent
                 while parent is not root and not t > parent.times[-1]:
-                    node = parent
+                    node = parent  # type: ignore[assignment]
                     parent = node.parent
         while True:
             times = node.times
@@ -766,7 +769,7 @@ class FiBA:
             i = 0
         else:
             siblings = parent.children
-            i = len(siblings) - 1 if siblings[-1] is node else siblings.index(node)
+            i = len(siblings) - 1 if siblings[-1] is node else siblings.index(node)  # type: ignore[arg-type]
         times = node.times
         values = node.values
         right = _Node(parent, times[mu + 1 :], values[mu + 1 :], None)
@@ -926,7 +929,7 @@ class FiBA:
         schildren = sibling.children
         tail = combine(separator, sibling.agg)
         suffix = node.suffix
-        for i, fold in enumerate(suffix):
+        for i, fold in enumerate(suffix):  # type: ignore[arg-type]
             suffix[i] = combine(fold, tail)
         m = len(svalues)
         folds = [tail] * (m + 1)
@@ -999,7 +1002,7 @@ class FiBA:
                     recalc(top)
                 hit_left = hit_left or top.left_spine
                 hit_right = hit_right or top.right_spine
-                top = top.parent
+                top = top.parent  # type: ignore[assignment]
         self._repair_aggs(top, hit_left, hit_right)
 
     def _underflow(
@@ -1015,7 +1018,7 @@ class FiBA:
             parent = node.parent
             siblings = parent.children
             idx = 0 if siblings[0] is node else siblings.index(node)
-            sib_idx = idx - 1 if idx == len(siblings) - 1 else idx + 1
+            sib_idx = idx - 1 if idx == len(siblings) - 1 else idx + 1  # type: ignore[arg-type]
             sibling = siblings[sib_idx]
             hit_left = hit_left or sibling.left_spine
             hit_right = hit_right or sibling.right_spine
@@ -1050,7 +1053,7 @@ class FiBA:
         if left.children is not None:
             for child in right.children:
                 child.parent = left
-            left.children.extend(right.children)
+            left.children.extend(right.children)  # type: ignore[arg-type]
         if right.right_spine:
             left.right_spine = True
             if self._rf is right:
@@ -1136,13 +1139,13 @@ class FiBA:
                 node = lf
                 parent = node.parent
                 while parent is not root and not t_to < parent.times[0]:
-                    node = parent
+                    node = parent  # type: ignore[assignment]
                     parent = node.parent
             elif t_from > root.times[-1]:
                 node = rf
                 parent = node.parent
                 while parent is not root and not t_from > parent.times[-1]:
-                    node = parent
+                    node = parent  # type: ignore[assignment]
                     parent = node.parent
             while node.children is not None:
                 i = bisect_left(node.times, t_from)
@@ -1209,8 +1212,8 @@ class FiBA:
                     break
                 parts.append(acc)
             node = children[i]
-        for part in reversed(parts):
-            acc = combine(acc, part)
+        while parts:
+            acc = combine(acc, parts.pop())
         return acc
 
     def _prefix_of(self, node: _Node, hi: Any) -> Any:
@@ -1243,8 +1246,8 @@ class FiBA:
                     break
                 parts.append(acc)
             node = children[i]
-        for part in reversed(parts):
-            acc = combine(part, acc)
+        while parts:
+            acc = combine(parts.pop(), acc)
         return acc
 
     def _spine_up(self, node: _Node) -> Any:
@@ -1327,7 +1330,7 @@ class FiBA:
             node = self._lf
             parent = node.parent
             while parent is not root and not t < parent.times[0]:
-                node = parent
+                node = parent  # type: ignore[assignment]
                 parent = node.parent
             neighbor = parent.children[1]
             ancestor = parent
@@ -1335,7 +1338,7 @@ class FiBA:
             node = self._rf
             parent = node.parent
             while parent is not root and not t > parent.times[-1]:
-                node = parent
+                node = parent  # type: ignore[assignment]
                 parent = node.parent
         else:
             node = root
@@ -1449,7 +1452,7 @@ class FiBA:
         if node.children is not None:
             for child in neighbor.children:
                 child.parent = node
-            node.children.extend(neighbor.children)
+            node.children.extend(neighbor.children)  # type: ignore[arg-type]
         del parent.times[a]
         del parent.values[a]
         del parent.children[a + 1]
