@@ -5,7 +5,8 @@ The hot path, the modules in ``COMPILED``, may be compiled by mypyc at install t
 ``.py`` file. Importing this package decides once, for the whole process, which build its
 modules load: the pure-Python sources when ``FIBA_PURE_PYTHON=1``, or when a compiled module
 was built from another version of its source than the one beside it (a warning then says to
-reinstall), else whatever is installed. :func:`build` tells which one that is.
+reinstall), else whatever is installed. :func:`build` tells which one that is, and
+:func:`load_pure` loads a pure-Python twin beside a compiled module.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from types import ModuleType
 
 COMPILED = ("stores.fiba", "stores.monoids")
 """The modules ``setup.py`` compiles (the FiBA core and the monoids)."""
@@ -85,6 +87,24 @@ def build() -> str:
         isinstance(_loader(name), importlib.machinery.ExtensionFileLoader) for name in COMPILED
     ]
     return "compiled" if all(compiled) else "mixed" if any(compiled) else "pure"
+
+
+def load_pure(name: str) -> ModuleType:
+    """The pure-Python source of ``name`` (one of ``COMPILED``) as a module of its own,
+    ``pure:<name>``, whichever build ``name`` itself loads: both builds side by side in one
+    process (the tests compare their results, the benchmarks their speed). Loaded once."""
+    if name not in COMPILED:
+        raise ValueError(f"{name} is not one of the compiled modules {COMPILED}")
+    alias = f"pure:{name}"
+    module = sys.modules.get(alias)
+    if module is None:
+        source = _HERE / (name.rpartition(".")[2] + ".py")
+        spec = importlib.util.spec_from_file_location(alias, source)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[alias] = module  # dataclasses look their module up while it executes
+        spec.loader.exec_module(module)
+    return module
 
 
 def _loader(name: str) -> object:
