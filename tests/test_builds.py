@@ -145,3 +145,20 @@ def test_both_builds_give_identical_results(name: str, min_arity: int, ops: list
     assert not fiba.__file__.endswith(".py") and _PURE_FIBA.__file__.endswith(".py")
     compiled = _trace(fiba, monoids, name, min_arity, ops)
     assert compiled == _trace(_PURE_FIBA, _PURE_MONOIDS, name, min_arity, ops)
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_fiba_version_names_the_build_loaded(pure: bool) -> None:
+    env = {k: v for k, v in os.environ.items() if k != stores.PURE_PYTHON_SWITCH}
+    if pure:
+        env[stores.PURE_PYTHON_SWITCH] = "1"
+    version = subprocess.run(
+        [sys.executable, "-c", "from app.cli import main; main()", "--version"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    expected = "pure" if pure or not COMPILED else "compiled"
+    assert version.startswith("fiba, version ") and f"(hot path: {expected})" in version
