@@ -638,7 +638,7 @@ class FiBA:
         while True:  # ``node``, the parent's last child, became an up node; ``new`` follows it
             ptimes = parent.times
             pvalues = parent.values
-            pchildren = parent.children
+            pchildren: list[_Node] = parent.children  # type: ignore[assignment]
             ptimes.append(new_time)
             pvalues.append(separator)
             pchildren.append(new)
@@ -650,8 +650,8 @@ class FiBA:
                     self._refresh_right_spine(new)
                     self._refresh_left_spine(pchildren[0])
                     return
-                prefix = parent.prefix
-                prefix.append(combine(combine(prefix[-1], up), separator))
+                folds: list[Any] = parent.prefix  # type: ignore[assignment]
+                folds.append(combine(combine(folds[-1], up), separator))
                 parent.local_cnt += node.cnt + 1
                 self._refresh_right_spine(parent)
                 return
@@ -676,7 +676,7 @@ class FiBA:
             parent.prefix = None
             parent.right_spine = False
             right.right_spine = True
-            rchildren = right.children
+            rchildren: list[_Node] = right.children  # type: ignore[assignment]
             rvalues = right.values
             first = rchildren[0]
             first.parent = right
@@ -701,7 +701,7 @@ class FiBA:
         nodes below it from their (valid) prefix folds and counts: one combine per level, and
         the right finger's fold of its entries."""
         combine = self._combine
-        parent = node.parent
+        parent: _Node = node.parent  # type: ignore[assignment]
         if parent.parent is None:  # a child of the root: no parent term
             if node.children is None:
                 self._recalc(node)
@@ -814,7 +814,7 @@ class FiBA:
                 lf.agg = reduce(self._combine, values) if values else self._identity
                 lf.cnt = len(values)
             else:
-                suffix = lf.suffix
+                suffix: list[Any] = lf.suffix  # type: ignore[assignment]
                 del suffix[0]
                 if len(ltimes) < self._min_entries:
                     self._refill_left_finger(lf, parent)
@@ -904,7 +904,8 @@ class FiBA:
                 self._recalc(parent)
                 self._refresh_left_spine(node)
                 return
-            del parent.suffix[0]
+            folds: list[Any] = parent.suffix  # type: ignore[assignment]
+            del folds[0]
             parent.local_cnt -= 1 + sibling.cnt
             if len(parent.times) >= min_entries:
                 self._refresh_left_spine(parent)
@@ -928,7 +929,7 @@ class FiBA:
         svalues = sibling.values
         schildren = sibling.children
         tail = combine(separator, sibling.agg)
-        suffix = node.suffix
+        suffix: list[Any] = node.suffix  # type: ignore[assignment]
         for i, fold in enumerate(suffix):  # type: ignore[arg-type]
             suffix[i] = combine(fold, tail)
         m = len(svalues)
@@ -964,7 +965,7 @@ class FiBA:
         """Recompute the aggregates of the non-root left-spine ``node`` and of the left-spine
         nodes below it from their (valid) suffix folds and counts: one combine per level."""
         combine = self._combine
-        parent = node.parent
+        parent: _Node = node.parent  # type: ignore[assignment]
         while node.children is not None:
             node.agg = combine(node.suffix[0], parent.agg)
             node.cnt = node.local_cnt + parent.cnt
