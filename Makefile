@@ -48,4 +48,4 @@ chaos: $(STAMP)
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so stores/compiled.json fiba_core__mypyc.*
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so stores/compiled.json

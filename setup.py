@@ -45,7 +45,7 @@ def _mypyc_extensions() -> list:
     cwd = os.getcwd()
     os.chdir(HERE)  # mypy reads [tool.mypy] from ./pyproject.toml; sources are relative
     try:
-        extensions = mypycify(list(SOURCES), opt_level="3", group_name="fiba_core")
+        extensions = mypycify(list(SOURCES), opt_level="3", group_name="stores._compiled")
     except (Exception, SystemExit) as error:  # mypy reports type errors with SystemExit
         _warn(f"mypyc failed: {error}")
         return []

@@ -71,11 +71,18 @@ deallocation calls; here that work is C-level and not a combine).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import reduce
 from typing import Any
 
-from mypy_extensions import mypyc_attr
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # the standard library alone (pure Python): the decorator is mypyc's only
+
+    def mypyc_attr(*_attrs: str, **_options: object) -> Callable[[type], type]:  # type: ignore[no-redef,misc]
+        """The decorator without mypyc: classes unchanged."""
+        return lambda cls: cls
+
 
 __all__ = ["FiBA"]
 
