@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install kafka-jars demo test lint bench bench-quick chaos clean
 
-$(STAMP): pyproject.toml
+# the install compiles stores/fiba.py and stores/monoids.py (setup.py): redone when they change
+$(STAMP): pyproject.toml setup.py stores/fiba.py stores/monoids.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -22,10 +23,14 @@ demo: $(STAMP)
 kafka-jars: $(STAMP)
 	$(PY) -m app.kafka_jars
 
-# Every Kafka test runs on both broker kinds: Tansu, then Apache Kafka.
+# Every test runs under both builds of the hot path and every Kafka test on both broker kinds:
+# the compiled build (when the install could compile it) on Apache Kafka, then the pure-Python
+# build (FIBA_PURE_PYTHON=1) on Tansu.
 test: $(STAMP) kafka-jars
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -c "import stores; print('hot path build:', stores.build())"
+	TEST_BROKER_KINDS=kafka $(PY) -m pytest -q
+	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -43,4 +48,4 @@ chaos: $(STAMP)
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so stores/compiled.json

@@ -453,7 +453,8 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
         cpu_us_per_call(lambda: composed.lower(a), 200_000) for _ in range(3)
     )
     for occupancy in occupancies:
-        settings = scenario_settings("127.0.0.1:1", occupancy, "event", Path("unused"))
+        offline = BenchBroker("127.0.0.1:1", "kafka", "none")  # no broker: settings only
+        settings = scenario_settings(offline, occupancy, "event", Path("unused"))
         stream = []
         for key, value in event_stream(events):
             obj = json.loads(value)
