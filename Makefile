@@ -22,10 +22,13 @@ demo: $(STAMP)
 kafka-jars: $(STAMP)
 	$(PY) -m app.kafka_jars
 
-# Every Kafka test runs on both broker kinds: Tansu, then Apache Kafka.
+# Every Kafka test runs on both broker kinds: Tansu, then Apache Kafka. PYTEST_OPTS: two xdist
+# workers (most tests wait on brokers and workers), each with its own session brokers; the
+# tests sharing a SparkSession or a module fixture stay together (tests/conftest.py).
+PYTEST_OPTS ?= -n 2 --dist loadgroup
 test: $(STAMP) kafka-jars
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_OPTS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
