@@ -25,12 +25,15 @@ kafka-jars: $(STAMP)
 
 # Every test runs under both builds of the hot path and every Kafka test on both broker kinds:
 # the compiled build (when the install could compile it) on Apache Kafka, then the pure-Python
-# build (FIBA_PURE_PYTHON=1) on Tansu.
+# build (FIBA_PURE_PYTHON=1) on Tansu. PYTEST_OPTS: two xdist workers (most tests wait on
+# brokers and workers), each with its own session broker; the tests sharing a SparkSession or a
+# module fixture stay together (tests/conftest.py).
+PYTEST_OPTS ?= -n 2 --dist loadgroup
 test: $(STAMP) kafka-jars
 	$(PY) -m ruff check .
 	$(PY) -c "import stores; print('hot path build:', stores.build())"
-	TEST_BROKER_KINDS=kafka $(PY) -m pytest -q
-	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q
+	TEST_BROKER_KINDS=kafka $(PY) -m pytest -q $(PYTEST_OPTS)
+	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q $(PYTEST_OPTS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
