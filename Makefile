@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo test lint bench bench-quick chaos clean
+.PHONY: install kafka-jars spark-jars demo test lint bench bench-quick chaos clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,12 @@ demo: $(STAMP)
 kafka-jars: $(STAMP)
 	$(PY) -m app.kafka_jars
 
+# Spark's Kafka connector for the pinned PySpark (Maven Central, same cache), for the Spark tests.
+spark-jars: $(STAMP)
+	$(PY) -m spark_bridge.connector
+
 # Every Kafka test runs on both broker kinds: Tansu, then Apache Kafka.
-test: $(STAMP) kafka-jars
+test: $(STAMP) kafka-jars spark-jars
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
