@@ -160,6 +160,11 @@ class KafkaReader:
             await consumer.getmany(*tps, timeout_ms=100, max_records=1)
         return {tp.partition: int(consumer.highwater(tp)) for tp in tps}
 
+    def bounds(self) -> tuple[list[int], dict[int, int], dict[int, int]]:
+        """(partitions, earliest offsets, high watermarks) of the topic now."""
+        partitions = self.partitions()
+        return partitions, self.earliest_offsets(partitions), self.high_watermarks(partitions)
+
     def read(
         self, partition: int, start: int, end: int, *, chunk: int = 50_000
     ) -> Iterator[list[KafkaRecord]]:

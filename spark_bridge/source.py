@@ -130,12 +130,7 @@ class _Config:
     def bounds(self) -> tuple[list[int], dict[int, int], dict[int, int]]:
         """(partitions, earliest offsets, high watermarks) of the topic now."""
         with self.kafka() as reader:
-            partitions = reader.partitions()
-            return (
-                partitions,
-                reader.earliest_offsets(partitions),
-                reader.high_watermarks(partitions),
-            )
+            return reader.bounds()
 
     def read(self, part: OffsetRange) -> Iterator[pa.RecordBatch]:
         with self.kafka() as reader:
