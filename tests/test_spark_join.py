@@ -10,6 +10,7 @@ with exact matches allowed — the last of tied aggregates wins, as in the job.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -133,8 +134,10 @@ def test_asof_join_equals_merge_asof(spark, agg_draws, batch_rows, corrupt, flat
     assert len(got) == len(batch)
 
 
-def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, tmp_path):
-    """Kafka topics -> ``fiba spark-join`` -> Parquet, with answers attached by query id."""
+@pytest.mark.parametrize("engine", ["python", "jvm"])
+def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, broker_profile, engine, tmp_path):
+    """Kafka topics -> ``fiba spark-join`` -> Parquet, with answers attached by query id: the
+    same result (the oracle's) through the Python source and through Spark's Kafka connector."""
     agg_topic = create_topic(kafka_bootstrap, unique_topic("join-agg"), PARTITIONS)
     ans_topic = create_topic(kafka_bootstrap, unique_topic("join-ans"), PARTITIONS)
     draws = [
@@ -184,6 +187,10 @@ def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, tmp_path):
             "sum,max",
             "--broker",
             kafka_bootstrap,
+            "--broker-profile",
+            broker_profile,
+            "--engine",
+            engine,
             "--no-progress",
         ],
     )
@@ -209,6 +216,10 @@ def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, tmp_path):
             "3",
             "--broker",
             kafka_bootstrap,
+            "--broker-profile",
+            broker_profile,
+            "--engine",
+            engine,
             "--no-progress",
         ],
     )
@@ -232,3 +243,22 @@ def test_csv_batch_with_iso_times(spark, tmp_path):
     joined = asof_join(read_batch(spark, str(path)), spark_aggregates(spark, records), WINDOW)
     got = {r.id: r.agg_window_count for r in joined.collect()}
     assert got == {0: 0, 1: 1, 2: None, 3: None}
+
+
+def test_the_join_job_runs_as_a_script_without_importing_its_cli():
+    """``python -m spark_bridge`` is the job's script; ``spark_bridge.join`` (which the CLI
+    imports) imports nothing of the CLI back: no import cycle."""
+    import ast
+    import subprocess
+    import sys
+
+    import spark_bridge.join
+
+    tree = ast.parse(Path(spark_bridge.join.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and m.startswith("spark_bridge.cli")}
+    script = [sys.executable, "-m", "spark_bridge", "--help"]
+    done = subprocess.run(script, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: python -m spark_bridge [OPTIONS]")
