@@ -3,13 +3,13 @@ classpath, reading both brokers.
 
 Through the connector (``engine="jvm"``) a batch read and an ``availableNow`` stream give the
 very rows of the ``fiba-kafka`` Python source, corrupt records included; with
-``kafka.isolation.level=read_committed`` aborted records are hidden (Apache Kafka only: the
-embedded broker has no transactions). On the embedded broker the connector's "latest" comes
-from ListOffsets, which that broker answers wrongly (the base offset of the newest record
-batch + 1): batch reads get explicit offsets from the Fetch high watermark, streaming through
-``read_records`` is refused, and the connector itself streams correctly only topics written in
-single-record batches (what those tests show). Without the connector ``engine="auto"`` falls back
-to the Python source with one line.
+``kafka.isolation.level=read_committed`` aborted records are hidden, in either engine (Apache
+Kafka only: the embedded broker has no transactions). On the embedded broker the connector's
+"latest" comes from ListOffsets, which that broker answers wrongly (the base offset of the
+newest record batch + 1): batch reads get explicit offsets from the Fetch high watermark,
+streaming through ``read_records`` is refused, and the connector itself streams correctly only
+topics written in single-record batches (what those tests show). Without the connector
+``engine="auto"`` falls back to the Python source with one line.
 """
 
 from __future__ import annotations
@@ -232,29 +232,30 @@ def test_the_embedded_broker_streams_through_the_connector_only_single_record_ba
 
 
 def produce_transactions(bootstrap: str, topic: str) -> None:
-    """Three transactions on partition 0: ``c0..c4`` committed, ``a0..a4`` aborted, ``c5..c9``
-    committed."""
+    """Four transactions on partition 0: ``c0..c4`` committed, ``a0..a4`` aborted, ``c5..c9``
+    committed, ``o0..o4`` left open (the broker aborts it after ten minutes)."""
     from aiokafka import AIOKafkaProducer
 
     async def run() -> None:
         producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, transactional_id=f"spark-test-{uuid.uuid4().hex}"
+            bootstrap_servers=bootstrap,
+            transactional_id=f"spark-test-{uuid.uuid4().hex}",
+            transaction_timeout_ms=600_000,
         )
         await producer.start()
         try:
-            for prefix, numbers, commit in (
-                ("c", range(5), True),
-                ("a", range(5), False),
-                ("c", range(5, 10), True),
+            for prefix, numbers, end in (
+                ("c", range(5), producer.commit_transaction),
+                ("a", range(5), producer.abort_transaction),
+                ("c", range(5, 10), producer.commit_transaction),
+                ("o", range(5), None),
             ):
                 await producer.begin_transaction()
                 for n in numbers:
                     answer = Answer(f"{prefix}{n}", "k", 0, 9, {"sum": float(n)}, 1, 9)
                     await producer.send_and_wait(topic, dumps(answer.to_json()), partition=0)
-                if commit:
-                    await producer.commit_transaction()
-                else:
-                    await producer.abort_transaction()
+                if end is not None:
+                    await end()
         finally:
             await producer.stop()
 
@@ -263,21 +264,25 @@ def produce_transactions(bootstrap: str, topic: str) -> None:
 
 @pytest.mark.spark
 @pytest.mark.kafka
-def test_read_committed_through_the_connector_hides_aborted_outputs(
-    spark, kafka_bootstrap, embedded_profile
+@pytest.mark.parametrize("engine", ["jvm", "python"])
+def test_read_committed_hides_aborted_outputs_in_either_engine(
+    spark, kafka_bootstrap, embedded_profile, engine
 ):
+    """Committed records only, up to the last stable offset: neither aborted records nor those
+    of a transaction still open (read_uncommitted shows both)."""
     if embedded_profile:
         pytest.skip("the embedded broker has no transactions (aborted records stay visible)")
     topic = create_topic(kafka_bootstrap, unique_topic("conn-txn"), 1)
     produce_transactions(kafka_bootstrap, topic)
 
     def query_ids(**options: str) -> list[str]:
-        df = read_records(spark, ANSWERS, kafka_bootstrap, topic, engine="jvm", options=options)
+        df = read_records(spark, ANSWERS, kafka_bootstrap, topic, engine=engine, options=options)
         return [r["query_id"] for r in rows(df)]
 
     committed = [f"c{n}" for n in range(10)]
     assert query_ids(**{"kafka.isolation.level": "read_committed"}) == committed
-    assert sorted(query_ids()) == sorted(committed + [f"a{n}" for n in range(5)])
+    others = [f"{prefix}{n}" for prefix in "ao" for n in range(5)]
+    assert sorted(query_ids()) == sorted(committed + others)
 
 
 def test_the_connector_jars_are_those_spark_does_not_ship(tmp_path):
