@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agents.config import WorkerSettings
 from agents.records import (
     REASON_BAD_KEY,
     REASON_BAD_TIMESTAMP,
@@ -39,7 +40,6 @@ from agents.records import (
     REASON_MISSING_FIELD,
     REASON_OVERSIZE,
 )
-from app.settings import Settings
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -194,7 +194,7 @@ class EventParser:
         "_value_field",
     )
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: WorkerSettings) -> None:
         self._key_field = settings.key_field
         self._ts_field = settings.ts_field
         self._value_field = settings.value_field
