@@ -35,10 +35,10 @@ def register(spark: SparkSession) -> SparkSession:
     return spark
 
 
-def session_conf(conf: Mapping[str, str] | None, kafka_connector: bool) -> dict[str, str]:
-    """``DEFAULT_CONF``, the connector's conf (when asked for) and ``conf``, later ones winning
-    except ``spark.jars``, whose lists are joined."""
-    connector = connector_conf() if kafka_connector else {}
+def session_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``DEFAULT_CONF``, the connector's conf and ``conf``, later ones winning except
+    ``spark.jars``, whose lists are joined (a caller's jars join the connector's)."""
+    connector = connector_conf()
     merged = {**DEFAULT_CONF, **connector, **(conf or {})}
     jars = [c["spark.jars"] for c in (connector, conf or {}) if c.get("spark.jars")]
     if jars:
@@ -51,14 +51,12 @@ def spark_session(
     *,
     app_name: str = "fiba-spark",
     conf: Mapping[str, str] | None = None,
-    kafka_connector: bool = True,
 ) -> SparkSession:
-    """The active session, or a new one on ``master`` with ``DEFAULT_CONF``, Spark's Kafka
-    connector (unless ``kafka_connector=False``) and ``conf``."""
+    """The active session, or a new one on ``master`` with ``session_conf(conf)``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    for name, value in session_conf(conf, kafka_connector).items():
+    for name, value in session_conf(conf).items():
         builder = builder.config(name, value)
     return register(builder.getOrCreate())

@@ -318,13 +318,25 @@ def test_an_artifact_counts_as_shipped_only_with_a_versioned_jar_of_its_own_name
     assert not shipped_by_spark("spark-tags", shipped)
 
 
+def test_a_callers_jars_join_the_connectors():
+    from spark_bridge.session import session_conf
+
+    jars = session_conf({"spark.jars": "/opt/extra.jar", "spark.ui.enabled": "true"})
+    assert jars["spark.jars"].endswith(",/opt/extra.jar")
+    assert f"{CONNECTOR_ARTIFACT}-{spark_version()}.jar" in jars["spark.jars"]
+    assert jars["spark.ui.enabled"] == "true"
+    assert jars["spark.sql.session.timeZone"] == "UTC"
+
+
 @pytest.mark.spark
 @pytest.mark.kafka
-def test_auto_falls_back_to_the_python_source_with_one_line_without_the_connector(
-    kafka_bootstrap, embedded_profile, mixed_topics, tmp_path
+@pytest.mark.parametrize("engine", ["auto", "jvm"])
+def test_without_the_connector_auto_falls_back_with_one_line_and_jvm_stops(
+    kafka_bootstrap, embedded_profile, mixed_topics, tmp_path, engine
 ):
     """``fiba spark-read`` on a machine where the connector cannot be resolved (an empty cache
-    and a ``mvn`` that fails as offline Maven does): one warning line, the rows still read."""
+    and a ``mvn`` that fails as offline Maven does): with ``--engine auto`` one warning line and
+    the rows still read; with ``--engine jvm`` one error line naming why, exit code 2."""
     if embedded_profile:
         pytest.skip("engine auto reads with the Python source on the embedded broker anyway")
     topics, _ = mixed_topics
@@ -338,34 +350,30 @@ def test_auto_falls_back_to_the_python_source_with_one_line_without_the_connecto
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "FIBA_CACHE_DIR": str(tmp_path / "cache"),
     }
+    command = ["spark-read", "--broker", kafka_bootstrap, "--topic", topics[AGGREGATES]]
+    command += ["--engine", engine, "--limit", "400", "--no-progress", "--master", "local[1]"]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "spark-read",
-            "--broker",
-            kafka_bootstrap,
-            "--topic",
-            topics[AGGREGATES],
-            "--limit",
-            "400",
-            "--no-progress",
-            "--master",
-            "local[1]",
-        ],
+        [sys.executable, "-m", "app.cli", *command],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
+    why = (
+        f"resolving Spark's Kafka connector {CONNECTOR_ARTIFACT} {spark_version()} from Maven "
+        "Central failed: Could not transfer artifact (offline)"
+    )
+    ours = [line for line in done.stderr.splitlines() if "Kafka connector" in line]
+    if engine == "jvm":
+        assert done.returncode == 2, done.stderr
+        refusal = "fiba: engine jvm needs Spark's Kafka connector, not on the classpath: "
+        assert ours == [refusal + why]
+        return
     assert done.returncode == 0, done.stderr
-    fallback = [line for line in done.stderr.splitlines() if "engine auto reads with" in line]
-    assert fallback == [
-        "Spark's Kafka connector is not on the classpath (resolving Spark's Kafka connector "
-        f"{CONNECTOR_ARTIFACT} {spark_version()} from Maven Central failed: Could not transfer "
-        "artifact (offline)): engine auto reads with the fiba-kafka Python source"
+    assert ours == [
+        f"Spark's Kafka connector is not on the classpath ({why}): engine auto reads with the "
+        "fiba-kafka Python source"
     ]
     assert "only showing top 400 rows" not in done.stdout  # all 303 rows shown
     assert done.stdout.count("{not json") == 1
