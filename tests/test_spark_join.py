@@ -10,7 +10,6 @@ with exact matches allowed — the last of tied aggregates wins, as in the job.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -245,19 +244,12 @@ def test_csv_batch_with_iso_times(spark, tmp_path):
     assert got == {0: 0, 1: 1, 2: None, 3: None}
 
 
-def test_the_join_job_runs_as_a_script_without_importing_its_cli():
-    """``python -m spark_bridge`` is the job's script; ``spark_bridge.join`` (which the CLI
-    imports) imports nothing of the CLI back: no import cycle."""
-    import ast
+def test_the_join_job_runs_as_a_script():
+    """``python -m spark_bridge`` is the job's script (``spark_bridge.join`` has none: the CLI
+    imports it, so it may not import the CLI back; tests/test_layers.py finds no circle)."""
     import subprocess
     import sys
 
-    import spark_bridge.join
-
-    tree = ast.parse(Path(spark_bridge.join.__file__).read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert not {m for m in imported if m and m.startswith("spark_bridge.cli")}
     script = [sys.executable, "-m", "spark_bridge", "--help"]
     done = subprocess.run(script, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
