@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo test lint bench bench-quick chaos clean
+.PHONY: install kafka-jars spark-jars demo test lint bench bench-quick chaos clean
 
 # the install compiles stores/fiba.py and stores/monoids.py (setup.py): redone when they change
 $(STAMP): pyproject.toml setup.py stores/fiba.py stores/monoids.py
@@ -23,13 +23,17 @@ demo: $(STAMP)
 kafka-jars: $(STAMP)
 	$(PY) -m app.kafka_jars
 
+# Spark's Kafka connector for the pinned PySpark (Maven Central, same cache), for the Spark tests.
+spark-jars: $(STAMP)
+	$(PY) -m spark_bridge.connector
+
 # Every test runs under both builds of the hot path and every Kafka test on both broker kinds:
 # the compiled build (when the install could compile it) on Apache Kafka, then the pure-Python
 # build (FIBA_PURE_PYTHON=1) on Tansu. PYTEST_OPTS: two xdist workers (most tests wait on
 # brokers and workers), each with its own session broker; the tests sharing a SparkSession or a
 # module fixture stay together (tests/conftest.py).
 PYTEST_OPTS ?= -n 2 --dist loadgroup
-test: $(STAMP) kafka-jars
+test: $(STAMP) kafka-jars spark-jars
 	$(PY) -m ruff check .
 	$(PY) -c "import stores; print('hot path build:', stores.build())"
 	TEST_BROKER_KINDS=kafka $(PY) -m pytest -q $(PYTEST_OPTS)

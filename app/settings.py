@@ -240,7 +240,7 @@ SECRET_SETTINGS = frozenset({"sasl_password"})
 ENV_PREFIX = "FIBA_"
 CONFIG_ENV = "FIBA_CONFIG"
 CACHE_DIR_ENV = "FIBA_CACHE_DIR"
-"""Where downloaded artifacts (Apache Kafka's jars, ``app.kafka_jars``) are cached."""
+"""Where downloaded jars (Apache Kafka's, Spark's Kafka connector; ``app.kafka_jars``) live."""
 NON_SETTING_ENV = frozenset({CONFIG_ENV, CACHE_DIR_ENV})
 """The ``FIBA_*`` variables that name no setting; any other unknown one is refused."""
 """The one ``FIBA_*`` variable that is not a setting: the path of the TOML file."""
