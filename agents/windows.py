@@ -385,7 +385,7 @@ class WindowsPipeline:
         self.counts["redelivered_skipped"] += len(messages) - len(fresh)
         windows = state.windows
         turns = self.turns
-        parse = self.parser.parse
+        parse_many = self.parser.parse_many
         result = BatchResult()
         parsed: list[BadEvent | None] = []
         lo = 0
@@ -393,14 +393,12 @@ class WindowsPipeline:
             started = time.perf_counter()
             hi = lo + self._slice
             events = []
-            for message in fresh[lo:hi]:
-                try:
-                    event = parse(message.key, message.value, message.timestamp)
-                except BadEvent as bad:
-                    parsed.append(bad)
-                    continue
-                parsed.append(None)
-                events.append((event.key, event.ts, event.value))
+            for outcome in parse_many(fresh[lo:hi]):
+                if isinstance(outcome, BadEvent):
+                    parsed.append(outcome)
+                else:
+                    parsed.append(None)
+                    events.append(outcome)
             windows.insert_batch(events, result, evict=False)
             self._fit_slice(time.perf_counter() - started)
             lo = hi
