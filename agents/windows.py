@@ -94,6 +94,9 @@ traverses the whole window state (a pause of about 0.1 s per 10^5 retained entri
 MAX_SLICE = 1024
 """Largest number of records ``emit=batch`` applies to the windows in one synchronous step."""
 
+STORE_SLICE = 128
+"""Accepted records ``emit=batch`` hands to the store in one synchronous step."""
+
 
 class LoopTurns:
     """Time-based cooperative scheduling for a task that rarely suspends by itself.
@@ -438,15 +441,21 @@ class WindowsPipeline:
     async def _flush_accepted(
         self, state: PartitionState, pending: list[tuple[ConsumerRecord, Accepted]]
     ) -> None:
+        """Queue the store's records of the ``pending`` accepted messages
+        (``WindowStore.record_many``), ``STORE_SLICE`` at a time, the event loop getting a turn
+        in between once the budget is spent (HTTP queries)."""
         turns = self.turns
-        record = self.store.record
+        record_many = self.store.record_many
         partition = state.partition
-        for message, accepted in pending:
-            self.counts["accepted"] += 1
-            record(partition, message.offset, accepted.key, accepted.time, accepted.partial)
-            state.applied_offset = message.offset
+        for lo in range(0, len(pending), STORE_SLICE):
+            piece = pending[lo : lo + STORE_SLICE]
+            record_many(
+                partition,
+                [(m.offset, a.key, a.time, a.partial) for m, a in piece],
+            )
+            self.counts["accepted"] += len(piece)
+            state.applied_offset = piece[-1][0].offset
             if time.perf_counter() >= turns.deadline:
-                # let HTTP queries in between
                 await turns.take()
         pending.clear()
 

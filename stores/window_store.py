@@ -641,6 +641,47 @@ class WindowStore:
         queued.extend(zip(evicted_ids, repeat(None)))
         state.queued_upto = offset
 
+    def record_many(self, partition: int, effects: Iterable[tuple[int, str, int, Any]]) -> None:
+        """``record(partition, offset, key, time, partial)`` for each ``(offset, key, time,
+        partial)`` of ``effects`` in order (offsets increasing, no evictions: ``emit=batch``
+        evicts per key with ``evict``), with the same local writes and changelog records,
+        except that each local piece writes the applied offset once, at its end (a piece is one
+        atomic write: the local copy still only ever holds a state the store has been in, with
+        the applied offset it went to). O(len(effects)), with less Python per record than
+        ``record``: one key prefix per key, no per-record applied write."""
+        state = self._open[partition]
+        if state.backfill is not None:
+            for offset, key, time, partial in effects:
+                self.record(partition, offset, key, time, partial)
+            return
+        encode, pack_header = self.codec.encode, UPSERT_HEADER.pack
+        append = state.queued.append
+        prefixes: dict[str, bytes] = {}
+        local = state.local
+        applied = state.applied
+        for offset, key, time, partial in effects:
+            if offset <= applied:
+                raise ValueError(
+                    f"offset {offset} of partition {partition} is not after the applied "
+                    f"offset {applied}: a redelivered record must be skipped"
+                )
+            prefix = prefixes.get(key)
+            if prefix is None:
+                prefix = prefixes[key] = key_prefix(key)
+            eid = entry_id_of(prefix, time)
+            data = encode(partial)
+            local.put(eid, data)
+            append((eid, pack_header(offset, 0) + data))
+            applied = offset
+            if len(local) >= LOCAL_PIECE_OPS - 1:
+                local.put(_META_APPLIED, _OFFSET.pack(applied))
+                _cut_piece(state)
+                local = state.local
+        if applied > state.applied:
+            if not local.is_empty():
+                local.put(_META_APPLIED, _OFFSET.pack(applied))
+            state.applied = state.queued_upto = applied
+
     def record_skipped(self, partition: int, offset: int) -> None:
         """The input record at ``offset`` has no state effect (late, bad input): its applied
         offset is queued for the next ``send_changes``. O(1)."""
