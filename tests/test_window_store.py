@@ -840,7 +840,7 @@ async def test_record_many_writes_what_record_writes_each_piece_ending_at_its_ap
     written: list[int] = []
     for piece in [*state.pieces, state.local]:
         scratch.write(piece)
-        written = [offset_of[eid] for eid in scratch if eid in offset_of]
+        written = [offset_of[eid] for eid, _ in scratch.items() if eid in offset_of]
         applied = scratch.get(window_store._META_APPLIED)
         assert applied is not None and int.from_bytes(applied, "big") == max(written)
     scratch.close()
