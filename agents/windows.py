@@ -67,7 +67,7 @@ from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 
 from agents.dead_letters import DeadLetters
-from agents.events import BadEvent, EventParser
+from agents.events import BadEvent, EventParser, ParsedEvent
 from agents.input_reader import InputReader
 from agents.records import AggregateRecord, encode_aggregate
 from agents.supervision import OnFailure
@@ -307,8 +307,10 @@ class WindowsPipeline:
                 await self._process_share(state, records)
             else:
                 turns = self.turns
-                for record in records:
-                    await self._process_one(state, record)
+                fresh = [r for r in records if r.offset > state.applied_offset]
+                self.counts["redelivered_skipped"] += len(records) - len(fresh)
+                for record, parsed in zip(fresh, self.parser.parse_many(fresh), strict=True):
+                    await self._process_one(state, record, parsed)
                     if time.perf_counter() >= turns.deadline:
                         await turns.take()
                         if state.halted:
@@ -351,16 +353,18 @@ class WindowsPipeline:
                 if self._states.get(state.partition) is state:
                     await self.store.send_changes(state.partition)
 
-    async def _process_one(self, state: PartitionState, record: ConsumerRecord) -> None:
-        """Handle one input record (``emit`` = ``event`` or ``changes``)."""
+    async def _process_one(
+        self, state: PartitionState, record: ConsumerRecord, parsed: ParsedEvent | BadEvent
+    ) -> None:
+        """Handle one input record (``emit`` = ``event`` or ``changes``), after the applied
+        offset, ``parsed`` being its ``EventParser.parse_many`` outcome."""
         offset = record.offset
-        if offset <= state.applied_offset:
-            self.counts["redelivered_skipped"] += 1
+        if isinstance(parsed, BadEvent):
+            await self._reject(state, record, parsed.reason, parsed.detail)
             return
         try:
-            event = self.parser.parse(record.key, record.value, record.timestamp)
-            outcome = state.windows.accept(event.key, event.ts, event.value)
-        except (BadEvent, Rejected) as rejected:
+            outcome = state.windows.accept(*parsed)
+        except Rejected as rejected:
             await self._reject(state, record, rejected.reason, rejected.detail)
             return
         self.counts["accepted"] += 1
