@@ -33,12 +33,15 @@ once every output it caused is acknowledged (acks=all), whatever broker leads wh
 (at-least-once output by construction). Outputs carry the event time as their Kafka timestamp
 (Kafka Streams' rule): an aggregate its ``event_ts``, a dead letter its input record's.
 
+Each fetched chunk (``emit=event``/``changes``) or slice (``batch``) is parsed at once
+(``EventParser.parse_many``: orjson for the common record, the same outcome as ``parse``).
 With ``emit = "batch"`` each fetched batch (up to ``batch_max_records`` records, fetched within
 ``batch_max_wait``) is applied per partition as ``KeyWindows.accept_batch`` would (one bulk
 insert and bulk evict per key and slice): in slices sized to take about half a millisecond
 each (``KeyWindows.insert_batch``; between slices the state is the one after the records
-applied so far), then one record per touched key (``record_of``); store calls still happen per
-record in offset order, with the partial right after that record, so a crash mid-batch resumes
+applied so far), then one record per touched key (``record_of``); the store still gets every
+accepted record in offset order, with the partial right after that record
+(``WindowStore.record_many``, ``STORE_SLICE`` records per call), so a crash mid-batch resumes
 exactly.
 
 A timer sweeps idle keys every ``sweep_interval`` (``KeyWindows.sweep`` + ``store.evict``) and

@@ -20,6 +20,9 @@ does; different partitions may interleave):
   (for compaction); O(1 + evicted) per event, amortized O(1) since each entry is
   evicted once. ``offset`` must exceed ``applied_offset(partition)`` (the pipeline skips
   redeliveries).
+- ``record_many(partition, effects)``: ``record`` for many ``(offset, key, time, partial)``
+  without evictions, in one call (the same changelog records; the applied offset written once
+  per local piece).
 - ``record_skipped(partition, offset)``: an input record with no state effect; O(1), no
   changelog record of its own (see ``send_changes``).
 - ``evict(partition, key, times)``: the idle-key sweep; one queued tombstone per entry.
