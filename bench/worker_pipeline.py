@@ -682,7 +682,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
             continue
         lines.append(
             f"\n{mode} against the floor (a bare aiokafka consumer, {rate[floor]:,.0f} "
-            f"events/s): {min(medians) / rate[floor]:.2f}x-{max(medians) / rate[floor]:.2f}x "
+            f"events/s): {min(medians) / rate[floor]:.3f}x-{max(medians) / rate[floor]:.3f}x "
             f"(goal >= {goal}x)"
         )
     for r in results:

@@ -193,7 +193,7 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
     ) in report
     assert "| floor | - | 4,000 | 200% | 250 | 200% |" in report
     assert (
-        "event against the floor (a bare aiokafka consumer, 4,000 events/s): 0.20x-0.25x "
+        "event against the floor (a bare aiokafka consumer, 4,000 events/s): 0.200x-0.250x "
         "(goal >= 0.5x)"
     ) in report
 
