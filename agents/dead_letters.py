@@ -6,7 +6,7 @@ headers carry the reason code, a human detail and the source topic, partition an
 as ``fiba.error.*`` and once as Kafka Connect's own ``__connect.errors.*`` (with its exception
 class name and stage). Nothing is dropped: every rejected record, whatever the reason (bad JSON,
 missing fields, NaN, late, future, oversize, bad queries), becomes one dead letter. Dead letters
-are queued (``app.batched_send.KeyedOutputs``: on the partition of their key, or of their source
+are queued (``agents.batched_send.KeyedOutputs``: on the partition of their key, or of their source
 partition when they have none) and handed over with the other outputs of the worker
 (``agents.windows.WindowsPipeline.deliver_outputs``), acknowledged before the state that makes
 a redelivery skip their record. The first rejection of each reason is logged as a warning with
@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
+from agents.batched_send import KeyedOutputs
 from agents.records import dead_letter_headers
-from app.batched_send import KeyedOutputs
 
 logger = logging.getLogger(__name__)
 

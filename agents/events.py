@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from agents.config import WorkerSettings
 from agents.records import (
     REASON_BAD_KEY,
     REASON_BAD_TIMESTAMP,
@@ -46,7 +47,6 @@ from agents.records import (
     REASON_MISSING_FIELD,
     REASON_OVERSIZE,
 )
-from app.settings import Settings
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -244,7 +244,7 @@ class EventParser:
         "_value_field",
     )
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: WorkerSettings) -> None:
         self._key_field = settings.key_field
         self._ts_field = settings.ts_field
         self._value_field = settings.value_field

@@ -53,9 +53,9 @@ from typing import TYPE_CHECKING
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import IllegalStateError
 
+from agents.clients import client_options, fetch
+from agents.config import WorkerSettings
 from agents.supervision import OnFailure, watched
-from app.clients import client_options, fetch
-from app.settings import Settings
 from stores.state_shape import StateMismatch
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class InputReader:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: WorkerSettings,
         pipeline: WindowsPipeline,
         on_failure: OnFailure,
     ) -> None:

@@ -44,6 +44,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from faust.types import TP
 from faust.web import Request, Response, View
 
+from agents.batched_send import kafka_timestamp
+from agents.clients import client_options, fetch
+from agents.config import FaustWorker, WorkerSettings
 from agents.events import BadEvent, decode_json_object, parse_event_time
 from agents.records import (
     AGGREGATIONS,
@@ -60,10 +63,6 @@ from agents.records import (
 )
 from agents.supervision import OnFailure, watched
 from agents.windows import WindowsPipeline
-from app.batched_send import kafka_timestamp
-from app.clients import client_options, fetch
-from app.faust_app import FibaApp
-from app.settings import Settings
 from stores.key_windows import KeyWindows
 
 OnAnswered = Callable[[str, float], None]
@@ -77,7 +76,7 @@ KAFKA_QUERY_FETCH_WAIT_MS = 100
 EMBEDDED_QUERY_FETCH_WAIT_MS = 10
 
 
-def query_fetch_wait_ms(settings: Settings) -> int:
+def query_fetch_wait_ms(settings: WorkerSettings) -> int:
     """Longest wait of a query/answer fetch on the broker.
 
     Kafka answers a fetch as soon as a record arrives (``fetch_min_bytes`` 1), so a long wait
@@ -213,7 +212,7 @@ class LatencyProducer:
     started on first use: answers and forwarded queries are latency-bound, unlike the app
     producer's outputs, which linger to fill batches."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
         self._producer: AIOKafkaProducer | None = None
         self._starting = asyncio.Lock()
@@ -222,7 +221,7 @@ class LatencyProducer:
         self, topic: str, key: bytes, value: bytes, timestamp: int | None = None
     ) -> None:
         """Hand one record to the producer (delivery is awaited by ``flush``), with Kafka
-        ``timestamp`` (epoch ms, ``app.batched_send.kafka_timestamp``; None: the clock)."""
+        ``timestamp`` (epoch ms, ``agents.batched_send.kafka_timestamp``; None: the clock)."""
         if self._producer is None:
             async with self._starting:
                 if self._producer is None:
@@ -249,7 +248,7 @@ class QueryService:
 
     def __init__(
         self,
-        fiba: FibaApp,
+        fiba: FaustWorker,
         pipeline: WindowsPipeline,
         on_failure: OnFailure,
     ) -> None:
@@ -345,7 +344,7 @@ class AnswerForwarder:
     waiting request by ``query_id`` (a fresh UUID, so old answers never match).
     """
 
-    def __init__(self, fiba: FibaApp, producer: LatencyProducer, on_failure: OnFailure) -> None:
+    def __init__(self, fiba: FaustWorker, producer: LatencyProducer, on_failure: OnFailure) -> None:
         self.fiba = fiba
         self.producer = producer
         self.on_failure = on_failure
@@ -425,7 +424,7 @@ class QueryConsumer:
     a time, in order), so queries are not held up by a flush and a commit round trip.
     """
 
-    def __init__(self, fiba: FibaApp, service: QueryService) -> None:
+    def __init__(self, fiba: FaustWorker, service: QueryService) -> None:
         self.fiba = fiba
         self.service = service
         self._consumer: AIOKafkaConsumer | None = None
@@ -511,7 +510,7 @@ class QueryConsumer:
             await self._consumer.stop()
 
 
-def install(fiba: FibaApp, service: QueryService) -> None:
+def install(fiba: FaustWorker, service: QueryService) -> None:
     """Register the query consumer (following the assignment) and the HTTP views. A failure of
     the consumer's task goes to ``service.on_failure``."""
     app = fiba.app

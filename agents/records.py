@@ -35,11 +35,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from stores.key_windows import (
+    REASON_BAD_VALUE,  # noqa: F401  (a reason code of this module's, defined where it arises)
+    REASON_FUTURE,
+    REASON_LATE,
+    KeyAggregates,
+    WindowResult,
+)
 from stores.monoids import BloomFilter
 
 # Field names, for code (the worker, the Spark schema) that must not spell them twice.
@@ -64,50 +71,18 @@ ERROR = "error"
 
 
 @dataclass(frozen=True, slots=True)
-class WindowResult:
-    """The aggregates of one window ``[start, end]`` (inclusive) of one key."""
-
-    start: int
-    end: int
-    count: int
-    aggregates: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class AggregateRecord:
-    """What the aggregates topic carries: every configured window of ``key`` at ``stream_time``,
-    and the input record it answers (``None`` until the worker knows it: ``encode_aggregate``).
+class AggregateRecord(KeyAggregates):
+    """What the aggregates topic carries: every configured window of ``key`` at ``stream_time``
+    (``stores.key_windows.KeyAggregates``), and the input record it answers (``None`` until the
+    worker knows it: ``encode_aggregate``).
     """
 
-    key: str
-    event_ts: int
-    stream_time: int
-    windows: dict[str, WindowResult] = field(default_factory=dict)
     input_partition: int | None = None
     input_offset: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object (built directly: ``asdict``'s deep copies cost more than the whole
-        window update of the event that made the record; the aggregates dicts are shared);
-        the input position only when it is set."""
-        obj = {
-            KEY: self.key,
-            EVENT_TS: self.event_ts,
-            STREAM_TIME: self.stream_time,
-            WINDOWS: {
-                name: {
-                    WINDOW_START: w.start,
-                    WINDOW_END: w.end,
-                    WINDOW_COUNT: w.count,
-                    WINDOW_AGGREGATES: w.aggregates,
-                }
-                for name, w in self.windows.items()
-            },
-        }
-        if self.input_offset is not None:
-            obj[INPUT_PARTITION] = self.input_partition
-            obj[INPUT_OFFSET] = self.input_offset
-        return obj
+        """The JSON object (``aggregate_json``)."""
+        return aggregate_json(self, self.input_partition, self.input_offset)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AggregateRecord:
@@ -215,13 +190,36 @@ def encode_json(obj: dict[str, Any]) -> bytes:
         return json.dumps(_finite(obj), separators=(",", ":"), default=_json_form).encode()
 
 
-def encode_aggregate(record: AggregateRecord, input_partition: int, input_offset: int) -> bytes:
+def aggregate_json(
+    record: KeyAggregates, input_partition: int | None = None, input_offset: int | None = None
+) -> dict[str, Any]:
+    """The aggregates topic's JSON object of ``record`` (built directly: ``asdict``'s deep
+    copies cost more than the whole window update of the event that made the record; the
+    aggregates dicts are shared); the input position only when ``input_offset`` is set."""
+    obj = {
+        KEY: record.key,
+        EVENT_TS: record.event_ts,
+        STREAM_TIME: record.stream_time,
+        WINDOWS: {
+            name: {
+                WINDOW_START: w.start,
+                WINDOW_END: w.end,
+                WINDOW_COUNT: w.count,
+                WINDOW_AGGREGATES: w.aggregates,
+            }
+            for name, w in record.windows.items()
+        },
+    }
+    if input_offset is not None:
+        obj[INPUT_PARTITION] = input_partition
+        obj[INPUT_OFFSET] = input_offset
+    return obj
+
+
+def encode_aggregate(record: KeyAggregates, input_partition: int, input_offset: int) -> bytes:
     """The aggregates topic's bytes of ``record``, answering the input record at
     ``input_offset`` of ``input_partition``. O(size of the record)."""
-    obj = record.to_json()
-    obj[INPUT_PARTITION] = input_partition
-    obj[INPUT_OFFSET] = input_offset
-    return encode_json(obj)
+    return encode_json(aggregate_json(record, input_partition, input_offset))
 
 
 def _json_form(value: Any) -> Any:
@@ -256,10 +254,8 @@ REASON_MALFORMED_JSON = "malformed_json"
 REASON_MISSING_FIELD = "missing_field"
 REASON_BAD_KEY = "bad_key"
 REASON_EMPTY_KEY = "empty_key"
-REASON_BAD_VALUE = "bad_value"
 REASON_BAD_TIMESTAMP = "bad_timestamp"
-REASON_LATE = "late"
-REASON_FUTURE = "future"
+# REASON_BAD_VALUE, REASON_LATE and REASON_FUTURE: stores.key_windows' rejections.
 REASON_OVERSIZE = "oversize"
 REASON_BAD_QUERY = "bad_query"
 

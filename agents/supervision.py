@@ -16,8 +16,8 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agents.config import FaustWorker
     from agents.windows import WindowsPipeline
-    from app.faust_app import FibaApp
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class WorkerCrash:
     over any more: a record may be half applied), then the Faust app crashes (it stops, and
     the process exits with the error)."""
 
-    def __init__(self, fiba: FibaApp, pipeline: WindowsPipeline) -> None:
+    def __init__(self, fiba: FaustWorker, pipeline: WindowsPipeline) -> None:
         self.fiba = fiba
         self.pipeline = pipeline
         self._crashing: list[asyncio.Future[None]] = []

@@ -26,7 +26,7 @@ After each fetched chunk (all its partitions), its outputs (aggregate records an
 letters) are handed to the Faust app's aiokafka producer and their acknowledgement awaited
 (``deliver_outputs``), then per partition the store writes the chunk's local writes and hands
 its changelog records over (``store.send_changes``), all as whole record batches
-(``app.batched_send``; one ``producer.send`` per record cost more than the window update). The
+(``agents.batched_send``; one ``producer.send`` per record cost more than the window update). The
 store itself awaits ``deliver_outputs`` before it hands any changelog record over, on every
 path (hand-over, sweep, restore, flush on revocation or stop): an offset is marked applied only
 once every output it caused is acknowledged (acks=all), whatever broker leads which partition
@@ -62,22 +62,27 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import faust
 from aiokafka import ConsumerRecord
 from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 
+from agents.batched_send import KeyedOutputs
+from agents.config import FaustWorker
 from agents.dead_letters import DeadLetters
 from agents.events import BadEvent, EventParser, ParsedEvent
-from agents.input_reader import InputReader
-from agents.records import AggregateRecord, encode_aggregate
-from agents.supervision import OnFailure
-from app.batched_send import KeyedOutputs
-from app.faust_app import FibaApp
+from agents.records import encode_aggregate
 from stores.gc_pause import PacedYoungCollections, freeze_survivors_unless_paused, paused_gc
-from stores.key_windows import Accepted, BatchResult, KeyWindows, Rejected, WindowConfig
+from stores.key_windows import (
+    Accepted,
+    BatchResult,
+    KeyAggregates,
+    KeyWindows,
+    Rejected,
+    WindowConfig,
+)
 from stores.state_shape import RESET_HINT, StateMismatch
 from stores.window_store import WindowStore
 
@@ -146,7 +151,7 @@ class WindowsPipeline:
     """The per-partition window state of one worker and the processing of input records."""
 
     def __init__(
-        self, fiba: FibaApp, store: WindowStore, dead_letters: DeadLetters, config: WindowConfig
+        self, fiba: FaustWorker, store: WindowStore, dead_letters: DeadLetters, config: WindowConfig
     ) -> None:
         self.fiba = fiba
         self.settings = fiba.settings
@@ -482,7 +487,7 @@ class WindowsPipeline:
         self.store.record_skipped(state.partition, message.offset)
         state.applied_offset = message.offset
 
-    def _emit(self, record: AggregateRecord | None, key: str, partition: int, offset: int) -> None:
+    def _emit(self, record: KeyAggregates | None, key: str, partition: int, offset: int) -> None:
         """Queue ``record``, answering input record ``offset`` of ``partition``, for the
         aggregates topic (handed over after the chunk), its event time as its Kafka timestamp."""
         if record is None:
@@ -551,13 +556,20 @@ def _last_accepted_offsets(
     return last
 
 
-def install(fiba: FibaApp, pipeline: WindowsPipeline, on_failure: OnFailure) -> InputReader:
-    """Register on ``fiba.app`` the assignment agent, the rebalance hooks that make the returned
-    ``InputReader`` read the owned input partitions, and the idle-key sweep timer. A failure
-    of the reader's tasks goes to ``on_failure`` (``agents.supervision.WorkerCrash``)."""
+class PartitionReader(Protocol):
+    """What ``install`` drives of the input reader (``agents.input_reader.InputReader``)."""
+
+    def pause(self, partitions: Iterable[int]) -> None: ...
+
+    async def follow(self, partitions: Iterable[int]) -> None: ...
+
+
+def install(fiba: FaustWorker, pipeline: WindowsPipeline, reader: PartitionReader) -> None:
+    """Register on ``fiba.app`` the assignment agent, the rebalance hooks that make ``reader``
+    (the ``agents.input_reader.InputReader`` of ``pipeline``) read the owned input partitions,
+    and the idle-key sweep timer."""
     app = fiba.app
     settings = fiba.settings
-    reader = InputReader(settings, pipeline, on_failure)
 
     async def assignment_agent(stream: faust.StreamT) -> None:
         # the assignment topic stays empty: this agent only makes Faust's consumer join the
@@ -590,5 +602,3 @@ def install(fiba: FibaApp, pipeline: WindowsPipeline, on_failure: OnFailure) -> 
         owned = fiba.owned_partitions(assigned)
         await pipeline.keep_only(owned)
         await reader.follow(owned)
-
-    return reader

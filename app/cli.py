@@ -171,7 +171,7 @@ def with_settings(
 def require_broker(settings: Settings) -> None:
     """Stop with exit code 2 when no bootstrap server of ``settings`` is reachable or the broker
     rejects its credentials."""
-    from app.clients import BrokerUnreachable, CredentialsRejected, check_reachable
+    from agents.clients import BrokerUnreachable, CredentialsRejected, check_reachable
 
     try:
         check_reachable(settings)
@@ -200,7 +200,7 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     become exit code 2, other Kafka errors 1."""
     from aiokafka.errors import KafkaConnectionError, KafkaError
 
-    from app.clients import refusal
+    from agents.clients import refusal
 
     try:
         return asyncio.run(coro)

@@ -36,7 +36,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.helpers import create_ssl_context
 from faust.types import TP
 
-from app.batched_send import default_partition
+from agents.batched_send import default_partition
 from app.settings import Settings
 
 EMBEDDED_SESSION_TIMEOUT_MS = 5_000
@@ -66,7 +66,7 @@ class FibaApp:
 
     def kafka_producer(self) -> AIOKafkaProducer:
         """The aiokafka producer under Faust's ``app.producer`` (the one the app starts and
-        flushes), for sending whole record batches (``app.batched_send``)."""
+        flushes), for sending whole record batches (``agents.batched_send``)."""
         return self.app.producer._ensure_producer()
 
     def owned_partitions(self, tps: Iterable[TP]) -> set[int]:
@@ -93,7 +93,7 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         "consumer_auto_offset_reset": "earliest",
         "processing_guarantee": "at_least_once",
         "store": "memory://",
-        # Outputs and changelog records go as closed whole batches (app.batched_send), which
+        # Outputs and changelog records go as closed whole batches (agents.batched_send), which
         # never linger; the linger applies to anything sent record by record.
         "producer_linger": PRODUCER_LINGER_S,
         # acks=all (Faust's default, stated): an output or changelog record counts as

@@ -20,18 +20,27 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agents.input_reader import InputReader
 from agents.records import REASON_BAD_QUERY
+from agents.windows import WindowsPipeline
+from app.faust_app import FibaApp
 from app.settings import SETTINGS_HELP, setting_text
 
-if TYPE_CHECKING:
-    from app.worker import Worker
+
+class Worker(Protocol):
+    """The parts of a wired worker (``app.worker.Worker``) its health and metrics read."""
+
+    fiba: FibaApp
+    pipeline: WindowsPipeline
+    reader: InputReader
+
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The Kafka side of the CLI tools and the demo: send input records, tail a topic, range queries.
 
 All functions are coroutines over aiokafka clients built from ``Settings``
-(``app.clients.client_options``), so they work on the embedded broker and on a real cluster;
-"the end of a topic" is taken with ``app.clients.end_offsets`` (Fetch high watermark in the
+(``agents.clients.client_options``), so they work on the embedded broker and on a real cluster;
+"the end of a topic" is taken with ``agents.clients.end_offsets`` (Fetch high watermark in the
 embedded profile). Consumers here join no group and commit nothing: they are read-only views.
 """
 
@@ -20,8 +20,8 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.structs import ConsumerRecord
 
+from agents.clients import client_options, end_offsets, topic_partitions, topic_refused
 from agents.records import QUERY_ID, RangeQuery, dumps
-from app.clients import client_options, end_offsets, topic_partitions, topic_refused
 from app.generator import Event
 from app.settings import Settings
 
@@ -97,7 +97,7 @@ async def start_producer(settings: Settings) -> AIOKafkaProducer:
 async def require_access(settings: Settings, client: AIOKafkaClient, topic: str) -> None:
     """``TopicAuthorizationFailedError`` when the broker's ACLs deny ``topic`` to ``client``
     (a started client's aiokafka client); checked outside the embedded profile only, whose
-    broker would auto-create the topic named (``app.clients.topic_refused``)."""
+    broker would auto-create the topic named (``agents.clients.topic_refused``)."""
     if not settings.embedded and await topic_refused(client, topic):
         raise TopicAuthorizationFailedError(topic)
 

@@ -23,20 +23,14 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from stores.key_windows import WindowSpec
 from stores.monoids import monoid_names
 
 
 class ConfigError(Exception):
     """A configuration that cannot be used; ``str(exc)`` is one clear line for the user."""
-
-
-class WindowSpec(NamedTuple):
-    """One configured sliding window: its name as written (``"5m"``) and its size in ms."""
-
-    name: str
-    size_ms: int
 
 
 BROKER_PROFILES = ("kafka", "embedded")

@@ -140,7 +140,7 @@ async def _group_members(settings: Settings) -> int:
     """Members of the workers' consumer group (``app_id``) now."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from app.clients import client_options
+    from agents.clients import client_options
 
     admin = AIOKafkaAdminClient(**client_options(settings))
     await admin.start()
@@ -161,7 +161,7 @@ async def _recreate_changelog(settings: Settings) -> None:
     retried while the broker still reports it (a deletion finishes asynchronously)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from app.clients import client_options
+    from agents.clients import client_options
     from app.topics import create_topics, topic_specs
 
     spec = next(s for s in topic_specs(settings) if s.name == settings.changelog_topic)
@@ -184,12 +184,13 @@ async def _remove_entries_after(
     """Evict ``partition``'s entries later than ``after`` through a ``WindowStore`` (local
     deletions and changelog tombstones, flushed); ``(entries removed, stream time before,
     stream time after)``. O(entries of the partition)."""
+    from agents.kafka_changelog import KafkaChangelog
     from stores.key_windows import WindowConfig
     from stores.state_shape import StateMismatch
     from stores.window_store import MarshalStateCodec, WindowStore
 
     config = WindowConfig.from_settings(settings)
-    store = WindowStore(settings, MarshalStateCodec(config.composed))
+    store = WindowStore(settings, MarshalStateCodec(config.composed), KafkaChangelog(settings))
     await store.start()
     try:
         try:

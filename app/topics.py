@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from app.clients import client_options, topic_refused
+from agents.clients import client_options, topic_refused
 from app.settings import Settings
 
 DATA_RETENTION_MS = 7 * 24 * 3_600_000

@@ -27,18 +27,18 @@ from typing import Any
 import faust
 
 from agents import queries, windows
+from agents.batched_send import KeyedOutputs
+from agents.clients import throttle_failed_metadata_updates
 from agents.dead_letters import DeadLetters
 from agents.input_reader import InputReader
+from agents.kafka_changelog import FaustChangelog
 from agents.queries import QueryService
 from agents.supervision import WorkerCrash
 from agents.windows import WindowsPipeline
 from app import health
-from app.batched_send import KeyedOutputs
-from app.clients import throttle_failed_metadata_updates
 from app.faust_app import FibaApp, create_app
 from app.health import WorkerHealth
 from app.settings import Settings
-from stores.changelog import FaustChangelogProducer
 from stores.key_windows import WindowConfig
 from stores.state_lock import StateDirLock
 from stores.state_shape import StateMismatch, StateShape, check_local_shape
@@ -58,16 +58,17 @@ class Worker:
 
 def build_worker(settings: Settings) -> Worker:
     """Create the app and register every agent, timer, view and lifecycle hook (and pace the
-    Kafka clients' metadata retries while no broker answers, ``app.clients``)."""
+    Kafka clients' metadata retries while no broker answers, ``agents.clients``)."""
     throttle_failed_metadata_updates()
     fiba = create_app(settings)
     config = WindowConfig.from_settings(settings)
-    store = WindowStore(settings, MarshalStateCodec(config.composed), FaustChangelogProducer(fiba))
+    store = WindowStore(settings, MarshalStateCodec(config.composed), FaustChangelog(fiba))
     dead_letters = DeadLetters(KeyedOutputs(fiba.kafka_producer, settings.dead_letter_topic))
     pipeline = WindowsPipeline(fiba, store, dead_letters, config)
     crash = WorkerCrash(fiba, pipeline)
     service = QueryService(fiba, pipeline, crash)
-    reader = windows.install(fiba, pipeline, crash)
+    reader = InputReader(settings, pipeline, crash)
+    windows.install(fiba, pipeline, reader)
     queries.install(fiba, service)
     worker = Worker(fiba, store, pipeline, service, reader)
     checks = WorkerHealth(worker)

@@ -51,9 +51,9 @@ from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
-from app.batched_send import default_partition
+from agents.batched_send import default_partition
+from agents.clients import read_to_end
 from app.broker import EmbeddedBroker, free_port
-from app.clients import read_to_end
 from app.demo import log_tail, start_worker, stop_worker
 from app.kafka_io import send_records
 from app.settings import Settings, WindowSpec

@@ -49,7 +49,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from app.clients import client_options
+from agents.clients import client_options
 from app.settings import Settings
 from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, results_path
 from bench.machine import describe_machine

@@ -63,8 +63,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from agents.clients import client_options
 from app.broker import free_port
-from app.clients import client_options
 from app.demo import settings_environ
 from app.settings import Settings, WindowSpec, load_settings
 from app.topics import create_topics

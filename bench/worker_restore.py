@@ -50,7 +50,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from app.clients import client_options
+from agents.clients import client_options
+from agents.kafka_changelog import KafkaChangelog
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
 from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, results_path
@@ -143,7 +144,7 @@ async def timed_restore(
     """Restore partition 0, build the index, stop the store: ``(phases, restored)`` with
     ``(wall s, CPU s)`` per phase: ``restore``, ``index`` and ``stop`` (flush and close, which
     waits for the local copy a changelog-only restore writes after it returns)."""
-    store = WindowStore(settings, codec)
+    store = WindowStore(settings, codec, KafkaChangelog(settings))
     await store.start()
     phases = {}
     try:
@@ -161,7 +162,7 @@ async def timed_restore(
 
 async def restored_partition(settings: Settings, codec: PartialJsonCodec) -> Any:
     """Partition 0 as a fresh store restores it (the store stopped again)."""
-    store = WindowStore(settings, codec)
+    store = WindowStore(settings, codec, KafkaChangelog(settings))
     await store.start()
     try:
         return await store.restore(0)

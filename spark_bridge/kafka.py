@@ -26,7 +26,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.helpers import create_ssl_context
 
-from app.clients import topic_partitions
+from agents.clients import topic_partitions
 from spark_bridge.decode import KafkaRecord
 
 BOOTSTRAP_OPTIONS = ("kafka.bootstrap.servers", "bootstrap")
@@ -126,7 +126,7 @@ class KafkaReader:
     def partitions(self) -> list[int]:
         """The topic's partition numbers, sorted; ``KafkaSourceError`` if it does not exist.
 
-        From metadata of every topic (``app.clients.topic_partitions``): a metadata request
+        From metadata of every topic (``agents.clients.topic_partitions``): a metadata request
         naming a missing topic would auto-create it on some brokers.
         """
         partitions = self._run(topic_partitions(self.consumer, self.topic))

@@ -28,7 +28,7 @@ whole-window query when the window covers every retained entry, otherwise from a
 (``stores.window_suffixes``: Two-Stacks over the FiBA's entries, O(1) amortized per in-order
 event, falling back on the FiBA range query ``[S - w, S]``).
 
-Emission modes (``emit``): ``event`` — ``accept`` returns the ``AggregateRecord`` of the key
+Emission modes (``emit``): ``event`` — ``accept`` returns the ``KeyAggregates`` of the key
 (every window at the new ``S``) after each accepted event; ``changes`` — the same, but ``None``
 when no window's count or aggregates changed since the key's previous record; ``batch`` —
 ``accept_batch`` applies many events with one ``bulk_insert`` and one ``bulk_evict`` per key and
@@ -50,23 +50,60 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import takewhile
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from sortedcontainers import SortedList
 
-from agents.records import (
-    REASON_BAD_VALUE,
-    REASON_FUTURE,
-    REASON_LATE,
-    AggregateRecord,
-    WindowResult,
-)
-from app.settings import Settings, WindowSpec
 from stores.fiba import FiBA
 from stores.monoids import compose, make_monoid, monoid
 from stores.window_suffixes import WindowSuffix
 
 COUNT = "count"
+
+# Rejection reasons (``Rejected.reason``; the dead letters' reason codes, ``agents.records``).
+REASON_BAD_VALUE = "bad_value"
+REASON_LATE = "late"
+REASON_FUTURE = "future"
+
+
+class WindowSpec(NamedTuple):
+    """One configured sliding window: its name as written (``"5m"``) and its size in ms."""
+
+    name: str
+    size_ms: int
+
+
+class WindowSettings(Protocol):
+    """The settings that define a partition's windows (``app.settings.Settings`` is one)."""
+
+    windows: tuple[WindowSpec, ...]
+    retention: int
+    max_future_skew: int
+    max_wall_clock_skew: int | None
+    resolution: int | None
+    aggregations: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    """The aggregates of one window ``[start, end]`` (inclusive) of one key."""
+
+    start: int
+    end: int
+    count: int
+    aggregates: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyAggregates:
+    """Every configured window of ``key`` at ``stream_time``, after the event at ``event_ts``
+    (the aggregates topic's record, ``agents.records.AggregateRecord``, adds where it came
+    from)."""
+
+    key: str
+    event_ts: int
+    stream_time: int
+    windows: dict[str, WindowResult] = field(default_factory=dict)
 
 
 class Rejected(Exception):
@@ -96,7 +133,7 @@ class WindowConfig:
     partial_monoid: Any
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> WindowConfig:
+    def from_settings(cls, settings: WindowSettings) -> WindowConfig:
         """The configuration of ``settings``; raises ``ValueError`` for unknown aggregations."""
         parts = {name: monoid(name) for name in settings.aggregations}
         parts.setdefault(COUNT, monoid(COUNT))
@@ -175,7 +212,7 @@ class Accepted:
     time: int
     partial: Any
     evicted: tuple[int, ...]
-    record: AggregateRecord | None
+    record: KeyAggregates | None
 
 
 @dataclass(slots=True)
@@ -188,7 +225,7 @@ class BatchResult:
     """
 
     outcomes: list[Accepted | Rejected] = field(default_factory=list)
-    records: list[AggregateRecord] = field(default_factory=list)
+    records: list[KeyAggregates] = field(default_factory=list)
     evicted: dict[str, tuple[int, ...]] = field(default_factory=dict)
     last_ts: dict[str, int] = field(default_factory=dict)
 
@@ -561,7 +598,7 @@ class KeyWindows:
             aggregates = {name: lowered[name] for name in self.config.aggregations}
         return WindowResult(start, end, lowered[COUNT], aggregates)
 
-    def record_of(self, key: str, event_ts: int) -> AggregateRecord | None:
+    def record_of(self, key: str, event_ts: int) -> KeyAggregates | None:
         """The record of ``key`` at the stream time (every window), ``event_ts`` being the
         event that triggered it; with ``emit = "changes"``, ``None`` when nothing changed since
         the key's previous record (which this call then becomes). O(W log n)."""
@@ -572,7 +609,7 @@ class KeyWindows:
             if self._last_emitted.get(key) == fingerprint:
                 return None
             self._last_emitted[key] = fingerprint
-        return AggregateRecord(
+        return KeyAggregates(
             key=key, event_ts=event_ts, stream_time=self.stream_time, windows=windows
         )
 

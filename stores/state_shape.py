@@ -28,8 +28,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from app.settings import Settings
+from stores.key_windows import WindowSettings
 
 SHAPE_FILE = "state-shape.json"
 
@@ -37,6 +38,12 @@ RESET_HINT = (
     "run `fiba state reset --changelog` with the new settings to rebuild the state from the "
     "input (stop every worker of this app_id first), or use a new app_id"
 )
+
+
+class ShapeSettings(WindowSettings, Protocol):
+    """The settings that shape the stored state (``app.settings.Settings`` is one)."""
+
+    partitions: int
 
 
 class StateMismatch(Exception):
@@ -51,7 +58,7 @@ class StateShape:
     fields: tuple[tuple[str, str], ...]
 
     @classmethod
-    def of(cls, settings: Settings, codec_format: str) -> StateShape:
+    def of(cls, settings: ShapeSettings, codec_format: str) -> StateShape:
         """The shape of the state that ``settings`` and a codec of ``codec_format`` write."""
         resolution = settings.resolution
         return cls(

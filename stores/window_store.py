@@ -10,7 +10,8 @@ topic ``<app_id>-windows-changelog`` (record format: ``stores.changelog``).
 API (all methods of one partition must be called from one task at a time, as a Faust agent
 does; different partitions may interleave):
 
-- ``WindowStore(settings, codec, producer=None)``; ``await start()``; ``await stop()``.
+- ``WindowStore(settings, codec, producer)`` (``producer``: a ``stores.changelog.ChangelogLink``);
+  ``await start()``; ``await stop()``.
 - ``await restore(partition) -> RestoredPartition(partition, applied_offset, windows)``:
   ``windows[key]`` is that key's ``[(time, partial), ...]`` sorted by time; ``applied_offset`` is
   the last input offset whose effect is in the state (-1: none).
@@ -29,7 +30,7 @@ does; different partitions may interleave):
 - ``await send_changes(partition)``: writes the queued local writes (RocksDB WriteBatches of
   about ``LOCAL_PIECE_OPS`` operations, one WAL write each, the event loop getting a turn
   between two), then hands the queued changelog records to the producer as
-  whole record batches (``app.batched_send``: much cheaper per record than one ``send`` each),
+  whole record batches (``agents.batched_send``: much cheaper per record than one ``send`` each),
   plus one applied marker covering the records without effect since the last upsert, once
   ``before_changelog`` (the owner's outputs barrier, if set) returned. The pipeline calls it
   after each fetched chunk; ``flush`` calls it for every partition.
@@ -39,8 +40,9 @@ does; different partitions may interleave):
 - ``applied_offset(partition)``; ``partitions`` (the open ones).
 - ``await follow(partitions)``: standby replicas (``standby_replicas``): tail these partitions'
   changelogs into their local copies in the background, so that taking one over (``restore``)
-  replays only a short tail. With a ``FaustChangelogProducer`` and ``standby_replicas`` > 0 the
-  store follows the standbys of Faust's assignor by itself (``faust_standby_partitions``).
+  replays only a short tail. With ``standby_replicas`` > 0 the store follows the standbys its
+  link reports by itself (``ChangelogLink.on_standbys``; Faust's assignor's with a
+  ``FaustChangelog``).
 
 Design choice: an own changelog, not Faust tables. Faust's table recovery reads changelogs to
 the end offset given by ListOffsets, which the embedded broker gets wrong for multi-record
@@ -89,7 +91,7 @@ a crash: their dead letters may repeat, the state never changes.
 How a restore runs (``restore``): the entries are gathered in memory, entry id -> partial
 bytes: the local copy's if usable, then the changelog records from the start offset replayed
 on top (the last record of an entry wins; tombstones and the deletions inside upserts remove
-it), each Fetch response applied while the next one is in flight (``ChangelogReader``); the
+it), each Fetch response applied while the next one is in flight (``ChangelogLink.reader``); the
 windows are built from them, every partial decoded once (``decode_many``). A reused local copy
 got the replayed tail along (WriteBatches without the WAL, flushed before the checkpoint). A
 copy rebuilt from the changelog alone is written *after* ``restore`` returns, in the
@@ -141,18 +143,14 @@ from rocksdict import (
     WriteOptions,
 )
 
-from app.settings import Settings
 from stores.changelog import (
     APPLIED_KEY,
     SHAPE_KEY,
     UPSERT_HEADER,
-    AiokafkaChangelogProducer,
-    ChangelogProducer,
-    ChangelogReader,
+    ChangelogLink,
+    ChangelogReading,
     ChangelogRecord,
     ChangelogTruncated,
-    FaustChangelogProducer,
-    consumer_for,
     decode_offset,
     encode_offset,
     encode_upsert,
@@ -160,7 +158,7 @@ from stores.changelog import (
     key_prefix,
 )
 from stores.gc_pause import paused_gc
-from stores.state_shape import StateMismatch, StateShape
+from stores.state_shape import ShapeSettings, StateMismatch, StateShape
 
 logger = logging.getLogger(__name__)
 
@@ -322,27 +320,35 @@ class _OpenPartition:
     """False until that write succeeded: no checkpoint before."""
 
 
+class StoreSettings(ShapeSettings, Protocol):
+    """The settings a window store reads (``app.settings.Settings`` is one)."""
+
+    app_id: str
+    state_dir: Path
+    standby_replicas: int
+
+    @property
+    def changelog_topic(self) -> str: ...
+
+
 class WindowStore:
     """Durable per-key window contents of the input partitions this worker owns; see module doc.
 
-    ``producer``: ``FaustChangelogProducer(fiba)`` inside the worker (the Faust app's producer,
-    which also carries the aggregates), any ``ChangelogProducer``, or None: an own aiokafka
-    producer (then call ``flush()`` before committing input offsets).
+    ``producer``: the ``ChangelogLink`` to the changelog topic: ``FaustChangelog(fiba)`` inside
+    the worker (the Faust app's producer, which also carries the aggregates, and its standby
+    assignments), or ``KafkaChangelog(settings)``, an own aiokafka producer (then call
+    ``flush()`` before committing input offsets); both in ``agents.kafka_changelog``.
     """
 
     def __init__(
-        self, settings: Settings, codec: PartialCodec, producer: ChangelogProducer | None = None
+        self, settings: StoreSettings, codec: PartialCodec, producer: ChangelogLink
     ) -> None:
         self.settings = settings
         self.codec = codec
         self.shape = StateShape.of(settings, codec.format)
         self.topic = settings.changelog_topic
         self.root = store_root(settings)
-        self._own_producer: AiokafkaChangelogProducer | None = None
-        if producer is None:
-            self._own_producer = AiokafkaChangelogProducer(settings)
-            producer = self._own_producer
-        self._producer: ChangelogProducer = producer
+        self._producer = producer
         self._open: dict[int, _OpenPartition] = {}
         self._standbys: dict[int, _Standby] = {}
         self._wanted_standbys: set[int] = set()
@@ -354,26 +360,19 @@ class WindowStore:
         """Awaited by ``send_changes`` before it hands changelog records over: the owner's
         outputs barrier (``agents.windows.WindowsPipeline.deliver_outputs``), which returns once
         every output of the records queued so far is acknowledged."""
-        if settings.standby_replicas > 0 and isinstance(producer, FaustChangelogProducer):
-            producer.app.on_partitions_assigned.connect(self._follow_faust_standbys)
-
-    async def _follow_faust_standbys(self, sender: Any, assigned: Any, **kwargs: Any) -> None:
-        """``on_partitions_assigned`` receiver: follow the standbys Faust assigned us."""
-        await self.follow(
-            faust_standby_partitions(self._producer.app, self.settings.assignment_topic)
-        )
+        if settings.standby_replicas > 0:
+            producer.on_standbys(self.follow)
 
     # --- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the own producer (if any) and create the state directory."""
+        """Start the changelog link and create the state directory."""
         self.root.mkdir(parents=True, exist_ok=True)
-        if self._own_producer is not None:
-            await self._own_producer.start()
+        await self._producer.start()
 
     async def stop(self) -> None:
         """Stop following; flush, checkpoint and close every open partition (after
-        ``abandon``: close them as they are on disk); stop the own producer."""
+        ``abandon``: close them as they are on disk); stop the changelog link."""
         async with self._follow_lock:
             await self._stop_follower()
             for standby in self._standbys.values():
@@ -384,8 +383,7 @@ class WindowStore:
         finally:
             for partition in list(self._open):
                 self._close(partition)
-            if self._own_producer is not None:
-                await self._own_producer.stop()
+            await self._producer.stop()
 
     def abandon(self) -> None:
         """A failure may have left a record half queued: from now on nothing queued is written
@@ -439,7 +437,7 @@ class WindowStore:
         tp = TopicPartition(self.topic, partition)
         # every entry, entry id -> partial bytes: the local copy's, then the changelog's
         entries = _local_entries(db) if reused else {}
-        async with ChangelogReader(self.settings) as reader:
+        async with self._producer.reader() as reader:
             try:
                 applied, replayed = await _replay(
                     reader, tp, start or 0, entries, applied, db if reused else None
@@ -531,8 +529,8 @@ class WindowStore:
         Replicas no longer followed keep their last checkpoint on disk; an open partition in
         ``partitions`` is followed once it is released.
 
-        With ``standby_replicas`` > 0 and a ``FaustChangelogProducer``, the store calls this
-        itself on every Faust assignment with ``faust_standby_partitions``."""
+        With ``standby_replicas`` > 0 the store calls this itself on every assignment of
+        standbys its ``ChangelogLink`` reports (``on_standbys``)."""
         async with self._follow_lock:
             self._wanted_standbys = set(partitions)
             wanted = self._wanted_standbys - set(self._open) - self._restoring
@@ -557,7 +555,7 @@ class WindowStore:
     async def _follow_changelog(self) -> None:
         """Tail the followed partitions until cancelled. A partition whose changelog ends
         before the replica's position (recreated topic) is rebuilt from offset 0."""
-        consumer = consumer_for(self.settings, fetch_max_wait_ms=500)
+        consumer = self._producer.consumer(fetch_max_wait_ms=500)
         try:
             # started inside: a rebalance may cancel the follower while it starts
             await consumer.start()
@@ -725,7 +723,7 @@ class WindowStore:
 
     async def send_changes(self, partition: int) -> None:
         """Write ``partition``'s queued local writes, then hand its queued changelog records to
-        the producer, in order, as whole record batches (``app.batched_send``), followed by an
+        the producer, in order, as whole record batches (``agents.batched_send``), followed by an
         applied marker if records without effect (``record_skipped``) came after the last
         upsert, so that a restore does not read them again (their dead letters are not repeated
         after a crash). O(records) C-level appends plus O(1) Python per batch; one compacted
@@ -915,7 +913,7 @@ class WindowStore:
         return windows
 
 
-def store_root(settings: Settings) -> Path:
+def store_root(settings: StoreSettings) -> Path:
     """The directory of a worker's window store: ``<state_dir>/<app_id>/window-store``."""
     return Path(settings.state_dir) / settings.app_id / "window-store"
 
@@ -930,7 +928,7 @@ def _local_entries(db: Rdict) -> dict[bytes, bytes]:
 
 
 async def _replay(
-    reader: ChangelogReader,
+    reader: ChangelogReading,
     tp: TopicPartition,
     start: int,
     entries: dict[bytes, bytes],
@@ -1015,16 +1013,3 @@ def replay_changelog(
             if offset > applied:
                 applied = offset
     return applied, count
-
-
-def faust_standby_partitions(app: Any, topic: str) -> set[int]:
-    """The partitions of ``topic`` that Faust's assignor made this worker a standby for.
-
-    Faust's ``PartitionAssignor`` computes standbys (``table_standby_replicas`` of them, on
-    other members than the active, preferring to promote a standby to active on takeover) for
-    every co-partitioned topic group, tables or not; only table changelogs get them as Kafka
-    assignments. For the assignment topic (``agents.input_reader``) they name the input
-    partitions whose window store this worker should ``follow``. Read it in
-    ``on_partitions_assigned``.
-    """
-    return {tp.partition for tp in app.assignor.assigned_standbys() if tp.topic == topic}

@@ -22,8 +22,8 @@ import os
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
+from agents.batched_send import OutputRecord
 from app import batched_send
-from app.batched_send import OutputRecord
 from app.settings import load_settings
 from app.worker import Worker, build_worker, serve
 
@@ -61,7 +61,7 @@ def inject_query_fault(worker: Worker, query_id: str) -> None:
 
 
 def delay_outputs(topics: set[str], delay: float) -> None:
-    """Records for ``topics`` handed over as whole batches (``app.batched_send``) go to the
+    """Records for ``topics`` handed over as whole batches (``agents.batched_send``) go to the
     producer ``delay`` seconds later (in the order handed over); their delivery is that
     later send's. The hand-over itself returns at once, as with a slow broker."""
     send = batched_send.send_output_records

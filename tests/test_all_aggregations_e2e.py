@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
+from agents.clients import read_to_end
 from agents.records import INPUT_OFFSET, INPUT_PARTITION
-from app.clients import read_to_end
 from app.demo import start_worker, stop_worker
 from app.settings import Settings
 from app.topics import create_topics

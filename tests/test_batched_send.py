@@ -1,4 +1,4 @@
-"""``app.batched_send`` against a real broker: records handed over as whole batches arrive
+"""``agents.batched_send`` against a real broker: records handed over as whole batches arrive
 complete and in order, on the partitions Kafka's default partitioner picks, and the delivery
 returned names the last record's offset."""
 
@@ -13,14 +13,14 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.batched_send import (
+from agents.batched_send import (
     KEY_CACHE_SIZE,
     KeyedOutputs,
     KeyPartitioner,
     kafka_timestamp,
     send_records,
 )
-from app.clients import client_options, read_to_end
+from agents.clients import client_options, read_to_end
 from app.settings import Settings
 from app.topics import TopicSpec, create_topics
 from tests.test_window_store import make_settings

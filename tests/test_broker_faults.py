@@ -26,13 +26,14 @@ from subprocess import Popen
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
 
+from agents.clients import client_options, end_offsets, read_to_end
+from agents.kafka_changelog import consumer_for
 from app.broker import free_port
-from app.clients import client_options, end_offsets, read_to_end
 from app.demo import log_tail, start_worker, stop_worker
 from app.kafka_broker import KafkaBroker
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
-from stores.changelog import SHAPE_KEY, consumer_for
+from stores.changelog import SHAPE_KEY
 from tests.conftest import broker_kinds_under_test
 from tests.exactness import (
     Exactness,
@@ -82,7 +83,7 @@ as anything is dirty, tombstones dropped 0.1 s after their cleaning."""
 
 MAX_METADATA_RETRIES_PER_S = 100
 """Failed metadata updates a worker may log per second of a broker outage: its handful of
-clients retry every 0.1 s (aiokafka's own busy loop logs far more, see app.clients)."""
+clients retry every 0.1 s (aiokafka's own busy loop logs far more, see agents.clients)."""
 
 SPAN = (0, BASE * 2)
 """A range covering every event time."""
@@ -150,7 +151,7 @@ def test_the_worker_rides_out_a_broker_sigkill_and_restart(
         assert worker.poll() is None, log_tail(log)
         text = log.read_text(errors="replace")
         assert "the worker stops" not in text
-        # its clients retried at their pace, not in a busy loop (app.clients)
+        # its clients retried at their pace, not in a busy loop (agents.clients)
         retries = text.count("Unable to update metadata")
         print(f"killed at {at_kill} records applied; outage {outage:.1f} s: {retries} failed")
         assert retries < MAX_METADATA_RETRIES_PER_S * outage, f"{retries} in {outage:.1f} s"

@@ -1,4 +1,4 @@
-"""``app.clients.end_offsets`` on each broker kind with its profile: ListOffsets(latest) with the
+"""``agents.clients.end_offsets`` on each broker kind with its profile: ListOffsets(latest) with the
 ``kafka`` profile (Apache Kafka), the Fetch high watermark with the ``embedded`` one (Tansu's
 ListOffsets hides the tail of a multi-record batch). Either way the end offset must be the
 offset after the last record, i.e. agree with the high watermark a fetch reports."""
@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from app.clients import client_options, end_offsets
+from agents.clients import client_options, end_offsets
 from app.settings import Settings
 from app.topics import TopicSpec, create_topics
 

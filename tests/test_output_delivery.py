@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from agents.clients import client_options, read_to_end
 from agents.records import DLQ_OFFSET, DLQ_PARTITION, DLQ_REASON, EVENT_TS, KEY, REASON_LATE
 from agents.records import REASON_MALFORMED_JSON as MALFORMED
-from app.clients import client_options, read_to_end
 from app.demo import start_worker, stop_worker
 from app.settings import Settings
 from app.topics import create_topics

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from agents.clients import client_options
 from agents.queries import (
     EMBEDDED_QUERY_FETCH_WAIT_MS,
     KAFKA_QUERY_FETCH_WAIT_MS,
@@ -18,7 +19,6 @@ from agents.queries import (
     QueryConsumer,
     query_fetch_wait_ms,
 )
-from app.clients import client_options
 from app.settings import Settings
 from app.topics import create_topics
 

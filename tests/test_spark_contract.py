@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from agents.records import Answer, encode_json
+from agents.records import Answer, aggregate_json, encode_json
 from app.settings import Settings, WindowSpec
 from spark_bridge.decode import decode_batch
 from spark_bridge.schema import AGGREGATES, ANSWERS
@@ -206,7 +206,7 @@ def builtin_values() -> dict[str, tuple[bytes, bytes]]:
         record = accepted.record
         result = record.windows["1m"].aggregates
         answer = Answer("q", "k", 1, 2, result, len(INPUTS), record.stream_time)
-        values[name] = (encode_json(record.to_json()), encode_json(answer.to_json()))
+        values[name] = (encode_json(aggregate_json(record)), encode_json(answer.to_json()))
     return values
 
 

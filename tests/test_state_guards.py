@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from agents.kafka_changelog import KafkaChangelog
 from app.broker import free_port
 from app.cli import cli
 from app.demo import log_tail, settings_environ, start_worker, stop_worker
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics
-from stores.changelog import AiokafkaChangelogProducer, encode_upsert, entry_id
+from stores.changelog import encode_upsert, entry_id
 from stores.key_windows import KeyWindows, WindowConfig
 from stores.window_store import MarshalStateCodec
 from tests.test_crash_recovery import BASE, applied_offsets, wait_until, worker_settings
@@ -112,7 +113,7 @@ def test_a_state_without_shape_that_other_aggregations_cannot_read_stops_the_wor
         records.append((entry_id("k", accepted.time), value))
 
     async def write_legacy_changelog() -> None:
-        producer = AiokafkaChangelogProducer(settings)
+        producer = KafkaChangelog(settings)
         await producer.start()
         try:
             await producer.send_records(settings.changelog_topic, 0, records)

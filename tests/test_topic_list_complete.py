@@ -18,7 +18,7 @@ import time
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from app.clients import client_options, read_to_end
+from agents.clients import client_options, read_to_end
 from app.demo import start_worker, stop_worker
 from app.settings import Settings
 from app.topics import create_topics, topic_specs

@@ -6,7 +6,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from app.clients import client_options
+from agents.clients import client_options
 from app.settings import Settings, load_settings
 from app.topics import (
     CHANGELOG_TOPIC_CONFIGS,

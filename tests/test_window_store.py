@@ -21,14 +21,13 @@ from hypothesis import example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from app.clients import client_options
+from agents.clients import client_options
+from agents.kafka_changelog import ChangelogReader, KafkaChangelog
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
 from stores import window_store
 from stores.changelog import (
     SHAPE_KEY,
-    AiokafkaChangelogProducer,
-    ChangelogReader,
     ChangelogTruncated,
     entry_id,
     split_entry_id,
@@ -68,7 +67,7 @@ async def create_changelog(settings: Settings) -> None:
 
 
 async def open_store(settings: Settings, *partitions: int) -> tuple[WindowStore, dict]:
-    store = WindowStore(settings, JsonCodec())
+    store = WindowStore(settings, JsonCodec(), KafkaChangelog(settings))
     await store.start()
     restored = {p: await store.restore(p) for p in partitions}
     return store, restored
@@ -152,7 +151,7 @@ async def test_reader_starts_inside_a_batch_and_stops_at_the_end(
     exactly the records from that offset to the end, a read from beyond the end raises."""
     settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=1)
     await create_changelog(settings)
-    producer = AiokafkaChangelogProducer(settings)
+    producer = KafkaChangelog(settings)
     await producer.start()
     try:
         records = [(b"k%d" % i, b"v%d" % i) for i in range(100)]
@@ -196,11 +195,11 @@ operation = st.one_of(
 
 
 class LossyProducer:
-    """A ``ChangelogProducer`` that holds records back until ``flush``: ``crash(n)`` delivers
+    """A ``ChangelogLink`` that holds records back until ``flush``: ``crash(n)`` delivers
     only the first ``n`` held records and drops the rest, as a SIGKILL can."""
 
     def __init__(self, settings: Settings) -> None:
-        self.inner = AiokafkaChangelogProducer(settings)
+        self.inner = KafkaChangelog(settings)
         self.held: list[tuple[str, int, bytes, bytes | None, asyncio.Future]] = []
 
     async def send_records(self, topic: str, partition: int, records):
@@ -220,6 +219,21 @@ class LossyProducer:
 
     async def flush(self) -> None:
         await self.deliver(len(self.held))
+
+    async def start(self) -> None:
+        """Nothing: the test starts and stops ``inner`` itself, once for all store restarts."""
+
+    async def stop(self) -> None:
+        """Nothing (see ``start``)."""
+
+    def reader(self) -> ChangelogReader:
+        return self.inner.reader()
+
+    def consumer(self, fetch_max_wait_ms: int):
+        return self.inner.consumer(fetch_max_wait_ms)
+
+    def on_standbys(self, follow) -> None:
+        self.inner.on_standbys(follow)
 
 
 class Model:
@@ -695,7 +709,7 @@ async def test_local_copy_of_a_longer_changelog_is_discarded(
 
     new = dataclasses.replace(old, app_id=f"{old.app_id}-recreated")
     await create_changelog(new)
-    store = WindowStore(new, JsonCodec())
+    store = WindowStore(new, JsonCodec(), KafkaChangelog(new))
     shutil.copytree(old.state_dir / old.app_id, new.state_dir / new.app_id)
     await store.start()
     try:
@@ -786,7 +800,7 @@ async def test_state_of_other_settings_is_refused_from_local_copy_and_changelog(
     ]:
         if not keep_local:
             shutil.rmtree(tmp_path / settings.app_id, ignore_errors=True)
-        store = WindowStore(changed, JsonCodec())
+        store = WindowStore(changed, JsonCodec(), KafkaChangelog(changed))
         await store.start()
         try:
             with pytest.raises(StateMismatch, match=fragment):

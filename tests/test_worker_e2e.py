@@ -31,6 +31,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
 
+from agents.clients import client_options, read_to_end
 from agents.records import (
     DLQ_OFFSET,
     DLQ_PARTITION,
@@ -41,7 +42,6 @@ from agents.records import (
     AggregateRecord,
 )
 from app.broker import free_port
-from app.clients import client_options, read_to_end
 from app.demo import start_worker, stop_worker
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics

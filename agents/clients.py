@@ -45,7 +45,7 @@ from aiokafka.errors import (
 from aiokafka.helpers import create_ssl_context
 from aiokafka.protocol.metadata import MetadataRequest
 
-from app.settings import Settings
+from agents.config import WorkerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def refusal(exc: BaseException) -> str | None:
     return None
 
 
-def client_options(settings: Settings) -> dict[str, Any]:
+def client_options(settings: WorkerSettings) -> dict[str, Any]:
     """aiokafka client keyword arguments (bootstrap servers, security) of ``settings``."""
     options: dict[str, Any] = {"bootstrap_servers": list(settings.bootstrap_servers)}
     if settings.security_protocol:
@@ -101,7 +101,7 @@ def client_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
-def check_reachable(settings: Settings, timeout: float = 3.0) -> None:
+def check_reachable(settings: WorkerSettings, timeout: float = 3.0) -> None:
     """Return when one bootstrap server accepts a TCP connection (and, with SASL or TLS, the
     handshakes on it succeed); else ``BrokerUnreachable`` (``CredentialsRejected`` for a failed
     handshake).
@@ -124,7 +124,7 @@ def check_reachable(settings: Settings, timeout: float = 3.0) -> None:
     raise BrokerUnreachable(f"cannot reach the Kafka broker ({'; '.join(reasons)})")
 
 
-async def authenticate(settings: Settings, host: str, port: int, timeout: float) -> None:
+async def authenticate(settings: WorkerSettings, host: str, port: int, timeout: float) -> None:
     """Open and close one connection to ``host:port`` with the security options of
     ``settings``; ``CredentialsRejected`` saying why when the TLS handshake fails (e.g. a
     certificate not signed by ``ssl_cafile``), the broker rejects the credentials or the
@@ -166,7 +166,7 @@ class _DropMessage(logging.Filter):
 async def end_offsets(
     consumer: AIOKafkaConsumer,
     partitions: Sequence[TopicPartition],
-    settings: Settings,
+    settings: WorkerSettings,
     timeout: float = 10.0,
 ) -> dict[TopicPartition, int]:
     """The end offset (offset of the next record to be written) of each assigned partition.
@@ -187,7 +187,7 @@ async def end_offsets(
     return {tp: int(consumer.highwater(tp)) for tp in partitions}
 
 
-async def read_to_end(settings: Settings, topic: str) -> list[ConsumerRecord]:
+async def read_to_end(settings: WorkerSettings, topic: str) -> list[ConsumerRecord]:
     """Every record of ``topic`` (``settings.partitions`` partitions) from its start up to its
     end (``end_offsets``: the profile's way), sorted by partition and offset. O(records)."""
     consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
