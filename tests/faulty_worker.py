@@ -22,8 +22,8 @@ import os
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
+from agents import batched_send
 from agents.batched_send import OutputRecord
-from app import batched_send
 from app.settings import load_settings
 from app.worker import Worker, build_worker, serve
 
