@@ -21,6 +21,9 @@ does; different partitions may interleave):
   (for compaction); O(1 + evicted) per event, amortized O(1) since each entry is
   evicted once. ``offset`` must exceed ``applied_offset(partition)`` (the pipeline skips
   redeliveries).
+- ``record_many(partition, effects)``: ``record`` for many ``(offset, key, time, partial)``
+  without evictions, in one call (the same changelog records; the applied offset written once
+  per local piece).
 - ``record_skipped(partition, offset)``: an input record with no state effect; O(1), no
   changelog record of its own (see ``send_changes``).
 - ``evict(partition, key, times)``: the idle-key sweep; one queued tombstone per entry.
@@ -637,6 +640,47 @@ class WindowStore:
         queued.append((eid, encode_upsert(offset, evicted, data)))
         queued.extend(zip(evicted_ids, repeat(None)))
         state.queued_upto = offset
+
+    def record_many(self, partition: int, effects: Iterable[tuple[int, str, int, Any]]) -> None:
+        """``record(partition, offset, key, time, partial)`` for each ``(offset, key, time,
+        partial)`` of ``effects`` in order (offsets increasing, no evictions: ``emit=batch``
+        evicts per key with ``evict``), with the same local writes and changelog records,
+        except that each local piece writes the applied offset once, at its end (a piece is one
+        atomic write: the local copy still only ever holds a state the store has been in, with
+        the applied offset it went to). O(len(effects)), with less Python per record than
+        ``record``: one key prefix per key, no per-record applied write."""
+        state = self._open[partition]
+        if state.backfill is not None:
+            for offset, key, time, partial in effects:
+                self.record(partition, offset, key, time, partial)
+            return
+        encode, pack_header = self.codec.encode, UPSERT_HEADER.pack
+        append = state.queued.append
+        prefixes: dict[str, bytes] = {}
+        local = state.local
+        applied = state.applied
+        for offset, key, time, partial in effects:
+            if offset <= applied:
+                raise ValueError(
+                    f"offset {offset} of partition {partition} is not after the applied "
+                    f"offset {applied}: a redelivered record must be skipped"
+                )
+            prefix = prefixes.get(key)
+            if prefix is None:
+                prefix = prefixes[key] = key_prefix(key)
+            eid = entry_id_of(prefix, time)
+            data = encode(partial)
+            local.put(eid, data)
+            append((eid, pack_header(offset, 0) + data))
+            applied = offset
+            if len(local) >= LOCAL_PIECE_OPS - 1:
+                local.put(_META_APPLIED, _OFFSET.pack(applied))
+                _cut_piece(state)
+                local = state.local
+        if applied > state.applied:
+            if not local.is_empty():
+                local.put(_META_APPLIED, _OFFSET.pack(applied))
+            state.applied = state.queued_upto = applied
 
     def record_skipped(self, partition: int, offset: int) -> None:
         """The input record at ``offset`` has no state effect (late, bad input): its applied

@@ -185,6 +185,7 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
         row("event", 100, 1000, 3),
         row("event", 10000, 800, 3),
         {**row("event", 1000, 100, 1), "queries": True},  # own row, not in the flatness
+        row("floor", 100, 4000, 1),
     ]
     report = markdown(results)
     assert "| bare | - | 2,000 [1,000-3,000] | 100% | 500 | 100% |" in report
@@ -194,6 +195,11 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
     assert (
         "event: slowest occupancy at 80% of the fastest (medians, runs without queries); "
         "per round 67%, 91%, 80%"
+    ) in report
+    assert "| floor | - | 4,000 | 200% | 250 | 200% |" in report
+    assert (
+        "event against the floor (a bare aiokafka consumer, 4,000 events/s): 0.200x-0.250x "
+        "(goal >= 0.5x)"
     ) in report
 
 
