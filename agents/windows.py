@@ -35,6 +35,11 @@ once every output it caused is acknowledged (acks=all), whatever broker leads wh
 
 Each fetched chunk (``emit=event``/``changes``) or slice (``batch``) is parsed at once
 (``EventParser.parse_many``: orjson for the common record, the same outcome as ``parse``).
+
+Exactly-once (``processing_guarantee``, ``use_transactions``): instead of that barrier, each
+partition's outputs and changelog records of a hand-over go in ONE Kafka transaction of the
+partition's producer (``agents.transactions``), so a crash leaves either both or neither.
+
 With ``emit = "batch"`` each fetched batch (up to ``batch_max_records`` records, fetched within
 ``batch_max_wait``) is applied per partition as ``KeyWindows.accept_batch`` would (one bulk
 insert and bulk evict per key and slice): in slices sized to take about half a millisecond
@@ -74,6 +79,7 @@ from agents.config import FaustWorker
 from agents.dead_letters import DeadLetters
 from agents.events import BadEvent, EventParser, ParsedEvent
 from agents.records import encode_aggregate
+from agents.transactions import Transactions
 from stores.gc_pause import PacedYoungCollections, freeze_survivors_unless_paused, paused_gc
 from stores.key_windows import (
     Accepted,
@@ -177,6 +183,20 @@ class WindowsPipeline:
         self.failure: BaseException | None = None
         """Set by ``fail``: no queued output is handed over any more (and the store is
         abandoned)."""
+        self.transactions: Transactions | None = None
+        """Set by ``use_transactions`` (exactly-once)."""
+
+    def use_transactions(self, transactions: Transactions) -> None:
+        """Exactly-once output (``agents.transactions``): a partition is claimed before its
+        restore and released with its state; the outputs queued for a partition are sent by
+        ``send_outputs_of`` inside the transaction that carries its changelog records (the
+        store's producer is ``transactions``), so the at-least-once barrier goes, and the
+        store's ``flush`` hands a partition over only while none of its records is being
+        applied (``_hand_over_held``: the outputs and changelog records it sends together
+        belong to the same records)."""
+        self.transactions = transactions
+        self.store.before_changelog = None
+        self.store.hand_over = self._hand_over_held
 
     # --- partitions ---------------------------------------------------------------------------
 
@@ -192,6 +212,8 @@ class WindowsPipeline:
                 if not self._store_started:
                     await self.store.start()
                     self._store_started = True
+                if self.transactions is not None:
+                    await self.transactions.claim(partition)  # fences the previous owner
                 restored = await self.store.restore(partition)
                 windows = KeyWindows(self.config, emit=self.settings.emit)
                 # paused: about half the build's time otherwise; then frozen out of every later
@@ -269,6 +291,8 @@ class WindowsPipeline:
                     await self._free(state.windows)
                     await self.store.release(partition)
             logger.info("partition %d released", partition)
+        if self.transactions is not None:
+            await self.transactions.keep_only(keep)
 
     async def _free(self, windows: KeyWindows) -> None:
         """Free a released partition's windows now, key by key (``KeyWindows.forget``), the
@@ -331,17 +355,44 @@ class WindowsPipeline:
         acknowledged (a call during another one's round waits for it, then delivers what was
         queued since). ``WindowStore`` awaits it (``before_changelog``) before it hands
         changelog records over. A failed delivery raises (the store then stops writing, see
-        ``send_changes``). Per round one batch per output partition and one round trip."""
+        ``send_changes``). Per round one batch per output partition and one round trip.
+        Exactly-once: nothing (``send_outputs_of`` sends them in their transactions)."""
+        if self.transactions is not None:
+            return
         async with self._delivering:
             deliveries = await self.aggregates.send() + await self.dead_letters.outputs.send()
             for delivery in deliveries:
                 await delivery
 
+    async def send_outputs_of(self, partition: int, producer: Any) -> None:
+        """Hand the outputs queued for input ``partition`` (its aggregate records and dead
+        letters) to ``producer``, the transactional producer of the partition's transaction
+        (exactly-once; its commit waits for their acknowledgement)."""
+        await self.aggregates.send(partition, producer)
+        await self.dead_letters.outputs.send((self.settings.input_topic, partition), producer)
+
+    def progress(self, partition: int) -> int | None:
+        """The input position of a loaded ``partition`` (applied offset + 1), None if not
+        loaded: what exactly-once commits to the monitoring group."""
+        state = self._states.get(partition)
+        return None if state is None else state.applied_offset + 1
+
+    async def _hand_over_held(self, partition: int) -> None:
+        """``store.send_changes(partition)`` while no record of the partition is being applied
+        (its lock held, if it is loaded)."""
+        state = self._states.get(partition)
+        if state is None:
+            await self.store.send_changes(partition)
+            return
+        async with state.lock:
+            await self.store.send_changes(partition)
+
     async def hand_over(self) -> None:
         """Hand the outputs and state changes queued since the last call to the producer:
         the outputs first, awaiting their acknowledgement (``deliver_outputs``), then per
         loaded partition its local writes and changelog records (``WindowStore.send_changes``):
-        outputs before the state that makes a redelivery skip them (at-least-once output). The
+        outputs before the state that makes a redelivery skip them (at-least-once output;
+        exactly-once: per partition one transaction with both, ``use_transactions``). The
         reader calls it after each fetched chunk, whatever its partitions: fewer, larger record
         batches, and one wait for acknowledgements per chunk. Nothing after ``fail``.
 
@@ -353,13 +404,21 @@ class WindowsPipeline:
         turns = self.turns
         if time.perf_counter() >= turns.deadline:
             await turns.take()
+        if self.transactions is not None:
+            # one transaction per partition, on producers of their own: all in flight at once
+            await asyncio.gather(*(self._send_changes(s) for s in list(self._states.values())))
+            return
         await self.deliver_outputs()
         for state in list(self._states.values()):
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
-            async with state.lock:
-                if self._states.get(state.partition) is state:
-                    await self.store.send_changes(state.partition)
+            await self._send_changes(state)
+
+    async def _send_changes(self, state: PartitionState) -> None:
+        """``store.send_changes`` of a loaded partition, under its lock (if still loaded)."""
+        async with state.lock:
+            if self._states.get(state.partition) is state:
+                await self.store.send_changes(state.partition)
 
     async def _process_one(
         self, state: PartitionState, record: ConsumerRecord, parsed: ParsedEvent | BadEvent
@@ -495,7 +554,10 @@ class WindowsPipeline:
             return
         self.counts["aggregates"] += 1
         self.aggregates.add(
-            key.encode(), encode_aggregate(record, partition, offset), record.event_ts
+            key.encode(),
+            encode_aggregate(record, partition, offset),
+            record.event_ts,
+            source=partition,
         )
 
     # --- maintenance --------------------------------------------------------------------------

@@ -373,6 +373,13 @@ def worker(settings: Settings) -> None:
 
     require_free_port(settings.web_host, settings.web_port, "the worker's HTTP server")
     require_broker(settings)
+    if settings.exactly_once:
+        from agents.transactions import NoTransactions, check_transactions
+
+        try:
+            run_async(check_transactions(settings))
+        except NoTransactions as exc:
+            raise CliFailure(str(exc), 2) from None
     problems = run_async(missing_or_mismatched(settings))
     if problems:
         raise CliFailure("; ".join(problems) + " (run `fiba topics create` with these settings)")

@@ -36,6 +36,8 @@ class ConfigError(Exception):
 BROKER_PROFILES = ("kafka", "embedded")
 EMIT_MODES = ("event", "batch", "changes")
 WINDOW_ENDS = ("stream_time", "event_time")
+
+PROCESSING_GUARANTEES = ("at_least_once", "exactly_once")
 TIMESTAMP_SOURCES = ("field", "kafka")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -126,6 +128,8 @@ class Settings:
     resolution: int | None = None
     emit: str = "event"
     window_end: str = "stream_time"
+
+    processing_guarantee: str = "at_least_once"
     batch_max_records: int = 1000
     batch_max_wait: int = 200
     key_field: str | None = None
@@ -155,6 +159,26 @@ class Settings:
     def embedded(self) -> bool:
         """True with the embedded-broker profile (Tansu workarounds switched on)."""
         return self.broker_profile == "embedded"
+
+    @property
+    def exactly_once(self) -> bool:
+        """True with ``processing_guarantee = "exactly_once"`` (``agents.transactions``)."""
+        return self.processing_guarantee == "exactly_once"
+
+    @property
+    def isolation_level(self) -> str:
+        """How the worker's own readers of the changelog, input and answers read: with
+        exactly-once, ``read_committed`` (aborted transactions never seen), else
+        ``read_uncommitted``."""
+        return "read_committed" if self.exactly_once else "read_uncommitted"
+
+    @property
+    def outputs_isolation_level(self) -> str:
+        """How readers of the output topics (``fiba tail``, the answers reader) read:
+        ``read_committed``, so that an aborted exactly-once transaction is never seen (the
+        same as ``read_uncommitted`` where no transaction is used); the embedded profile reads
+        ``read_uncommitted`` (its broker has no transactions)."""
+        return "read_uncommitted" if self.embedded else "read_committed"
 
     @property
     def changelog_topic(self) -> str:
@@ -217,6 +241,10 @@ SETTINGS_HELP: dict[str, str] = {
     "emit": "event | batch | changes",
     "window_end": "stream_time | event_time: each record's windows end at the partition's "
     "stream time, or at the event's own time",
+    "processing_guarantee": (
+        "at_least_once | exactly_once (outputs, changelog and offsets in one Kafka transaction "
+        "per partition and chunk; needs a broker with transactions)"
+    ),
     "batch_max_records": "largest batch in emit=batch",
     "batch_max_wait": "longest wait for a batch in emit=batch (duration)",
     "key_field": "field of the value holding the aggregation key (unset = Kafka key)",
@@ -449,6 +477,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "resolution": _optional_duration,
     "emit": _choice(EMIT_MODES),
     "window_end": _choice(WINDOW_ENDS),
+    "processing_guarantee": _choice(PROCESSING_GUARANTEES),
     "batch_max_records": _int,
     "batch_max_wait": parse_duration,
     "key_field": _optional_text,

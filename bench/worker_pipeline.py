@@ -19,7 +19,9 @@ records per ``getmany``), the rate the worker is measured against (issue 20's go
 ``emit=batch`` at least 1.0x of it, ``emit=event`` at least 0.5x); ``bare`` — a Faust agent
 that only consumes the same topic (the framework's floor), ``bare-batch`` — the same with
 ``stream.take_events`` batches as ``emit=batch`` uses;
-``event``/``batch`` — the worker with that ``emit`` mode at each occupancy. Throughput is the
+``event``/``batch`` — the worker with that ``emit`` mode at each occupancy, under each of
+``--guarantees`` (``at_least_once``, ``exactly_once``: rows ``+ exactly_once`` and a line with
+exactly-once's share of at-least-once's throughput per mode). Throughput is the
 accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). Every
 cell streams 90,000 events, so that every measured part lasts several seconds (at 30,000
 events, a ``batch`` run measured about 2 s and an ``event`` run 4-6 s, and a single pause of the
@@ -92,7 +94,13 @@ def duration_name(ms: int) -> str:
     return f"{ms}ms"
 
 
-def scenario_settings(broker: BenchBroker, occupancy: int, emit: str, state_dir: Path) -> Settings:
+def scenario_settings(
+    broker: BenchBroker,
+    occupancy: int,
+    emit: str,
+    state_dir: Path,
+    guarantee: str = "at_least_once",
+) -> Settings:
     retention = occupancy * SPACING_MS
     sizes = (retention // 100, retention // 10, retention)
     suffix = uuid.uuid4().hex[:8]
@@ -111,6 +119,7 @@ def scenario_settings(broker: BenchBroker, occupancy: int, emit: str, state_dir:
         windows=tuple(WindowSpec(duration_name(s), s) for s in sizes),
         max_future_skew=retention,
         emit=emit,
+        processing_guarantee=guarantee,
         state_dir=state_dir,
         web_port=free_port(),
         sweep_interval=30_000,
@@ -259,14 +268,19 @@ def percentile(values: list[float], q: float) -> float:
 
 @contextlib.contextmanager
 def backlogged_worker(
-    broker: BenchBroker, child: str, occupancy: int, events: int, workdir: Path
+    broker: BenchBroker,
+    child: str,
+    occupancy: int,
+    events: int,
+    workdir: Path,
+    guarantee: str = "at_least_once",
 ) -> Iterator[tuple[Settings, subprocess.Popen, Path]]:
     """Create the scenario's topics, pre-produce ``events`` input records, and run the child
     ``child`` (a worker emit mode, or ``floor``/``bare``/``bare-batch``) in a subprocess on
     them for the ``with`` block: yields its settings, process and log file; terminates it
     afterwards."""
     emit = {"bare": "event", "bare-batch": "batch", "floor": "batch"}.get(child, child)
-    settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6])
+    settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6], guarantee)
     asyncio.run(create_topics(settings))
     asyncio.run(produce(settings, event_stream(events)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
@@ -287,7 +301,13 @@ def backlogged_worker(
 
 
 def run_scenario(
-    broker: BenchBroker, name: str, occupancy: int, events: int, with_queries: bool, workdir: Path
+    broker: BenchBroker,
+    name: str,
+    occupancy: int,
+    events: int,
+    with_queries: bool,
+    workdir: Path,
+    guarantee: str = "at_least_once",
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "broker": broker.kind,
@@ -295,8 +315,9 @@ def run_scenario(
         "occupancy": occupancy,
         "events": events,
         "queries": with_queries,
+        "guarantee": guarantee,
     }
-    with backlogged_worker(broker, name, occupancy, events, workdir) as (
+    with backlogged_worker(broker, name, occupancy, events, workdir, guarantee) as (
         settings,
         worker,
         log_path,
@@ -562,6 +583,12 @@ def main() -> None:
     run.add_argument("--occupancies", default="100,1000,10000")
     run.add_argument("--scenarios", default="floor,bare,bare-batch,event,batch")
     run.add_argument(
+        "--guarantees",
+        default="at_least_once",
+        help="comma-separated processing guarantees to run every worker scenario with "
+        "(exactly_once needs --broker-kind kafka)",
+    )
+    run.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -598,20 +625,28 @@ def main() -> None:
         workdir = Path(tmp)
         scenarios = args.scenarios.split(",")
         plan = [
-            (name, occupancies[0], events * (FLOOR_STREAM_FACTOR if name == "floor" else 1), False)
+            (
+                name,
+                occupancies[0],
+                events * (FLOOR_STREAM_FACTOR if name == "floor" else 1),
+                False,
+                "at_least_once",
+            )
             for name in ("floor", "bare", "bare-batch")
             if name in scenarios
         ]
         for name in ("event", "batch"):
-            if name in scenarios:
-                plan += [(name, occ, events, False) for occ in occupancies]
+            if name not in scenarios:
+                continue
+            for guarantee in args.guarantees.split(","):
+                plan += [(name, occ, events, False, guarantee) for occ in occupancies]
                 if QUERY_OCCUPANCY in occupancies:
-                    plan.append((name, QUERY_OCCUPANCY, events, True))
+                    plan.append((name, QUERY_OCCUPANCY, events, True, guarantee))
         for round_ in range(1, args.rounds + 1):
             # alternate the order, so that a drift of the machine's speed over the run
             # weighs on every cell alike
-            for name, occ, n, queries in plan if round_ % 2 else plan[::-1]:
-                result = run_scenario(broker, name, occ, n, queries, workdir)
+            for name, occ, n, queries, guarantee in plan if round_ % 2 else plan[::-1]:
+                result = run_scenario(broker, name, occ, n, queries, workdir, guarantee)
                 result["round"] = round_
                 print(json.dumps(result), flush=True)
                 results.append(result)
@@ -633,7 +668,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
     floor's (``GOALS``); the query latencies."""
     cells: dict[tuple[str, int, bool], list[dict[str, Any]]] = {}
     for r in results:
-        cells.setdefault((r["scenario"], r["occupancy"], r.get("queries", False)), []).append(r)
+        cells.setdefault((_scenario(r), r["occupancy"], r.get("queries", False)), []).append(r)
     rate = {cell: statistics.median(r["events_per_s"] for r in rs) for cell, rs in cells.items()}
     cpu = {cell: statistics.median(r["cpu_us_per_event"] for r in rs) for cell, rs in cells.items()}
     bare = next((cell for cell in cells if cell[0] == "bare"), None)
@@ -658,7 +693,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"{rate[cell]:,.0f}{spread} | {_percent(rate[cell], bare_rate)} | "
             f"{cpu[cell]:,.0f} | {_percent(bare_cpu, cpu[cell])} |"
         )
-    for mode in ("event", "batch"):
+    modes = sorted({_scenario(r) for r in results if not r["scenario"].startswith("bare")})
+    for mode in modes:
         medians = [rate[cell] for cell in cells if cell[0] == mode and not cell[2]]
         if len(medians) < 2:
             continue
@@ -667,7 +703,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
             rates = [
                 r["events_per_s"]
                 for r in results
-                if r["scenario"] == mode
+                if _scenario(r) == mode
                 and r.get("round", 1) == round_
                 and not r.get("queries", False)
             ]
@@ -686,6 +722,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"events/s): {min(medians) / rate[floor]:.3f}x-{max(medians) / rate[floor]:.3f}x "
             f"(goal >= {goal}x)"
         )
+    lines += _guarantee_ratios(cells, rate, cpu)
     for r in results:
         for kind in ("http_query_ms", "topic_query_ms"):
             if kind in r:
@@ -703,6 +740,32 @@ FLOORS = ("floor", "bare", "bare-batch")
 
 GOALS = {"batch": 1.0, "event": 0.5}
 """Issue 20's goals: each emit mode's rate as a multiple of the floor's, at every occupancy."""
+
+
+def _scenario(result: dict[str, Any]) -> str:
+    """A result's scenario name, ``+ exactly_once`` for a worker run with that guarantee."""
+    eos = result.get("guarantee", "at_least_once") == "exactly_once"
+    return result["scenario"] + (" + exactly_once" if eos else "")
+
+
+def _guarantee_ratios(
+    cells: dict[tuple[str, int, bool], list[dict[str, Any]]],
+    rate: dict[tuple[str, int, bool], float],
+    cpu: dict[tuple[str, int, bool], float],
+) -> list[str]:
+    """Per emit mode and occupancy run under both guarantees: exactly-once's throughput and
+    CPU per event as a share of at-least-once's (medians)."""
+    lines = []
+    for name, occupancy, queries in cells:
+        twin = (f"{name} + exactly_once", occupancy, queries)
+        if twin in cells and not name.startswith("bare"):
+            cell = (name, occupancy, queries)
+            lines.append(
+                f"\n{name}{' + queries' if queries else ''}, {occupancy:,}/key: exactly_once at "
+                f"{_percent(rate[twin], rate[cell])} of at_least_once's events/s "
+                f"(CPU/event {_percent(cpu[twin], cpu[cell])})"
+            )
+    return lines
 
 
 def _percent(part: float | None, whole: float | None) -> str:

@@ -88,6 +88,15 @@ record below the committed offset whose effect is missing can only be one withou
 Records without effect (late or bad input) after the last applied marker are read again after
 a crash: their dead letters may repeat, the state never changes.
 
+Exactly-once (``processing_guarantee``): the producer is a transactional one per partition
+(``agents.transactions``), and each ``send_changes`` is one transaction carrying the changelog
+records and the outputs of the same input records; it returns once committed, so a
+checkpoint never covers an uncommitted record, and the changelog is read ``read_committed``
+(``ChangelogReader``): an aborted transaction's records, whose local writes may be on disk,
+are never replayed, and a local copy holding them has an applied offset past its checkpoint,
+so it is discarded as above. ``flush`` hands each partition over through ``hand_over`` (the
+owner's, which waits until none of its records is being applied).
+
 How a restore runs (``restore``): the entries are gathered in memory, entry id -> partial
 bytes: the local copy's if usable, then the changelog records from the start offset replayed
 on top (the last record of an entry wins; tombstones and the deletions inside upserts remove
@@ -359,6 +368,10 @@ class WindowStore:
         """Awaited by ``send_changes`` before it hands changelog records over: the owner's
         outputs barrier (``agents.windows.WindowsPipeline.deliver_outputs``), which returns once
         every output of the records queued so far is acknowledged."""
+        self.hand_over: Callable[[int], Awaitable[None]] = self.send_changes
+        """What ``flush`` calls per open partition: ``send_changes``, or the owner's call of it
+        while no record of the partition is being applied (exactly-once: the changelog records
+        and the outputs queued with them go in one transaction, ``agents.transactions``)."""
         if settings.standby_replicas > 0:
             producer.on_standbys(self.follow)
 
@@ -768,9 +781,16 @@ class WindowStore:
                 await self._outputs_delivered()
                 if self._abandoned:
                     return
-                state.last_delivery = await self._producer.send_records(
-                    self.topic, partition, records
-                )
+                try:
+                    state.last_delivery = await self._producer.send_records(
+                        self.topic, partition, records
+                    )
+                except BaseException:
+                    # the records taken would leave a gap (exactly-once: the transaction
+                    # carrying them and their outputs was aborted)
+                    logger.error("window store: changelog not sent; nothing more is written")
+                    self.abandon()
+                    raise
             state.sent_applied = applied
 
     async def _outputs_delivered(self) -> None:
@@ -797,7 +817,7 @@ class WindowStore:
                 await asyncio.wait([state.backfill.task])  # it logs its own failure
         snapshot: dict[int, tuple[_OpenPartition, Awaitable[Any] | None, int, int]] = {}
         for partition, state in list(self._open.items()):
-            await self.send_changes(partition)
+            await self.hand_over(partition)
             snapshot[partition] = (state, state.last_delivery, state.sent_applied, state.evictions)
         await self._producer.flush()
         for partition, (state, delivery, sent_applied, evictions) in snapshot.items():

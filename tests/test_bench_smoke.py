@@ -203,6 +203,30 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
     ) in report
 
 
+def test_worker_pipeline_report_gives_exactly_once_share_of_at_least_once() -> None:
+    from bench.worker_pipeline import markdown
+
+    def row(scenario: str, guarantee: str, rate: float, round_: int) -> dict:
+        return {
+            "scenario": scenario,
+            "occupancy": 100,
+            "events_per_s": rate,
+            "cpu_us_per_event": 1e6 / rate,
+            "round": round_,
+            "guarantee": guarantee,
+        }
+
+    results = [
+        row("batch", "at_least_once", 4000, 1),
+        row("batch", "exactly_once", 3000, 1),
+        row("batch", "at_least_once", 5000, 2),
+        row("batch", "exactly_once", 4500, 2),
+    ]
+    report = markdown(results)
+    assert "| batch + exactly_once | 100 | 3,750 [3,000-4,500] |" in report
+    assert "batch, 100/key: exactly_once at 83% of at_least_once's events/s" in report
+
+
 def test_the_worker_benchmarks_use_the_profile_of_the_broker_kind(tmp_path) -> None:
     from bench.bench_broker import BenchBroker, results_path
     from bench.worker_pipeline import scenario_settings
