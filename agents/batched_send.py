@@ -2,8 +2,8 @@
 
 ``AIOKafkaProducer.send`` pays per record for a coroutine, a delivery future, the accumulator's
 bookkeeping and, later, resolving that future, and a worker with ``emit=event`` produces three
-records per input event: sent one by one through Faust's producer they took the worker's CPU
-per event to about 400 µs, against 215-240 µs sent as below (same-machine A/B runs in
+records per input event: sent one by one through Faust's producer they took nearly as much of
+the worker's CPU per event as everything else together (same-machine A/B runs in
 ``bench/RESULTS.md``, "Worker pipeline end to end"). ``send_records`` (and
 ``send_output_records``, with Kafka timestamps and headers) instead appends the records of one
 partition to aiokafka ``BatchBuilder``s (its C record builder, no future per record) and hands

@@ -2,9 +2,9 @@
 
 Why not a Faust stream: Faust turns every fetched record into a stream event (a consumer
 thread, a message handler, a channel queue, acknowledgement bookkeeping), and on this project's
-machine that machinery alone costs about 200 µs per record: a Faust agent that only consumes
-the input tops out near 2,800 records/s (``bench/worker_pipeline.py``, scenario ``bare``),
-which is more than the whole window update. So the input is read by an own aiokafka consumer
+machine that machinery alone costs more per record than the whole window update (a Faust
+agent that only consumes the input: ``bench/worker_pipeline.py``, scenario ``bare``, figures in
+``bench/RESULTS.md``). So the input is read by an own aiokafka consumer
 in the worker's event loop (fetched batches handed over as they are, no per-record tasks),
 while Faust keeps what it does well: the consumer group, its assignor (sticky assignments,
 standby replicas), rebalance signals, the web server, timers and the producer.

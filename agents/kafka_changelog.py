@@ -13,9 +13,9 @@ records only: a restore stops at the last stable offset and drops aborted transa
 A restore reads a whole partition once, as fast as possible: ``ChangelogReader`` sends raw Fetch
 requests through aiokafka's client and hands over the record batches as aiokafka's C record
 parser yields them, with the next fetch already in flight while the caller applies the current
-one. Going through ``AIOKafkaConsumer.getmany`` instead costs about 3 us of Python per record
-(a ``ConsumerRecord`` and a generator step each), more than everything else a restore does per
-record (``bench/worker_restore.py``). The standby follower, which tails several partitions
+one. Going through ``AIOKafkaConsumer.getmany`` instead costs more Python per record (a
+``ConsumerRecord`` and a generator step each) than everything else a restore does per record
+(``bench/RESULTS.md``, "Window-store restore"). The standby follower, which tails several partitions
 forever, uses a consumer (``consumer_for``).
 """
 

@@ -27,6 +27,7 @@ from typing import IO, Any, TypeVar
 
 import click
 
+import stores
 from app.settings import (
     SETTINGS_HELP,
     ConfigError,
@@ -266,7 +267,14 @@ HELP_OPTIONS = ["-h", "--help"]
 
 
 @click.group(context_settings={"help_option_names": HELP_OPTIONS, "max_content_width": 100})
-@click.version_option(None, "-V", "--version", package_name="fiba-stream", prog_name="fiba")
+@click.version_option(
+    None,
+    "-V",
+    "--version",
+    package_name="fiba-stream",
+    prog_name="fiba",
+    message=f"%(prog)s, version %(version)s (hot path: {stores.build()})",
+)
 @click.option(
     "--config",
     type=click.Path(dir_okay=False),

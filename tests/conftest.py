@@ -91,3 +91,49 @@ def embedded_profile(broker_profile: str) -> bool:
 
 # Spark fixtures (`spark`), imported lazily by the Spark tests only.
 pytest_plugins = ["tests.spark_fixtures"]
+
+
+# --- Parallel runs (pytest-xdist, `make test` runs `-n 2 --dist loadgroup`) --------------------
+# Each xdist worker is a test session of its own: its own session brokers and SparkSession. So
+# that no expensive fixture is built twice, the tests sharing one stay on one xdist worker: the
+# tests of a module with a module- or class-scoped fixture (a module broker or worker) together,
+# and all tests of the `spark` fixture (one SparkSession) together with their modules. Every
+# other test is scheduled alone.
+
+
+def shares_a_module_fixture(item: pytest.Item) -> bool:
+    """``item`` uses a module- or class-scoped fixture (pytest's own, ``_``-named, aside)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definition.scope in ("module", "class")
+        for name in item.fixturenames
+        if not name.startswith("_")
+        for definition in info.name2fixturedefs.get(name, ())
+    )
+
+
+def xdist_groups(items: list[pytest.Item]) -> dict[str, str]:
+    """The xdist group of each test that needs one, by node id (see above); O(tests)."""
+    grouped_modules: dict[str, str] = {}
+    for item in items:
+        module = item.module.__name__ if getattr(item, "module", None) else item.nodeid
+        if "spark" in getattr(item, "fixturenames", ()):
+            grouped_modules[module] = "spark"
+        elif shares_a_module_fixture(item):
+            grouped_modules.setdefault(module, module)
+    return {
+        item.nodeid: grouped_modules[item.module.__name__]
+        for item in items
+        if getattr(item, "module", None) and item.module.__name__ in grouped_modules
+    }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that must share an xdist worker (see above); no effect without xdist."""
+    groups = xdist_groups(items)
+    for item in items:
+        if item.nodeid in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))

@@ -1,8 +1,9 @@
 """The benchmark suite: its generators do what they claim, and a quick run produces sane output.
 
-The smoke test runs every experiment of ``python -m bench all --quick`` (sum only) in-process
-and checks the printed report and the CSV and PNG files. It asserts nothing about speed:
-timings are only ever judged in ``bench/RESULTS.md``.
+The smoke test runs every experiment of ``python -m bench all --quick`` (sum only, one timed
+repetition of 1 ms per point: what is checked is the shape of the results, not their precision)
+in-process and checks the printed report and the CSV and PNG files. It asserts nothing about
+speed: timings are only ever judged in ``bench/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -115,7 +116,11 @@ RATE_COLUMNS = {"per_second", "rounds_per_s", "entries_per_s", "events_per_s"}
 
 def test_quick_run_of_every_experiment_writes_sane_results(tmp_path) -> None:
     outcome = CliRunner().invoke(
-        bench, ["all", "--quick", "--monoids", "sum", "--out", str(tmp_path)]
+        bench,
+        [
+            *("all", "--quick", "--monoids", "sum", "--repetitions", "1", "--seconds", "0.001"),
+            *("--out", str(tmp_path)),
+        ],
     )
     assert outcome.exit_code == 0, outcome.output
     report = outcome.output
@@ -180,6 +185,7 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
         row("event", 100, 1000, 3),
         row("event", 10000, 800, 3),
         {**row("event", 1000, 100, 1), "queries": True},  # own row, not in the flatness
+        row("floor", 100, 4000, 1),
     ]
     report = markdown(results)
     assert "| bare | - | 2,000 [1,000-3,000] | 100% | 500 | 100% |" in report
@@ -189,6 +195,11 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
     assert (
         "event: slowest occupancy at 80% of the fastest (medians, runs without queries); "
         "per round 67%, 91%, 80%"
+    ) in report
+    assert "| floor | - | 4,000 | 200% | 250 | 200% |" in report
+    assert (
+        "event against the floor (a bare aiokafka consumer, 4,000 events/s): 0.200x-0.250x "
+        "(goal >= 0.5x)"
     ) in report
 
 
@@ -228,3 +239,15 @@ def test_the_worker_benchmarks_use_the_profile_of_the_broker_kind(tmp_path) -> N
     results = tmp_path / "query_latency.json"
     assert results_path(results, "embedded") == results
     assert results_path(results, "kafka") == tmp_path / "query_latency_kafka.json"
+
+
+def test_worker_pipeline_micro_measures_the_window_work_offline() -> None:
+    """``python -m bench.worker_pipeline micro`` needs no broker: per-event CPU of both emit
+    modes at each occupancy, and the composed monoid's per-call costs."""
+    from bench.worker_pipeline import micro
+
+    figures = micro([100], events=300)
+    assert {"event_100_us_per_event", "batch_100_us_per_event", "compose_combine_us"} <= set(
+        figures
+    )
+    assert all(value > 0 for value in figures.values())

@@ -79,6 +79,7 @@ def test_health_metrics_bind_and_startup_log(kafka_bootstrap, embedded_profile, 
                 continue
             if status == 200:
                 assert json.loads(body) == {"ready": True}
+                ready_at = time.monotonic()
                 break
             assert status == 503
             not_ready.append(json.loads(body)["reason"])
@@ -126,7 +127,9 @@ def test_health_metrics_bind_and_startup_log(kafka_bootstrap, embedded_profile, 
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection((address, port), timeout=5).close()
 
-        time.sleep(3 * STREAM_PROCESSING_TIMEOUT_S)  # Faust's livelock checks ran meanwhile
+        # Faust's livelock checks ran meanwhile, for three of their periods since the worker
+        # was ready (its partitions assigned and read)
+        time.sleep(max(0.0, ready_at + 3 * STREAM_PROCESSING_TIMEOUT_S - time.monotonic()))
         text = log.read_text(errors="replace")
         assert FAUST_FALSE_ALARM not in text
         assert f"HTTP on http://127.0.0.1:{port}" in text
@@ -163,7 +166,7 @@ def test_no_faust_false_alarm_after_a_rebalance(kafka_bootstrap, embedded_profil
     workers = [start_worker(first, logs[0], module=("tests.impatient_worker",))]
     try:
         wait_ready(first.web_port, workers[0])
-        time.sleep(2 * STREAM_PROCESSING_TIMEOUT_S)
+        time.sleep(1.25 * STREAM_PROCESSING_TIMEOUT_S)  # the first has run longer than a period
         workers.append(start_worker(second, logs[1], module=("tests.impatient_worker",)))
         deadline = time.monotonic() + 90
         while True:  # both ready with the partitions split
@@ -175,7 +178,9 @@ def test_no_faust_false_alarm_after_a_rebalance(kafka_bootstrap, embedded_profil
             if all(owned) and not owned[0] & owned[1]:
                 break
             time.sleep(0.5)
-        time.sleep(3 * STREAM_PROCESSING_TIMEOUT_S)  # Faust's checks ran meanwhile
+        # Faust's checks (every 0.25 s) ran meanwhile; with the old clock the first check
+        # after the rebalance already alarms
+        time.sleep(STREAM_PROCESSING_TIMEOUT_S)
         for log in logs:
             assert FAUST_FALSE_ALARM not in log.read_text(errors="replace"), log.name
     except BaseException:
