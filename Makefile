@@ -4,9 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install kafka-jars demo test lint bench bench-quick chaos clean
+.PHONY: install kafka-jars spark-jars demo test lint bench bench-quick chaos clean
 
-$(STAMP): pyproject.toml
+# the install compiles stores/fiba.py and stores/monoids.py (setup.py): redone when they change
+$(STAMP): pyproject.toml setup.py stores/fiba.py stores/monoids.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -22,13 +23,21 @@ demo: $(STAMP)
 kafka-jars: $(STAMP)
 	$(PY) -m app.kafka_jars
 
-# Every Kafka test runs on both broker kinds: Tansu, then Apache Kafka. PYTEST_OPTS: two xdist
-# workers (most tests wait on brokers and workers), each with its own session brokers; the
-# tests sharing a SparkSession or a module fixture stay together (tests/conftest.py).
+# Spark's Kafka connector for the pinned PySpark (Maven Central, same cache), for the Spark tests.
+spark-jars: $(STAMP)
+	$(PY) -m spark_bridge.connector
+
+# Every test runs under both builds of the hot path and every Kafka test on both broker kinds:
+# the compiled build (when the install could compile it) on Apache Kafka, then the pure-Python
+# build (FIBA_PURE_PYTHON=1) on Tansu. PYTEST_OPTS: two xdist workers (most tests wait on
+# brokers and workers), each with its own session broker; the tests sharing a SparkSession or a
+# module fixture stay together (tests/conftest.py).
 PYTEST_OPTS ?= -n 2 --dist loadgroup
-test: $(STAMP) kafka-jars
+test: $(STAMP) kafka-jars spark-jars
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q $(PYTEST_OPTS)
+	$(PY) -c "import stores; print('hot path build:', stores.build())"
+	TEST_BROKER_KINDS=kafka $(PY) -m pytest -q $(PYTEST_OPTS)
+	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q $(PYTEST_OPTS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -46,4 +55,4 @@ chaos: $(STAMP)
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so stores/compiled.json

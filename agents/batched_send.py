@@ -2,8 +2,8 @@
 
 ``AIOKafkaProducer.send`` pays per record for a coroutine, a delivery future, the accumulator's
 bookkeeping and, later, resolving that future, and a worker with ``emit=event`` produces three
-records per input event: sent one by one through Faust's producer they took the worker's CPU
-per event to about 400 µs, against 215-240 µs sent as below (same-machine A/B runs in
+records per input event: sent one by one through Faust's producer they took nearly as much of
+the worker's CPU per event as everything else together (same-machine A/B runs in
 ``bench/RESULTS.md``, "Worker pipeline end to end"). ``send_records`` (and
 ``send_output_records``, with Kafka timestamps and headers) instead appends the records of one
 partition to aiokafka ``BatchBuilder``s (its C record builder, no future per record) and hands
@@ -24,11 +24,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Hashable, Iterable
 from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
+
+ALL_SOURCES: Any = object()
+"""``KeyedOutputs.send``'s default: the records of every source."""
 
 KEY_CACHE_SIZE = 1 << 16
 """Keys whose partition ``KeyPartitioner`` memoises (about 10 MB at most)."""
@@ -145,16 +148,18 @@ class KeyPartitioner:
 
 
 class KeyedOutputs:
-    """Output records of one topic, queued per partition (of their key under Kafka's default
-    partitioner, as ``producer.send`` without a partition would pick, or given) and handed over
-    together by ``send``: per record O(1) (a memoised partition and a list append), per
-    ``send`` one ``send_output_records`` per partition with records."""
+    """Output records of one topic, queued per *source* (what caused them: an input partition,
+    or a ``(topic, partition)``; one transaction per source under exactly-once,
+    ``agents.transactions``) and per partition (of their key under Kafka's default partitioner,
+    as ``producer.send`` without a partition would pick, or given), handed over by ``send``:
+    per record O(1) (a memoised partition and a list append), per ``send`` one
+    ``send_output_records`` per partition with records."""
 
     def __init__(self, producer: Callable[[], AIOKafkaProducer], topic: str) -> None:
         self._producer = producer
         self.topic = topic
         self._partition_of: KeyPartitioner | None = None
-        self._queued: dict[int, list[OutputRecord]] = {}
+        self._queued: dict[Hashable, dict[int, list[OutputRecord]]] = {}
 
     async def start(self) -> None:
         """Learn the topic's partition count (a metadata request the first time). Idempotent."""
@@ -170,28 +175,41 @@ class KeyedOutputs:
         headers: Headers = NO_HEADERS,
         *,
         partition: int = 0,
+        source: Hashable = None,
     ) -> None:
-        """Queue one record (``start`` must have been awaited) with Kafka timestamp
-        ``timestamp`` (epoch ms, see ``kafka_timestamp``; None: the producer's clock); a record
-        without a key goes to ``partition`` modulo the topic's partition count."""
+        """Queue one record caused by ``source`` (``start`` must have been awaited) with Kafka
+        timestamp ``timestamp`` (epoch ms, see ``kafka_timestamp``; None: the producer's
+        clock); a record without a key goes to ``partition`` modulo the topic's partition
+        count."""
         partition_of = self._partition_of
         assert partition_of is not None, "KeyedOutputs.start() was not awaited"
         target = partition_of(key) if key is not None else partition % partition_of.partitions
-        queued = self._queued.get(target)
+        by_target = self._queued.get(source)
+        if by_target is None:
+            by_target = self._queued[source] = {}
+        queued = by_target.get(target)
         if queued is None:
-            queued = self._queued[target] = []
+            queued = by_target[target] = []
         queued.append((key, value, kafka_timestamp(timestamp), headers))
 
-    async def send(self) -> list[BatchDelivery]:
-        """Hand every queued record to the producer, per partition in the order queued; the
-        deliveries (one per partition with records: awaiting it waits for all of them)."""
-        if not self._queued:
+    async def send(
+        self, source: Hashable = ALL_SOURCES, producer: AIOKafkaProducer | None = None
+    ) -> list[BatchDelivery]:
+        """Hand the records queued for ``source`` (default: every source) to ``producer``
+        (default: the one given at construction), per partition in the order queued; the
+        deliveries (one per partition and source with records: awaiting them waits for all)."""
+        if source is ALL_SOURCES:
+            sources, self._queued = list(self._queued.values()), {}
+        else:
+            by_target = self._queued.pop(source, None)
+            sources = [] if by_target is None else [by_target]
+        if not sources:
             return []
-        queued, self._queued = self._queued, {}
-        producer = self._producer()
+        producer = producer or self._producer()
         deliveries = []
-        for partition, records in queued.items():
-            delivery = await send_output_records(producer, self.topic, partition, records)
-            if delivery is not None:
-                deliveries.append(delivery)
+        for by_target in sources:
+            for partition, records in by_target.items():
+                delivery = await send_output_records(producer, self.topic, partition, records)
+                if delivery is not None:
+                    deliveries.append(delivery)
         return deliveries

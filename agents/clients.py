@@ -189,8 +189,13 @@ async def end_offsets(
 
 async def read_to_end(settings: WorkerSettings, topic: str) -> list[ConsumerRecord]:
     """Every record of ``topic`` (``settings.partitions`` partitions) from its start up to its
-    end (``end_offsets``: the profile's way), sorted by partition and offset. O(records)."""
-    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
+    end (``end_offsets``: the profile's way), sorted by partition and offset, read as
+    ``settings.outputs_isolation_level`` (aborted transactions never seen). O(records)."""
+    consumer = AIOKafkaConsumer(
+        **client_options(settings),
+        enable_auto_commit=False,
+        isolation_level=settings.outputs_isolation_level,
+    )
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(settings.partitions)]

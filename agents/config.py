@@ -55,6 +55,15 @@ class WorkerSettings(Protocol):
     @property
     def assignment_topic(self) -> str: ...
 
+    @property
+    def exactly_once(self) -> bool: ...
+
+    @property
+    def isolation_level(self) -> str: ...
+
+    @property
+    def outputs_isolation_level(self) -> str: ...
+
 
 class FaustWorker(Protocol):
     """A worker's Faust app as the stream logic uses it (``app.faust_app.FibaApp``)."""

@@ -6,8 +6,10 @@ headers carry the reason code, a human detail and the source topic, partition an
 as ``fiba.error.*`` and once as Kafka Connect's own ``__connect.errors.*`` (with its exception
 class name and stage). Nothing is dropped: every rejected record, whatever the reason (bad JSON,
 missing fields, NaN, late, future, oversize, bad queries), becomes one dead letter. Dead letters
-are queued (``agents.batched_send.KeyedOutputs``: on the partition of their key, or of their source
-partition when they have none) and handed over with the other outputs of the worker
+are queued (``agents.batched_send.KeyedOutputs``: on the partition of their key, or of their
+source partition when they have none; grouped by their source topic and partition, so that
+exactly-once sends each with the transaction of its source) and handed over with the other
+outputs of the worker
 (``agents.windows.WindowsPipeline.deliver_outputs``), acknowledged before the state that makes
 a redelivery skip their record. The first rejection of each reason is logged as a warning with
 its detail, the others at debug level; ``counts`` (reason -> number) is served by
@@ -64,4 +66,5 @@ class DeadLetters:
             timestamp,
             dead_letter_headers(reason, detail, source_topic, partition, offset),
             partition=partition,
+            source=(source_topic, partition),
         )

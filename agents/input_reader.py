@@ -2,9 +2,9 @@
 
 Why not a Faust stream: Faust turns every fetched record into a stream event (a consumer
 thread, a message handler, a channel queue, acknowledgement bookkeeping), and on this project's
-machine that machinery alone costs about 200 µs per record: a Faust agent that only consumes
-the input tops out near 2,800 records/s (``bench/worker_pipeline.py``, scenario ``bare``),
-which is more than the whole window update. So the input is read by an own aiokafka consumer
+machine that machinery alone costs more per record than the whole window update (a Faust
+agent that only consumes the input: ``bench/worker_pipeline.py``, scenario ``bare``, figures in
+``bench/RESULTS.md``). So the input is read by an own aiokafka consumer
 in the worker's event loop (fetched batches handed over as they are, no per-record tasks),
 while Faust keeps what it does well: the consumer group, its assignor (sticky assignments,
 standby replicas), rebalance signals, the web server, timers and the producer.
@@ -19,7 +19,8 @@ changelog prefix (``stores.window_store``), so a new owner, a restart with or wi
 dir, and a crash at any instant all resume exactly where the durable state ends: nothing is
 lost, nothing counted twice. For monitoring only, each partition's progress (applied offset
 + 1) is committed every ``COMMIT_INTERVAL_S`` under the consumer group ``<app_id>-input``
-(``Settings.input_progress_group``), which no consumer ever joins, so that the usual tools show
+(``Settings.input_progress_group``; exactly-once: inside the partition's transactions,
+``agents.transactions``), which no consumer ever joins, so that the usual tools show
 the input lag (``kafka-consumer-groups --describe --group <app_id>-input``); the committed
 offsets are never read back. The commits go through a second consumer that never fetches
 (its partitions are paused): one with a group would position the reading consumer's
@@ -214,10 +215,13 @@ class InputReader:
             auto_offset_reset="earliest",
             fetch_max_wait_ms=FETCH_WAIT_MS,
             max_partition_fetch_bytes=FETCH_PARTITION_BYTES,
+            isolation_level=self.settings.isolation_level,
         )
         await consumer.start()
         self._consumer = consumer
         self._loop_task = watched(self._read(consumer), "fiba-input-reader", self.on_failure)
+        if self.settings.exactly_once:
+            return  # the progress is committed inside the transactions (agents.transactions)
         committer = AIOKafkaConsumer(
             **client_options(self.settings),
             group_id=self.settings.input_progress_group,

@@ -11,9 +11,9 @@ batches). So the producer may batch normally on every broker.
 A restore reads a whole partition once, as fast as possible: ``ChangelogReader`` sends raw Fetch
 requests through aiokafka's client and hands over the record batches as aiokafka's C record
 parser yields them, with the next fetch already in flight while the caller applies the current
-one. Going through ``AIOKafkaConsumer.getmany`` instead costs about 3 us of Python per record
-(a ``ConsumerRecord`` and a generator step each), more than everything else a restore does per
-record (``bench/worker_restore.py``). The standby follower, which tails several partitions
+one. Going through ``AIOKafkaConsumer.getmany`` instead costs more Python per record (a
+``ConsumerRecord`` and a generator step each) than everything else a restore does per record
+(``bench/RESULTS.md``, "Window-store restore"). The standby follower, which tails several partitions
 forever, uses a consumer (``consumer_for``).
 """
 
@@ -29,6 +29,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
 from aiokafka.record.memory_records import MemoryRecords
 
 from agents.batched_send import send_records
@@ -128,11 +129,13 @@ def consumer_for(settings: WorkerSettings, fetch_max_wait_ms: int = 20) -> AIOKa
         max_partition_fetch_bytes=16 << 20,
         fetch_max_bytes=64 << 20,
         fetch_max_wait_ms=fetch_max_wait_ms,
+        isolation_level=settings.isolation_level,
         client_id=f"{settings.app_id}-window-store-restore",
     )
 
 
 _READ_UNCOMMITTED = 0
+_READ_COMMITTED = 1
 _RETRY_BACKOFF_S = 0.1
 
 
@@ -142,9 +145,11 @@ class ChangelogReader:
     One aiokafka ``AIOKafkaClient`` (metadata, connections, API version negotiation, security
     options of ``settings``); ``read`` fetches from the partition's leader, keeps the next fetch
     in flight while the caller processes the previous response, and stops at the high
-    watermark of the Fetch responses (see the module doc). Semantics are those of a
-    ``read_uncommitted`` consumer with CRC checks: control batches are skipped, records before
-    the start offset (inside the first batch) are dropped. Use as ``async with``.
+    watermark of the Fetch responses (see the module doc). Semantics are those of a consumer
+    of ``settings.isolation_level`` with CRC checks: control batches are skipped, records
+    before the start offset (inside the first batch) are dropped; ``read_committed``
+    (exactly-once) stops at the last stable offset instead of the high watermark and drops the
+    batches of aborted transactions (``_CommittedFilter``). Use as ``async with``.
 
     ``position``: the offset after the last batch ``read`` handed over (its start before);
     once ``read`` is exhausted, the partition's end.
@@ -163,6 +168,9 @@ class ChangelogReader:
         self._max_wait_ms = max_wait_ms
         self._max_bytes = max_bytes
         self._partition_max_bytes = partition_max_bytes
+        self._isolation = (
+            _READ_COMMITTED if settings.isolation_level == "read_committed" else _READ_UNCOMMITTED
+        )
         self.position = 0
 
     async def __aenter__(self) -> ChangelogReader:
@@ -183,7 +191,8 @@ class ChangelogReader:
         batches (each an iterable of records, in offset order, to be iterated once) per Fetch
         response.
 
-        "End" is the high watermark of the last Fetch response. Raises ``ChangelogTruncated``
+        "End" is the high watermark of the last Fetch response (``read_committed``: its last
+        stable offset). Raises ``ChangelogTruncated``
         when the partition ends before ``start``, ``TimeoutError`` when no data arrives for
         ``timeout`` seconds while the partition is not read to its end. O(records read); the
         per-record work is aiokafka's C parser, plus the caller's.
@@ -195,14 +204,17 @@ class ChangelogReader:
         pending = asyncio.ensure_future(self._fetch(tp, position, deadline))
         try:
             while True:
-                highwater, data = await pending
+                highwater, end, data, aborted = await pending
                 batches: list[Iterable[ChangelogRecord]] = []
                 records = MemoryRecords(data)
+                committed = _CommittedFilter(aborted) if self._isolation else None
                 while records.has_next():
                     batch = records.next_batch()
                     if not batch.validate_crc():
                         raise kafka_errors.CorruptRecordException(f"invalid CRC in {tp}")
-                    if not batch.is_control_batch:
+                    if committed is not None and not committed.keeps(batch):
+                        pass  # a batch of an aborted transaction
+                    elif not batch.is_control_batch:
                         # only the first batch read may begin before ``start``
                         first = position == start
                         batches.append([r for r in batch if r.offset >= start] if first else batch)
@@ -211,7 +223,7 @@ class ChangelogReader:
                     raise ChangelogTruncated(f"{tp} ends at {highwater}, before offset {start}")
                 if batches:
                     deadline = loop.time() + timeout
-                done = position == highwater
+                done = position >= end
                 pending = None
                 if not done:
                     pending = asyncio.ensure_future(self._fetch(tp, position, deadline))
@@ -229,16 +241,20 @@ class ChangelogReader:
                 with contextlib.suppress(asyncio.CancelledError):
                     await pending
 
-    async def _fetch(self, tp: TopicPartition, offset: int, deadline: float) -> tuple[int, bytes]:
-        """``(high watermark, record bytes)`` of one Fetch of ``tp`` at ``offset`` from its
-        leader, retrying retriable errors (with a metadata refresh) until ``deadline``."""
+    async def _fetch(
+        self, tp: TopicPartition, offset: int, deadline: float
+    ) -> tuple[int, int, bytes, list[tuple[int, int]]]:
+        """``(high watermark, end, record bytes, aborted transactions)`` of one Fetch of ``tp``
+        at ``offset`` from its leader (end: the high watermark, or with ``read_committed`` the
+        last stable offset), retrying retriable errors (with a metadata refresh) until
+        ``deadline``."""
         client = self._client
         loop = asyncio.get_running_loop()
         request = FetchRequest(
             self._max_wait_ms,
             1,
             self._max_bytes,
-            _READ_UNCOMMITTED,
+            self._isolation,
             [(tp.topic, [(tp.partition, offset, self._partition_max_bytes)])],
         )
         while True:
@@ -257,7 +273,10 @@ class ChangelogReader:
                 else:
                     error_type, highwater, data = _partition_data(response, tp)
                     if error_type is kafka_errors.NoError:
-                        return highwater, data
+                        if not self._isolation:
+                            return highwater, highwater, data, []
+                        stable, aborted = _stable_offset(response, tp)
+                        return highwater, stable, data, aborted
                     if error_type is OffsetOutOfRangeError:
                         raise ChangelogTruncated(f"{tp} has no offset {offset}")
                     error = error_type(f"fetch of {tp} at {offset}")
@@ -274,6 +293,47 @@ _REFRESH_METADATA = (
     kafka_errors.UnknownTopicOrPartitionError,
 )
 """Partition errors after which a fetch is retried once the metadata is refreshed."""
+
+
+class _CommittedFilter:
+    """Which record batches of one ``read_committed`` Fetch response a consumer keeps: those of
+    no aborted transaction (the response lists each aborted transaction's producer id and
+    first offset; a producer's batches from there up to its abort marker are dropped), as
+    aiokafka's consumer does, per batch rather than per record. O(batches + aborted)."""
+
+    def __init__(self, aborted: list[tuple[int, int]]) -> None:
+        self._pending = sorted(aborted, key=lambda entry: entry[1])
+        self._aborting: set[int] = set()
+
+    def keeps(self, batch: Any) -> bool:
+        """False for a batch of an aborted transaction and for an abort marker; control
+        batches otherwise pass (the caller skips them)."""
+        producer = batch.producer_id
+        if producer is None or producer < 0:
+            return True
+        while self._pending and self._pending[0][1] <= batch.base_offset:
+            self._aborting.add(self._pending.pop(0)[0])
+        if batch.is_control_batch:
+            for record in batch:
+                if ControlRecord.parse(record.key) == ABORT_MARKER:
+                    self._aborting.discard(producer)
+                    return False
+            return True
+        return not (batch.is_transactional and producer in self._aborting)
+
+
+def _stable_offset(response: Any, tp: TopicPartition) -> tuple[int, list[tuple[int, int]]]:
+    """``(last stable offset, aborted transactions)`` of ``tp`` in a Fetch response of version
+    4 or later (v4-v10: ``[lso, (log start,) aborted, records]``; v11+: ``[lso, log start,
+    aborted, preferred replica, records]``)."""
+    for topic, partitions in response.topics:
+        if topic != tp.topic:
+            continue
+        for partition, _error, _highwater, *fields in partitions:
+            if partition == tp.partition:
+                aborted = fields[2] if response.API_VERSION >= 11 else fields[-2]
+                return fields[0], list(aborted or ())
+    return -1, []
 
 
 def _partition_data(response: Any, tp: TopicPartition) -> tuple[type[Exception], int, bytes]:

@@ -36,7 +36,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -62,11 +62,15 @@ from agents.records import (
     encode_json,
 )
 from agents.supervision import OnFailure, watched
+from agents.transactions import NotOwned, Transactions
 from agents.windows import WindowsPipeline
 from stores.key_windows import KeyWindows
 
 OnAnswered = Callable[[str, float], None]
 """Told how a query came ("topic" or "http") and how many seconds answering it took."""
+
+SendAnswer = Callable[[bytes, bytes, int | None], Awaitable[None]]
+"""Sends one answer: key, value, Kafka timestamp (ms, or None)."""
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +91,11 @@ def query_fetch_wait_ms(settings: WorkerSettings) -> int:
     under load and cost throughput, see bench/RESULTS.md).
     """
     return EMBEDDED_QUERY_FETCH_WAIT_MS if settings.embedded else KAFKA_QUERY_FETCH_WAIT_MS
+
+
+def query_group(settings: WorkerSettings) -> str:
+    """The consumer group of the query offsets: ``<app_id>-queries``."""
+    return f"{settings.app_id}-queries"
 
 
 class BadQuery(Exception):
@@ -261,6 +270,9 @@ class QueryService:
         """Called when the query consumer or the answers reader fails (``agents.supervision``)."""
         self.producer = LatencyProducer(fiba.settings)
         self.forwarder = AnswerForwarder(fiba, self.producer, on_failure)
+        self.transactions: Transactions | None = None
+        """Exactly-once: each fetched chunk of a query partition is answered in one
+        transaction of the partition (``QueryConsumer``)."""
 
     def owns(self, partition: int) -> bool:
         """True when the input partition is assigned to this worker right now (its partition
@@ -274,9 +286,10 @@ class QueryService:
         state = await self.pipeline.state(partition)
         return answer(state.windows, query)
 
-    async def handle(self, message: ConsumerRecord) -> None:
+    async def handle(self, message: ConsumerRecord, send: SendAnswer | None = None) -> None:
         """One query record -> one answer record (or a dead letter if it has no id/key), with
-        the query record's Kafka timestamp (the record that caused it, Kafka Streams' rule)."""
+        the query record's Kafka timestamp (the record that caused it, Kafka Streams' rule),
+        sent by ``send`` (default: the latency producer)."""
         self.pipeline.counts["queries"] += 1
         began = time.perf_counter()
         try:
@@ -309,14 +322,14 @@ class QueryService:
             result = answer(state.windows, query)
         if result.error:
             self.pipeline.counts["query_errors"] += 1
-        await self.producer.send(
-            self.fiba.settings.answers_topic,
-            query.key.encode(),
-            encode_json(result.to_json()),
-            message.timestamp,
+        await (send or self._send_answer)(
+            query.key.encode(), encode_json(result.to_json()), message.timestamp
         )
         self.pipeline.counts["answers"] += 1
         self.answered("topic", began)
+
+    async def _send_answer(self, key: bytes, value: bytes, timestamp: int | None) -> None:
+        await self.producer.send(self.fiba.settings.answers_topic, key, value, timestamp)
 
     def answered(self, via: str, began: float) -> None:
         """Report a query answered ``via`` "topic" or "http", asked at ``began``
@@ -380,6 +393,7 @@ class AnswerForwarder:
                 enable_auto_commit=False,
                 auto_offset_reset="latest",
                 fetch_max_wait_ms=query_fetch_wait_ms(settings),
+                isolation_level=settings.outputs_isolation_level,
             )
             await consumer.start()
             consumer.assign(
@@ -422,6 +436,11 @@ class QueryConsumer:
     a query whose answer may not have been produced is read again by the next owner
     (at-least-once answers). The periodic commit runs beside the reading loop (commits one at
     a time, in order), so queries are not held up by a flush and a commit round trip.
+
+    Exactly-once (``service.transactions``): each query partition is claimed before it is read
+    (fencing its previous owner, whose committed offsets are then final), and each fetched
+    chunk of a partition is answered in one transaction of it: its answers, its bad-query dead
+    letters and its offsets (``_answer_in_transaction``); nothing is committed otherwise.
     """
 
     def __init__(self, fiba: FaustWorker, service: QueryService) -> None:
@@ -441,8 +460,9 @@ class QueryConsumer:
         if self._consumer is None:
             self._consumer = AIOKafkaConsumer(
                 **client_options(settings),
-                group_id=f"{settings.app_id}-queries",
+                group_id=query_group(settings),
                 enable_auto_commit=False,
+                isolation_level=settings.isolation_level,
                 auto_offset_reset="earliest",
                 fetch_max_wait_ms=query_fetch_wait_ms(settings),
             )
@@ -456,6 +476,9 @@ class QueryConsumer:
             )
         await self.commit()
         self._owned = set(partitions)
+        if self.service.transactions is not None:
+            for partition in sorted(partitions):
+                await self.service.transactions.claim(partition)
         tps = [TopicPartition(settings.queries_topic, p) for p in sorted(partitions)]
         self._consumer.assign(tps)
 
@@ -486,7 +509,10 @@ class QueryConsumer:
                 continue
             batches = await fetch(consumer, "queries", timeout_ms=100) or {}
             for tp, records in batches.items():
-                if tp.partition not in self._owned:
+                if tp.partition not in self._owned or not records:
+                    continue
+                if self.service.transactions is not None:
+                    await self._answer_in_transaction(tp, records)
                     continue
                 for record in records:
                     await self.service.handle(record)
@@ -498,6 +524,41 @@ class QueryConsumer:
             ):
                 last_commit = now
                 self._periodic_commit = asyncio.create_task(self._commit_logged())
+
+    async def _answer_in_transaction(
+        self, tp: TopicPartition, records: list[ConsumerRecord]
+    ) -> None:
+        """Answer ``records`` (of query partition ``tp``), then send the answers, the dead
+        letters of bad queries among them and the offset after them in one transaction of the
+        partition. The answers are made before it begins (a state restored meanwhile sends
+        its own transaction). A partition no longer claimed (revoked meanwhile) is skipped:
+        its next owner answers these queries."""
+        service = self.service
+        assert service.transactions is not None
+        answers: list[tuple[bytes, bytes, int | None]] = []
+
+        async def collect(key: bytes, value: bytes, timestamp: int | None) -> None:
+            answers.append((key, value, timestamp))
+
+        for record in records:
+            await service.handle(record, collect)
+        topic = self.fiba.settings.answers_topic
+        try:
+            async with service.transactions.transaction(tp.partition) as producer:
+                for key, value, timestamp in answers:
+                    await producer.send(
+                        topic, value, key=key, timestamp_ms=kafka_timestamp(timestamp)
+                    )
+                await service.pipeline.dead_letters.outputs.send((tp.topic, tp.partition), producer)
+                await producer.send_offsets_to_transaction(
+                    {tp: records[-1].offset + 1}, query_group(self.fiba.settings)
+                )
+        except NotOwned:
+            logger.info(
+                "query partition %d no longer claimed: %d queries left to its owner",
+                tp.partition,
+                len(records),
+            )
 
     async def stop(self) -> None:
         """Commit what was answered and stop the consumer."""

@@ -33,12 +33,20 @@ once every output it caused is acknowledged (acks=all), whatever broker leads wh
 (at-least-once output by construction). Outputs carry the event time as their Kafka timestamp
 (Kafka Streams' rule): an aggregate its ``event_ts``, a dead letter its input record's.
 
+Each fetched chunk (``emit=event``/``changes``) or slice (``batch``) is parsed at once
+(``EventParser.parse_many``: orjson for the common record, the same outcome as ``parse``).
+
+Exactly-once (``processing_guarantee``, ``use_transactions``): instead of that barrier, each
+partition's outputs and changelog records of a hand-over go in ONE Kafka transaction of the
+partition's producer (``agents.transactions``), so a crash leaves either both or neither.
+
 With ``emit = "batch"`` each fetched batch (up to ``batch_max_records`` records, fetched within
 ``batch_max_wait``) is applied per partition as ``KeyWindows.accept_batch`` would (one bulk
 insert and bulk evict per key and slice): in slices sized to take about half a millisecond
 each (``KeyWindows.insert_batch``; between slices the state is the one after the records
-applied so far), then one record per touched key (``record_of``); store calls still happen per
-record in offset order, with the partial right after that record, so a crash mid-batch resumes
+applied so far), then one record per touched key (``record_of``); the store still gets every
+accepted record in offset order, with the partial right after that record
+(``WindowStore.record_many``, ``STORE_SLICE`` records per call), so a crash mid-batch resumes
 exactly.
 
 A timer sweeps idle keys every ``sweep_interval`` (``KeyWindows.sweep`` + ``store.evict``) and
@@ -69,8 +77,9 @@ from faust.types import TP
 from agents.batched_send import KeyedOutputs
 from agents.config import FaustWorker
 from agents.dead_letters import DeadLetters
-from agents.events import BadEvent, EventParser
+from agents.events import BadEvent, EventParser, ParsedEvent
 from agents.records import encode_aggregate
+from agents.transactions import Transactions
 from stores.gc_pause import PacedYoungCollections, freeze_survivors_unless_paused, paused_gc
 from stores.key_windows import (
     Accepted,
@@ -94,10 +103,13 @@ MAX_EXTRA_TURNS = 8
 FREEZE_INTERVAL_S = 2.0
 """Seconds between two ``stores.gc_pause.freeze_survivors``: the window entries made since the
 last one are taken out of the cyclic collector's full collections, so that none of them
-traverses the whole window state (a pause of about 0.1 s per 10^5 retained entries)."""
+traverses the whole window state (one pause proportional to it)."""
 
 MAX_SLICE = 1024
 """Largest number of records ``emit=batch`` applies to the windows in one synchronous step."""
+
+STORE_SLICE = 128
+"""Accepted records ``emit=batch`` hands to the store in one synchronous step."""
 
 
 class LoopTurns:
@@ -171,6 +183,20 @@ class WindowsPipeline:
         self.failure: BaseException | None = None
         """Set by ``fail``: no queued output is handed over any more (and the store is
         abandoned)."""
+        self.transactions: Transactions | None = None
+        """Set by ``use_transactions`` (exactly-once)."""
+
+    def use_transactions(self, transactions: Transactions) -> None:
+        """Exactly-once output (``agents.transactions``): a partition is claimed before its
+        restore and released with its state; the outputs queued for a partition are sent by
+        ``send_outputs_of`` inside the transaction that carries its changelog records (the
+        store's producer is ``transactions``), so the at-least-once barrier goes, and the
+        store's ``flush`` hands a partition over only while none of its records is being
+        applied (``_hand_over_held``: the outputs and changelog records it sends together
+        belong to the same records)."""
+        self.transactions = transactions
+        self.store.before_changelog = None
+        self.store.hand_over = self._hand_over_held
 
     # --- partitions ---------------------------------------------------------------------------
 
@@ -186,6 +212,8 @@ class WindowsPipeline:
                 if not self._store_started:
                     await self.store.start()
                     self._store_started = True
+                if self.transactions is not None:
+                    await self.transactions.claim(partition)  # fences the previous owner
                 restored = await self.store.restore(partition)
                 windows = KeyWindows(self.config, emit=self.settings.emit)
                 # paused: about half the build's time otherwise; then frozen out of every later
@@ -263,10 +291,12 @@ class WindowsPipeline:
                     await self._free(state.windows)
                     await self.store.release(partition)
             logger.info("partition %d released", partition)
+        if self.transactions is not None:
+            await self.transactions.keep_only(keep)
 
     async def _free(self, windows: KeyWindows) -> None:
         """Free a released partition's windows now, key by key (``KeyWindows.forget``), the
-        event loop getting its turns: about 0.3 s per 10^6 entries in all. Left to the
+        event loop getting its turns, O(entries) in all. Left to the
         collector instead, the dropped trees (reference cycles) would never be freed once
         frozen."""
         for key in list(windows):
@@ -309,8 +339,10 @@ class WindowsPipeline:
                 await self._process_share(state, records)
             else:
                 turns = self.turns
-                for record in records:
-                    await self._process_one(state, record)
+                fresh = [r for r in records if r.offset > state.applied_offset]
+                self.counts["redelivered_skipped"] += len(records) - len(fresh)
+                for record, parsed in zip(fresh, self.parser.parse_many(fresh), strict=True):
+                    await self._process_one(state, record, parsed)
                     if time.perf_counter() >= turns.deadline:
                         await turns.take()
                         if state.halted:
@@ -323,17 +355,44 @@ class WindowsPipeline:
         acknowledged (a call during another one's round waits for it, then delivers what was
         queued since). ``WindowStore`` awaits it (``before_changelog``) before it hands
         changelog records over. A failed delivery raises (the store then stops writing, see
-        ``send_changes``). Per round one batch per output partition and one round trip."""
+        ``send_changes``). Per round one batch per output partition and one round trip.
+        Exactly-once: nothing (``send_outputs_of`` sends them in their transactions)."""
+        if self.transactions is not None:
+            return
         async with self._delivering:
             deliveries = await self.aggregates.send() + await self.dead_letters.outputs.send()
             for delivery in deliveries:
                 await delivery
 
+    async def send_outputs_of(self, partition: int, producer: Any) -> None:
+        """Hand the outputs queued for input ``partition`` (its aggregate records and dead
+        letters) to ``producer``, the transactional producer of the partition's transaction
+        (exactly-once; its commit waits for their acknowledgement)."""
+        await self.aggregates.send(partition, producer)
+        await self.dead_letters.outputs.send((self.settings.input_topic, partition), producer)
+
+    def progress(self, partition: int) -> int | None:
+        """The input position of a loaded ``partition`` (applied offset + 1), None if not
+        loaded: what exactly-once commits to the monitoring group."""
+        state = self._states.get(partition)
+        return None if state is None else state.applied_offset + 1
+
+    async def _hand_over_held(self, partition: int) -> None:
+        """``store.send_changes(partition)`` while no record of the partition is being applied
+        (its lock held, if it is loaded)."""
+        state = self._states.get(partition)
+        if state is None:
+            await self.store.send_changes(partition)
+            return
+        async with state.lock:
+            await self.store.send_changes(partition)
+
     async def hand_over(self) -> None:
         """Hand the outputs and state changes queued since the last call to the producer:
         the outputs first, awaiting their acknowledgement (``deliver_outputs``), then per
         loaded partition its local writes and changelog records (``WindowStore.send_changes``):
-        outputs before the state that makes a redelivery skip them (at-least-once output). The
+        outputs before the state that makes a redelivery skip them (at-least-once output;
+        exactly-once: per partition one transaction with both, ``use_transactions``). The
         reader calls it after each fetched chunk, whatever its partitions: fewer, larger record
         batches, and one wait for acknowledgements per chunk. Nothing after ``fail``.
 
@@ -345,24 +404,34 @@ class WindowsPipeline:
         turns = self.turns
         if time.perf_counter() >= turns.deadline:
             await turns.take()
+        if self.transactions is not None:
+            # one transaction per partition, on producers of their own: all in flight at once
+            await asyncio.gather(*(self._send_changes(s) for s in list(self._states.values())))
+            return
         await self.deliver_outputs()
         for state in list(self._states.values()):
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
-            async with state.lock:
-                if self._states.get(state.partition) is state:
-                    await self.store.send_changes(state.partition)
+            await self._send_changes(state)
 
-    async def _process_one(self, state: PartitionState, record: ConsumerRecord) -> None:
-        """Handle one input record (``emit`` = ``event`` or ``changes``)."""
+    async def _send_changes(self, state: PartitionState) -> None:
+        """``store.send_changes`` of a loaded partition, under its lock (if still loaded)."""
+        async with state.lock:
+            if self._states.get(state.partition) is state:
+                await self.store.send_changes(state.partition)
+
+    async def _process_one(
+        self, state: PartitionState, record: ConsumerRecord, parsed: ParsedEvent | BadEvent
+    ) -> None:
+        """Handle one input record (``emit`` = ``event`` or ``changes``), after the applied
+        offset, ``parsed`` being its ``EventParser.parse_many`` outcome."""
         offset = record.offset
-        if offset <= state.applied_offset:
-            self.counts["redelivered_skipped"] += 1
+        if isinstance(parsed, BadEvent):
+            await self._reject(state, record, parsed.reason, parsed.detail)
             return
         try:
-            event = self.parser.parse(record.key, record.value, record.timestamp)
-            outcome = state.windows.accept(event.key, event.ts, event.value)
-        except (BadEvent, Rejected) as rejected:
+            outcome = state.windows.accept(*parsed)
+        except Rejected as rejected:
             await self._reject(state, record, rejected.reason, rejected.detail)
             return
         self.counts["accepted"] += 1
@@ -390,7 +459,7 @@ class WindowsPipeline:
         self.counts["redelivered_skipped"] += len(messages) - len(fresh)
         windows = state.windows
         turns = self.turns
-        parse = self.parser.parse
+        parse_many = self.parser.parse_many
         result = BatchResult()
         parsed: list[BadEvent | None] = []
         lo = 0
@@ -398,14 +467,12 @@ class WindowsPipeline:
             started = time.perf_counter()
             hi = lo + self._slice
             events = []
-            for message in fresh[lo:hi]:
-                try:
-                    event = parse(message.key, message.value, message.timestamp)
-                except BadEvent as bad:
-                    parsed.append(bad)
-                    continue
-                parsed.append(None)
-                events.append((event.key, event.ts, event.value))
+            for outcome in parse_many(fresh[lo:hi]):
+                if isinstance(outcome, BadEvent):
+                    parsed.append(outcome)
+                else:
+                    parsed.append(None)
+                    events.append(outcome)
             windows.insert_batch(events, result, evict=False)
             self._fit_slice(time.perf_counter() - started)
             lo = hi
@@ -445,15 +512,21 @@ class WindowsPipeline:
     async def _flush_accepted(
         self, state: PartitionState, pending: list[tuple[ConsumerRecord, Accepted]]
     ) -> None:
+        """Queue the store's records of the ``pending`` accepted messages
+        (``WindowStore.record_many``), ``STORE_SLICE`` at a time, the event loop getting a turn
+        in between once the budget is spent (HTTP queries)."""
         turns = self.turns
-        record = self.store.record
+        record_many = self.store.record_many
         partition = state.partition
-        for message, accepted in pending:
-            self.counts["accepted"] += 1
-            record(partition, message.offset, accepted.key, accepted.time, accepted.partial)
-            state.applied_offset = message.offset
+        for lo in range(0, len(pending), STORE_SLICE):
+            piece = pending[lo : lo + STORE_SLICE]
+            record_many(
+                partition,
+                [(m.offset, a.key, a.time, a.partial) for m, a in piece],
+            )
+            self.counts["accepted"] += len(piece)
+            state.applied_offset = piece[-1][0].offset
             if time.perf_counter() >= turns.deadline:
-                # let HTTP queries in between
                 await turns.take()
         pending.clear()
 
@@ -481,7 +554,10 @@ class WindowsPipeline:
             return
         self.counts["aggregates"] += 1
         self.aggregates.add(
-            key.encode(), encode_aggregate(record, partition, offset), record.event_ts
+            key.encode(),
+            encode_aggregate(record, partition, offset),
+            record.event_ts,
+            source=partition,
         )
 
     # --- maintenance --------------------------------------------------------------------------

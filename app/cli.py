@@ -27,6 +27,7 @@ from typing import IO, Any, TypeVar
 
 import click
 
+import stores
 from app.settings import (
     SETTINGS_HELP,
     ConfigError,
@@ -266,7 +267,14 @@ HELP_OPTIONS = ["-h", "--help"]
 
 
 @click.group(context_settings={"help_option_names": HELP_OPTIONS, "max_content_width": 100})
-@click.version_option(None, "-V", "--version", package_name="fiba-stream", prog_name="fiba")
+@click.version_option(
+    None,
+    "-V",
+    "--version",
+    package_name="fiba-stream",
+    prog_name="fiba",
+    message=f"%(prog)s, version %(version)s (hot path: {stores.build()})",
+)
 @click.option(
     "--config",
     type=click.Path(dir_okay=False),
@@ -365,6 +373,13 @@ def worker(settings: Settings) -> None:
 
     require_free_port(settings.web_host, settings.web_port, "the worker's HTTP server")
     require_broker(settings)
+    if settings.exactly_once:
+        from agents.transactions import NoTransactions, check_transactions
+
+        try:
+            run_async(check_transactions(settings))
+        except NoTransactions as exc:
+            raise CliFailure(str(exc), 2) from None
     problems = run_async(missing_or_mismatched(settings))
     if problems:
         raise CliFailure("; ".join(problems) + " (run `fiba topics create` with these settings)")

@@ -11,8 +11,8 @@ Broker profiles (``broker_profile``):
 
 - ``kafka``: Faust's defaults for a real cluster.
 - ``embedded``: the Tansu workarounds of the embedded broker (see ``app.broker``): a 5 s
-  session timeout, so that a group join takes seconds, not minutes, and a takeover after a
-  crash about 10 s.
+  session timeout, so that a group join and a takeover after a crash take seconds, not
+  minutes.
 
 ``session_timeout``, when set, is the session timeout on either profile (how long the partitions
 of a crashed worker wait before moving; Apache Kafka accepts 6 s and more by default). The

@@ -157,14 +157,20 @@ async def send_records(
 
 
 async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
-    """A started, group-less consumer assigned every partition of the existing ``topic``.
+    """A started, group-less consumer assigned every partition of the existing ``topic``,
+    reading ``settings.outputs_isolation_level`` (``read_committed`` but on the embedded
+    profile: an aborted exactly-once transaction is never shown).
 
     The topic's existence is checked in the full topic list first (``MissingTopic`` if absent):
     a metadata request naming a missing topic would auto-create it on some brokers. Outside the
     embedded profile a topic absent from that list is asked for by name, without
     auto-creation: ``TopicAuthorizationFailedError`` when the ACLs deny it.
     """
-    consumer = AIOKafkaConsumer(**client_options(settings), enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        **client_options(settings),
+        enable_auto_commit=False,
+        isolation_level=settings.outputs_isolation_level,
+    )
     await consumer.start()
     try:
         partitions = await topic_partitions(consumer, topic)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stores.aggregations import AggregationError, check_monoid, is_builtin, resolve_aggregation
 from stores.key_windows import WindowSpec
-from stores.monoids import monoid_names
 
 
 class ConfigError(Exception):
@@ -35,6 +35,9 @@ class ConfigError(Exception):
 
 BROKER_PROFILES = ("kafka", "embedded")
 EMIT_MODES = ("event", "batch", "changes")
+WINDOW_ENDS = ("stream_time", "event_time")
+
+PROCESSING_GUARANTEES = ("at_least_once", "exactly_once")
 TIMESTAMP_SOURCES = ("field", "kafka")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -124,6 +127,9 @@ class Settings:
     max_wall_clock_skew: int | None = 86_400_000
     resolution: int | None = None
     emit: str = "event"
+    window_end: str = "stream_time"
+
+    processing_guarantee: str = "at_least_once"
     batch_max_records: int = 1000
     batch_max_wait: int = 200
     key_field: str | None = None
@@ -153,6 +159,26 @@ class Settings:
     def embedded(self) -> bool:
         """True with the embedded-broker profile (Tansu workarounds switched on)."""
         return self.broker_profile == "embedded"
+
+    @property
+    def exactly_once(self) -> bool:
+        """True with ``processing_guarantee = "exactly_once"`` (``agents.transactions``)."""
+        return self.processing_guarantee == "exactly_once"
+
+    @property
+    def isolation_level(self) -> str:
+        """How the worker's own readers of the changelog, input and answers read: with
+        exactly-once, ``read_committed`` (aborted transactions never seen), else
+        ``read_uncommitted``."""
+        return "read_committed" if self.exactly_once else "read_uncommitted"
+
+    @property
+    def outputs_isolation_level(self) -> str:
+        """How readers of the output topics (``fiba tail``, the answers reader) read:
+        ``read_committed``, so that an aborted exactly-once transaction is never seen (the
+        same as ``read_uncommitted`` where no transaction is used); the embedded profile reads
+        ``read_uncommitted`` (its broker has no transactions)."""
+        return "read_uncommitted" if self.embedded else "read_committed"
 
     @property
     def changelog_topic(self) -> str:
@@ -206,12 +232,19 @@ SETTINGS_HELP: dict[str, str] = {
     "replication_factor": "replication factor of the topics the app creates",
     "retention": "R: how far behind stream time events are kept (duration)",
     "windows": "comma-separated window sizes, each <= retention (e.g. 1m,5m,1h)",
-    "aggregations": "comma-separated aggregation names (stores.monoids)",
+    "aggregations": "comma-separated aggregations: built-in names (stores.monoids), "
+    "package.module:attribute import paths or fiba_stream.monoids entry points",
     "max_future_skew": "events further than this ahead of stream time are rejected (duration)",
     "max_wall_clock_skew": "events further than this ahead of the worker's clock are rejected "
     "(duration; off: never, for replays)",
     "resolution": "pane size: event times are rounded down to it (duration; unset = exact)",
     "emit": "event | batch | changes",
+    "window_end": "stream_time | event_time: each record's windows end at the partition's "
+    "stream time, or at the event's own time",
+    "processing_guarantee": (
+        "at_least_once | exactly_once (outputs, changelog and offsets in one Kafka transaction "
+        "per partition and chunk; needs a broker with transactions)"
+    ),
     "batch_max_records": "largest batch in emit=batch",
     "batch_max_wait": "longest wait for a batch in emit=batch (duration)",
     "key_field": "field of the value holding the aggregation key (unset = Kafka key)",
@@ -235,7 +268,7 @@ SECRET_SETTINGS = frozenset({"sasl_password"})
 ENV_PREFIX = "FIBA_"
 CONFIG_ENV = "FIBA_CONFIG"
 CACHE_DIR_ENV = "FIBA_CACHE_DIR"
-"""Where downloaded artifacts (Apache Kafka's jars, ``app.kafka_jars``) are cached."""
+"""Where downloaded jars (Apache Kafka's, Spark's Kafka connector; ``app.kafka_jars``) live."""
 NON_SETTING_ENV = frozenset({CONFIG_ENV, CACHE_DIR_ENV})
 """The ``FIBA_*`` variables that name no setting; any other unknown one is refused."""
 """The one ``FIBA_*`` variable that is not a setting: the path of the TOML file."""
@@ -443,6 +476,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_wall_clock_skew": lambda value: None if _is_off(value) else parse_duration(value),
     "resolution": _optional_duration,
     "emit": _choice(EMIT_MODES),
+    "window_end": _choice(WINDOW_ENDS),
+    "processing_guarantee": _choice(PROCESSING_GUARANTEES),
     "batch_max_records": _int,
     "batch_max_wait": parse_duration,
     "key_field": _optional_text,
@@ -517,10 +552,13 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             fail("windows", f"window {w.name!r} is longer than the retention ({s.retention} ms)")
     if len(set(s.aggregations)) != len(s.aggregations):
         fail("aggregations", f"duplicate aggregation in {', '.join(s.aggregations)}")
-    known = monoid_names()
     for name in s.aggregations:
-        if name not in known:
-            fail("aggregations", f"unknown aggregation {name!r} (known: {', '.join(known)})")
+        try:
+            found = resolve_aggregation(name)
+            if not is_builtin(name):
+                check_monoid(found, name)
+        except AggregationError as exc:
+            fail("aggregations", str(exc))
     if s.sasl_mechanism and s.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
         fail("sasl_mechanism", "needs security_protocol SASL_PLAINTEXT or SASL_SSL")
     for name in ("ts_field", "value_field"):

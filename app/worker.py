@@ -3,7 +3,9 @@
 ``build_worker(settings)`` wires the pieces: the Faust app and topics (``app.faust_app``), the
 durable window store (``stores.window_store``, its changelog sent through the Faust producer so
 that Faust's pre-commit flush covers it), the dead-letter sender, the windows pipeline and agent
-(``agents.windows``), the query agent and HTTP views (``agents.queries``), the health and
+(``agents.windows``), the query agent and HTTP views (``agents.queries``), with
+``processing_guarantee = "exactly_once"`` the per-partition transactions that carry outputs,
+changelog and offsets together (``agents.transactions``), the health and
 metrics views (``app.health``: ``/live``, ``/ready``, ``/metrics``). ``run_worker`` runs
 it in the foreground until SIGTERM/SIGINT; on shutdown the store is flushed and checkpointed
 after the consumer stopped and before the producer is flushed.
@@ -34,6 +36,7 @@ from agents.input_reader import InputReader
 from agents.kafka_changelog import FaustChangelog
 from agents.queries import QueryService
 from agents.supervision import WorkerCrash
+from agents.transactions import PartitionTransactions
 from agents.windows import WindowsPipeline
 from app import health
 from app.faust_app import FibaApp, create_app
@@ -62,11 +65,21 @@ def build_worker(settings: Settings) -> Worker:
     throttle_failed_metadata_updates()
     fiba = create_app(settings)
     config = WindowConfig.from_settings(settings)
-    store = WindowStore(settings, MarshalStateCodec(config.composed), FaustChangelog(fiba))
+    transactions = (
+        PartitionTransactions(settings, FaustChangelog(fiba)) if settings.exactly_once else None
+    )
+    store = WindowStore(
+        settings, MarshalStateCodec(config.composed), transactions or FaustChangelog(fiba)
+    )
     dead_letters = DeadLetters(KeyedOutputs(fiba.kafka_producer, settings.dead_letter_topic))
     pipeline = WindowsPipeline(fiba, store, dead_letters, config)
     crash = WorkerCrash(fiba, pipeline)
     service = QueryService(fiba, pipeline, crash)
+    if transactions is not None:
+        pipeline.use_transactions(transactions)
+        transactions.riders.append(pipeline.send_outputs_of)
+        transactions.progress = pipeline.progress
+        service.transactions = transactions
     reader = InputReader(settings, pipeline, crash)
     windows.install(fiba, pipeline, reader)
     queries.install(fiba, service)

@@ -20,7 +20,12 @@ workers and checks every output topic against an oracle that shares no code with
   (a correct record more than once: allowed under at-least-once) and ``wrong`` ones;
 - dead letters: one per rejected input record (source partition and offset, reason):
   ``dead letters missing``, ``wrong reason``;
-- answers: at least one per query: ``answers missing``.
+- answers: at least one per query: ``answers missing``, and ``repeated answers``.
+
+``--guarantee exactly_once`` runs the workers with that processing guarantee (outputs read
+``read_committed``); then every repeated output (aggregate records, dead letters, answers:
+``Outcome.duplicates``) is a failure too (tests/test_exactly_once.py). ``--rebalance-kill``
+adds two kills: worker 0, then worker 1 while worker 0 joins the group again.
 
 It prints one line per kill and the summary ``events, kills, lost, doubled (state), repeated
 (outputs), dead letters missing`` (plus the other counts); the exit code is 1 if anything was
@@ -93,7 +98,14 @@ class Outcome:
     wrong_reason: int = 0
     queries: int = 0
     answers_missing: int = 0
+    answers_repeated: int = 0
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def duplicates(self) -> int:
+        """Outputs seen more than once: aggregate records, dead letters, answers (allowed
+        under at-least-once, none under exactly-once)."""
+        return self.repeated + self.dead_letters_repeated + self.answers_repeated
 
     @property
     def exact(self) -> bool:
@@ -115,7 +127,7 @@ class Outcome:
             f"{self.dead_letters_missing}; wrong aggregate records {self.wrong_outputs}, "
             f"wrong dead-letter reasons {self.wrong_reason}, repeated dead letters "
             f"{self.dead_letters_repeated}, answers missing {self.answers_missing} of "
-            f"{self.queries} queries"
+            f"{self.queries} queries, repeated answers {self.answers_repeated}"
         )
 
 
@@ -234,8 +246,17 @@ def http_json(port: int, path: str) -> Any:
 class Cluster:
     """The worker subprocesses of one run."""
 
-    def __init__(self, settings: Settings, root: Path, workers: int) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        root: Path,
+        workers: int,
+        module: tuple[str, ...] = ("app.cli", "worker"),
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.root = root
+        self.module = module
+        self.extra_env = extra_env
         self.settings = [
             replace(settings, state_dir=root / f"state-{i}", web_port=free_port())
             for i in range(workers)
@@ -245,7 +266,7 @@ class Cluster:
 
     def start(self, i: int) -> None:
         self.starts[i] += 1
-        proc = start_worker(self.settings[i], self.log(i))
+        proc = start_worker(self.settings[i], self.log(i), self.module, self.extra_env)
         if i < len(self.procs):
             self.procs[i] = proc
         else:
@@ -284,7 +305,9 @@ class Cluster:
 CHAOS_SESSION_TIMEOUT_MS = 6_000
 
 
-def chaos_settings(bootstrap: str, embedded: bool, partitions: int, emit: str) -> Settings:
+def chaos_settings(
+    bootstrap: str, embedded: bool, partitions: int, emit: str, guarantee: str = "at_least_once"
+) -> Settings:
     tag = f"chaos-{uuid.uuid4().hex[:8]}"
     return replace(
         Settings(),
@@ -302,6 +325,7 @@ def chaos_settings(bootstrap: str, embedded: bool, partitions: int, emit: str) -
         aggregations=("count", "sum"),
         max_future_skew=MAX_FUTURE_SKEW_MS,
         emit=emit,
+        processing_guarantee=guarantee,
         sweep_interval=10_000,
         # a killed member leaves the group after the session timeout: Faust's default (60 s) on a
         # real broker would make each takeover a minute long (the embedded profile sets its own)
@@ -309,13 +333,21 @@ def chaos_settings(bootstrap: str, embedded: bool, partitions: int, emit: str) -
     )
 
 
-def run(args: argparse.Namespace, bootstrap: str, embedded: bool, root: Path) -> Outcome:
-    """One chaos run on the broker at ``bootstrap`` (worker files under ``root``)."""
-    settings = chaos_settings(bootstrap, embedded, args.partitions, "event")
+def run(
+    args: argparse.Namespace,
+    bootstrap: str,
+    embedded: bool,
+    root: Path,
+    module: tuple[str, ...] = ("app.cli", "worker"),
+    extra_env: dict[str, str] | None = None,
+) -> Outcome:
+    """One chaos run on the broker at ``bootstrap`` (worker files under ``root``; workers run
+    as ``python -m <module>`` with ``extra_env``)."""
+    settings = chaos_settings(bootstrap, embedded, args.partitions, "event", args.guarantee)
     asyncio.run(create_topics(settings))
     records = generate(args.events, args.keys, args.seed)
     kinds = {(key, value): kind for key, value, kind in records}
-    cluster = Cluster(settings, root, args.workers)
+    cluster = Cluster(settings, root, args.workers, module, extra_env)
     outcome = Outcome(events=len(records))
     rng = random.Random(args.seed + 1)
     producing_error: list[BaseException] = []
@@ -361,6 +393,8 @@ def run(args: argparse.Namespace, bootstrap: str, embedded: bool, root: Path) ->
             if batch:
                 send_queries(settings, batch)
                 outcome.queries += len(batch)
+        if args.rebalance_kill and args.workers > 1:
+            kill_during_rebalance(cluster, rng, outcome, started)
         if queries:
             send_queries(settings, queries)
             outcome.queries += len(queries)
@@ -379,12 +413,37 @@ def run(args: argparse.Namespace, bootstrap: str, embedded: bool, root: Path) ->
         oracle = build_oracle(settings, kinds)
         check_state(cluster, oracle, outcome)
         query_ids = {f"q{i}" for i in range(outcome.queries)}
-        answers = wait_for_answers(settings, query_ids, args.settle_timeout)
+        answers, outcome.answers_repeated = wait_for_answers(
+            settings, query_ids, args.settle_timeout
+        )
         outcome.answers_missing = outcome.queries - answers
     finally:
         cluster.stop()
     check_outputs(settings, oracle, outcome)
     return outcome
+
+
+def kill_during_rebalance(
+    cluster: Cluster, rng: random.Random, outcome: Outcome, started: float
+) -> None:
+    """SIGKILL worker 0 and restart it; once it serves HTTP (it is joining the group: the
+    others are being rebalanced), SIGKILL worker 1 within a random second, and restart it."""
+    cluster.kill(0, wipe=False)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            http_json(cluster.settings[0].web_port, "/stats")
+            break
+        except (OSError, urllib.error.URLError, ValueError):
+            time.sleep(0.05)
+    time.sleep(rng.uniform(0, 1))
+    cluster.kill(1, wipe=False)
+    outcome.kills += 2
+    print(
+        f"kills {outcome.kills - 1}-{outcome.kills} at {time.monotonic() - started:.1f} s: "
+        "worker 0, then worker 1 while worker 0 joins (a rebalance)",
+        flush=True,
+    )
 
 
 def wait_for_progress(cluster: Cluster, records: int, timeout: float) -> int:
@@ -453,16 +512,18 @@ def ask_any(cluster: Cluster, path: str) -> Any:
     raise RuntimeError(f"no worker answered {path}: {error!r}")
 
 
-def wait_for_answers(settings: Settings, query_ids: set[str], timeout: float) -> int:
-    """How many of ``query_ids`` got an answer, once all did or ``timeout`` seconds passed."""
+def wait_for_answers(settings: Settings, query_ids: set[str], timeout: float) -> tuple[int, int]:
+    """How many of ``query_ids`` got an answer, and how many answers came more than once,
+    once all did or ``timeout`` seconds passed."""
     deadline = time.monotonic() + timeout
     while True:
-        answered = query_ids & {
+        answers = Counter(
             json.loads(r.value)["query_id"]
             for r in asyncio.run(read_to_end(settings, settings.answers_topic))
-        }
+        )
+        answered = query_ids & set(answers)
         if answered == query_ids or time.monotonic() > deadline:
-            return len(answered)
+            return len(answered), sum(n - 1 for q, n in answers.items() if q in query_ids)
         time.sleep(1)
 
 
@@ -515,6 +576,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--wipe-every", type=int, default=5, help="wipe the data dir every Nth kill (0: never)"
     )
+    parser.add_argument(
+        "--rebalance-kill",
+        action="store_true",
+        help="after the kills, kill a worker while another one joins the group",
+    )
+    parser.add_argument(
+        "--guarantee", choices=("at_least_once", "exactly_once"), default="at_least_once"
+    )
     parser.add_argument("--settle-timeout", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=1)
     return parser.parse_args(argv)
@@ -538,7 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     print(outcome.summary(), flush=True)
     for note in outcome.notes[:10]:
         print("  ", note)
-    return 0 if outcome.exact else 1
+    duplicated = args.guarantee == "exactly_once" and outcome.duplicates
+    return 0 if outcome.exact and not duplicated else 1
 
 
 if __name__ == "__main__":

@@ -13,13 +13,19 @@ with full windows, every partition's windows are pre-filled (an O(n) bulk build,
 not persisted, its objects then frozen out of the cyclic GC as after a real restore) when the
 first record arrives.
 
-Scenarios: ``bare`` — a Faust agent that only consumes the same topic (the framework's floor),
-``bare-batch`` — the same with ``stream.take_events`` batches as ``emit=batch`` uses;
-``event``/``batch`` — the worker with that ``emit`` mode at each occupancy. Throughput is the
+Scenarios: ``floor`` — a bare aiokafka consumer that only reads the same topic, fetching as
+the worker's input reader does (``agents.input_reader``: same fetch wait, partition bytes and
+records per ``getmany``), the rate the worker is measured against (issue 20's goals:
+``emit=batch`` at least 1.0x of it, ``emit=event`` at least 0.5x); ``bare`` — a Faust agent
+that only consumes the same topic (the framework's floor), ``bare-batch`` — the same with
+``stream.take_events`` batches as ``emit=batch`` uses;
+``event``/``batch`` — the worker with that ``emit`` mode at each occupancy, under each of
+``--guarantees`` (``at_least_once``, ``exactly_once``: rows ``+ exactly_once`` and a line with
+exactly-once's share of at-least-once's throughput per mode). Throughput is the
 accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). Every
 cell streams 90,000 events, so that every measured part lasts several seconds (at 30,000
 events, a ``batch`` run measured about 2 s and an ``event`` run 4-6 s, and a single pause of the
-machine moved a cell by 20%); ``--quick`` streams 24,000. One more
+machine moved a cell by 20%); ``--quick`` streams 24,000; ``floor`` ten times as many. One more
 run of each emit mode at occupancy 10^3 (``+ queries``) times range queries while the worker is
 loaded (kept out of the flatness figures, since its clients share the two cores): sequential
 ``GET /windows/{key}?window=`` requests, and query records sent to the query topic, each timed
@@ -73,6 +79,9 @@ OOO_FRACTION = 0.2
 MAX_LATENESS_MS = 5_000
 T0 = 1_700_000_000_000
 RESULTS = Path(__file__).parent / "results" / "worker_pipeline.json"
+FLOOR_STREAM_FACTOR = 10
+"""The ``floor`` scenario streams this many times more events: it reads the others' stream in
+a fraction of a second, less than two polls of its rate apart."""
 QUERY_OCCUPANCY = 1000
 """The occupancy of the extra run of each emit mode that also times range queries."""
 
@@ -85,7 +94,13 @@ def duration_name(ms: int) -> str:
     return f"{ms}ms"
 
 
-def scenario_settings(broker: BenchBroker, occupancy: int, emit: str, state_dir: Path) -> Settings:
+def scenario_settings(
+    broker: BenchBroker,
+    occupancy: int,
+    emit: str,
+    state_dir: Path,
+    guarantee: str = "at_least_once",
+) -> Settings:
     retention = occupancy * SPACING_MS
     sizes = (retention // 100, retention // 10, retention)
     suffix = uuid.uuid4().hex[:8]
@@ -104,6 +119,7 @@ def scenario_settings(broker: BenchBroker, occupancy: int, emit: str, state_dir:
         windows=tuple(WindowSpec(duration_name(s), s) for s in sizes),
         max_future_skew=retention,
         emit=emit,
+        processing_guarantee=guarantee,
         state_dir=state_dir,
         web_port=free_port(),
         sweep_interval=30_000,
@@ -252,13 +268,19 @@ def percentile(values: list[float], q: float) -> float:
 
 @contextlib.contextmanager
 def backlogged_worker(
-    broker: BenchBroker, child: str, occupancy: int, events: int, workdir: Path
+    broker: BenchBroker,
+    child: str,
+    occupancy: int,
+    events: int,
+    workdir: Path,
+    guarantee: str = "at_least_once",
 ) -> Iterator[tuple[Settings, subprocess.Popen, Path]]:
     """Create the scenario's topics, pre-produce ``events`` input records, and run the child
-    ``child`` (a worker emit mode, or ``bare``/``bare-batch``) in a subprocess on them for the
-    ``with`` block: yields its settings, process and log file; terminates it afterwards."""
-    emit = {"bare": "event", "bare-batch": "batch"}.get(child, child)
-    settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6])
+    ``child`` (a worker emit mode, or ``floor``/``bare``/``bare-batch``) in a subprocess on
+    them for the ``with`` block: yields its settings, process and log file; terminates it
+    afterwards."""
+    emit = {"bare": "event", "bare-batch": "batch", "floor": "batch"}.get(child, child)
+    settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6], guarantee)
     asyncio.run(create_topics(settings))
     asyncio.run(produce(settings, event_stream(events)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
@@ -279,7 +301,13 @@ def backlogged_worker(
 
 
 def run_scenario(
-    broker: BenchBroker, name: str, occupancy: int, events: int, with_queries: bool, workdir: Path
+    broker: BenchBroker,
+    name: str,
+    occupancy: int,
+    events: int,
+    with_queries: bool,
+    workdir: Path,
+    guarantee: str = "at_least_once",
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "broker": broker.kind,
@@ -287,8 +315,9 @@ def run_scenario(
         "occupancy": occupancy,
         "events": events,
         "queries": with_queries,
+        "guarantee": guarantee,
     }
-    with backlogged_worker(broker, name, occupancy, events, workdir) as (
+    with backlogged_worker(broker, name, occupancy, events, workdir, guarantee) as (
         settings,
         worker,
         log_path,
@@ -356,6 +385,59 @@ def run_bare(settings: Settings, batched: bool) -> None:
         return web.json({"counts": counts})
 
     faust.Worker(fiba.app, loglevel=settings.log_level, quiet=True).execute_from_commandline()
+
+
+def run_floor(settings: Settings) -> None:
+    """A bare aiokafka consumer that reads every partition of the input topic from its start
+    and only counts the records, fetching as ``agents.input_reader.InputReader`` does; serves
+    the count as ``GET /stats`` (``{"counts": {"accepted": n}}``) on ``web_port`` until
+    SIGTERM."""
+    import signal
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from agents.input_reader import FETCH_CHUNK, FETCH_PARTITION_BYTES, FETCH_WAIT_MS
+
+    counts = {"accepted": 0}
+
+    class Stats(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"counts": counts, "assigned": [0]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", settings.web_port), Stats)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    async def consume() -> None:
+        consumer = AIOKafkaConsumer(
+            **client_options(settings),
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=FETCH_WAIT_MS,
+            max_partition_fetch_bytes=FETCH_PARTITION_BYTES,
+        )
+        await consumer.start()
+        try:
+            tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, 0)
+            stop = asyncio.Event()
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+            while not stop.is_set():
+                chunk = await consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=FETCH_CHUNK)
+                counts["accepted"] += sum(map(len, chunk.values()))
+        finally:
+            await consumer.stop()
+            server.shutdown()
+
+    asyncio.run(consume())
 
 
 def prefilled_pairs(lift: Any, n: int) -> list[tuple[int, Any]]:
@@ -453,7 +535,8 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
         cpu_us_per_call(lambda: composed.lower(a), 200_000) for _ in range(3)
     )
     for occupancy in occupancies:
-        settings = scenario_settings("127.0.0.1:1", occupancy, "event", Path("unused"))
+        offline = BenchBroker("127.0.0.1:1", "kafka", "none")  # no broker: settings only
+        settings = scenario_settings(offline, occupancy, "event", Path("unused"))
         stream = []
         for key, value in event_stream(events):
             obj = json.loads(value)
@@ -498,7 +581,13 @@ def main() -> None:
     run.add_argument("--quick", action="store_true")
     add_broker_kind_option(run)
     run.add_argument("--occupancies", default="100,1000,10000")
-    run.add_argument("--scenarios", default="bare,bare-batch,event,batch")
+    run.add_argument("--scenarios", default="floor,bare,bare-batch,event,batch")
+    run.add_argument(
+        "--guarantees",
+        default="at_least_once",
+        help="comma-separated processing guarantees to run every worker scenario with "
+        "(exactly_once needs --broker-kind kafka)",
+    )
     run.add_argument(
         "--rounds",
         type=int,
@@ -519,7 +608,9 @@ def main() -> None:
         return
     if args.command == "child":
         settings = load_settings()
-        if args.scenario.startswith("bare"):
+        if args.scenario == "floor":
+            run_floor(settings)
+        elif args.scenario.startswith("bare"):
             run_bare(settings, batched=args.scenario == "bare-batch")
         else:
             run_prefilled_worker(settings, args.occupancy)
@@ -534,20 +625,28 @@ def main() -> None:
         workdir = Path(tmp)
         scenarios = args.scenarios.split(",")
         plan = [
-            (name, occupancies[0], events, False)
-            for name in ("bare", "bare-batch")
+            (
+                name,
+                occupancies[0],
+                events * (FLOOR_STREAM_FACTOR if name == "floor" else 1),
+                False,
+                "at_least_once",
+            )
+            for name in ("floor", "bare", "bare-batch")
             if name in scenarios
         ]
         for name in ("event", "batch"):
-            if name in scenarios:
-                plan += [(name, occ, events, False) for occ in occupancies]
+            if name not in scenarios:
+                continue
+            for guarantee in args.guarantees.split(","):
+                plan += [(name, occ, events, False, guarantee) for occ in occupancies]
                 if QUERY_OCCUPANCY in occupancies:
-                    plan.append((name, QUERY_OCCUPANCY, events, True))
+                    plan.append((name, QUERY_OCCUPANCY, events, True, guarantee))
         for round_ in range(1, args.rounds + 1):
             # alternate the order, so that a drift of the machine's speed over the run
             # weighs on every cell alike
-            for name, occ, n, queries in plan if round_ % 2 else plan[::-1]:
-                result = run_scenario(broker, name, occ, n, queries, workdir)
+            for name, occ, n, queries, guarantee in plan if round_ % 2 else plan[::-1]:
+                result = run_scenario(broker, name, occ, n, queries, workdir, guarantee)
                 result["round"] = round_
                 print(json.dumps(result), flush=True)
                 results.append(result)
@@ -564,11 +663,12 @@ def markdown(results: list[dict[str, Any]]) -> str:
     rounds (with the range when there are several), the ratio columns against the median bare
     rate of the same run (``-`` without the ``bare`` scenario); then each mode's flatness (the
     slowest occupancy's rate as a share of the fastest's, runs without queries: the query
-    clients share the machine's two cores), from the medians and within each round, and the
-    query latencies."""
+    clients share the machine's two cores), from the medians and within each round; with the
+    ``floor`` scenario, each emit mode's slowest and fastest median as a multiple of the
+    floor's (``GOALS``); the query latencies."""
     cells: dict[tuple[str, int, bool], list[dict[str, Any]]] = {}
     for r in results:
-        cells.setdefault((r["scenario"], r["occupancy"], r.get("queries", False)), []).append(r)
+        cells.setdefault((_scenario(r), r["occupancy"], r.get("queries", False)), []).append(r)
     rate = {cell: statistics.median(r["events_per_s"] for r in rs) for cell, rs in cells.items()}
     cpu = {cell: statistics.median(r["cpu_us_per_event"] for r in rs) for cell, rs in cells.items()}
     bare = next((cell for cell in cells if cell[0] == "bare"), None)
@@ -589,11 +689,12 @@ def markdown(results: list[dict[str, Any]]) -> str:
             spread = f" [{low:,.0f}-{high:,.0f}]"
         lines.append(
             f"| {name}{' + queries' if queries else ''} | "
-            f"{'-' if name.startswith('bare') else f'{occupancy:,}'} | "
+            f"{'-' if name in FLOORS else f'{occupancy:,}'} | "
             f"{rate[cell]:,.0f}{spread} | {_percent(rate[cell], bare_rate)} | "
             f"{cpu[cell]:,.0f} | {_percent(bare_cpu, cpu[cell])} |"
         )
-    for mode in ("event", "batch"):
+    modes = sorted({_scenario(r) for r in results if not r["scenario"].startswith("bare")})
+    for mode in modes:
         medians = [rate[cell] for cell in cells if cell[0] == mode and not cell[2]]
         if len(medians) < 2:
             continue
@@ -602,7 +703,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
             rates = [
                 r["events_per_s"]
                 for r in results
-                if r["scenario"] == mode
+                if _scenario(r) == mode
                 and r.get("round", 1) == round_
                 and not r.get("queries", False)
             ]
@@ -611,6 +712,17 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"\n{mode}: slowest occupancy at {_percent(min(medians), max(medians))} of the "
             f"fastest (medians, runs without queries); per round {', '.join(per_round)}"
         )
+    floor = next((cell for cell in cells if cell[0] == "floor"), None)
+    for mode, goal in GOALS.items():
+        medians = [rate[cell] for cell in cells if cell[0] == mode and not cell[2]]
+        if floor is None or not medians:
+            continue
+        lines.append(
+            f"\n{mode} against the floor (a bare aiokafka consumer, {rate[floor]:,.0f} "
+            f"events/s): {min(medians) / rate[floor]:.3f}x-{max(medians) / rate[floor]:.3f}x "
+            f"(goal >= {goal}x)"
+        )
+    lines += _guarantee_ratios(cells, rate, cpu)
     for r in results:
         for kind in ("http_query_ms", "topic_query_ms"):
             if kind in r:
@@ -621,6 +733,39 @@ def markdown(results: list[dict[str, Any]]) -> str:
                     f"p50 {q['p50']:.1f} ms, p99 {q['p99']:.1f} ms"
                 )
     return "\n".join(lines)
+
+
+FLOORS = ("floor", "bare", "bare-batch")
+"""The scenarios without a worker (no occupancy)."""
+
+GOALS = {"batch": 1.0, "event": 0.5}
+"""Issue 20's goals: each emit mode's rate as a multiple of the floor's, at every occupancy."""
+
+
+def _scenario(result: dict[str, Any]) -> str:
+    """A result's scenario name, ``+ exactly_once`` for a worker run with that guarantee."""
+    eos = result.get("guarantee", "at_least_once") == "exactly_once"
+    return result["scenario"] + (" + exactly_once" if eos else "")
+
+
+def _guarantee_ratios(
+    cells: dict[tuple[str, int, bool], list[dict[str, Any]]],
+    rate: dict[tuple[str, int, bool], float],
+    cpu: dict[tuple[str, int, bool], float],
+) -> list[str]:
+    """Per emit mode and occupancy run under both guarantees: exactly-once's throughput and
+    CPU per event as a share of at-least-once's (medians)."""
+    lines = []
+    for name, occupancy, queries in cells:
+        twin = (f"{name} + exactly_once", occupancy, queries)
+        if twin in cells and not name.startswith("bare"):
+            cell = (name, occupancy, queries)
+            lines.append(
+                f"\n{name}{' + queries' if queries else ''}, {occupancy:,}/key: exactly_once at "
+                f"{_percent(rate[twin], rate[cell])} of at_least_once's events/s "
+                f"(CPU/event {_percent(cpu[twin], cpu[cell])})"
+            )
+    return lines
 
 
 def _percent(part: float | None, whole: float | None) -> str:

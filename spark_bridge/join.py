@@ -15,11 +15,9 @@ to every batch row: one shuffle and one sort, O((n + m) log(n + m)) work split o
 (a single very hot key is processed by one task). The answers are attached with one more
 shuffle join on ``query_id``.
 
-Run it with ``fiba spark-join`` or on a cluster::
+Run it with ``fiba spark-join``, ``python -m spark_bridge`` or on a cluster::
 
-    spark-submit --master yarn --py-files fiba_stream.zip spark_bridge/join.py --batch ...
-    python -m spark_bridge.join --batch rows.parquet --aggregates-topic fiba-aggregates \\
-        --window 5m --out enriched.parquet --master 'local[*]'
+    spark-submit --master yarn --py-files fiba_stream.zip spark_bridge/__main__.py --batch ...
 """
 
 from __future__ import annotations
@@ -184,9 +182,3 @@ def read_batch(spark, path: str, fmt: str | None = None) -> DataFrame:
     if chosen == "parquet":
         return spark.read.parquet(path)
     raise ValueError(f"batch format must be parquet or csv, not {chosen!r}")
-
-
-if __name__ == "__main__":
-    from spark_bridge.cli import spark_join
-
-    spark_join(prog_name="python -m spark_bridge.join")

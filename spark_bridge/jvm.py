@@ -1,21 +1,26 @@
 """The JVM engine: Spark's own Kafka connector (``spark-sql-kafka-0-10``), and its options.
 
-When the connector jar is on the classpath (``--packages
-org.apache.spark:spark-sql-kafka-0-10_2.13:<spark version>``), ``format("kafka")`` reads the
-topic in the JVM and ``parse_values`` decodes its ``value`` column with the bridge's one decoder
-(``spark_bridge.decode``, through ``mapInArrow``): exactly the rows of the Python data source.
-Spark's JSON functions are not used because they cannot follow the record contract (they
-coerce a number to a string field, ignore trailing text, pass invalid UTF-8, render floats
-in nested values with Java's ``Double.toString``, fail the query on an out-of-range time).
-Spark's connector takes "latest" from ListOffsets, which is right on Kafka and wrong on the
-embedded broker, so this engine is for real clusters (``engine="auto"`` never picks it with
-``broker_profile=embedded``).
+With the connector's jars on the classpath (``spark_bridge.connector``; ``spark_session`` adds
+them), ``format("kafka")`` reads the topic in the JVM and ``parse_values`` decodes its ``value``
+column with the bridge's one decoder (``spark_bridge.decode``, through ``mapInArrow``): exactly
+the rows of the Python data source. Spark's JSON functions are not used because they cannot
+follow the record contract (they coerce a number to a string field, ignore trailing text, pass
+invalid UTF-8, render floats in nested values with Java's ``Double.toString``, fail the query on
+an out-of-range time).
+
+The connector takes "latest" from ListOffsets, right on Kafka and wrong on the embedded broker
+(the base offset of the newest record batch + 1: a multi-record last batch hides its tail).
+With ``broker_profile=embedded`` a batch read therefore gets explicit offsets resolved from the
+Fetch high watermark (``explicit_offsets``), and a streaming read is refused: each micro-batch's
+end comes from ListOffsets inside the connector. ``engine="auto"`` never picks this engine with
+that profile.
 
 ``jvm_kafka_options`` maps the bridge's source options to the connector's (see its docstring).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from functools import partial
@@ -24,7 +29,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_bridge.connector import CONNECTOR_ERROR_CONF
 from spark_bridge.decode import decode_kafka_batches
+from spark_bridge.kafka import KafkaReader
+from spark_bridge.offsets import EARLIEST, LATEST, resolve_offsets, to_checkpoint
 from spark_bridge.schema import AGGREGATES, ANSWERS, OFFSET, PARTITION, SCHEMAS, TIMESTAMP, TOPIC
 
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -85,6 +93,32 @@ def jvm_kafka_available(spark: SparkSession) -> bool:
     except Exception:
         return False
     return True
+
+
+def connector_missing_reason(spark: SparkSession) -> str:
+    """Why the connector is not on ``spark``'s classpath, as far as the session knows."""
+    return spark.conf.get(CONNECTOR_ERROR_CONF, None) or (
+        "the session was started without its jars (spark_bridge.session.spark_session adds them)"
+    )
+
+
+def explicit_offsets(options: Mapping[str, str], topic: str) -> dict[str, str]:
+    """``startingOffsets`` and ``endingOffsets`` of a batch read of ``topic`` as per-partition
+    JSON, "latest" being the Fetch high watermark (for the embedded broker: module docstring).
+
+    ``options`` are the bridge's (bootstrap, security, the two offset specifications, whose
+    explicit offsets are clamped into the retained range). One metadata, one ListOffsets
+    (earliest) and one Fetch round trip.
+    """
+    lowered = {k.lower(): v for k, v in options.items()}
+    with KafkaReader(lowered, topic) as reader:
+        partitions, earliest, latest = reader.bounds()
+    out = {}
+    for name, default in (("startingOffsets", EARLIEST), ("endingOffsets", LATEST)):
+        spec = lowered.get(name.lower(), default)
+        offsets = resolve_offsets(spec, topic, partitions, earliest, latest, default)
+        out[name] = json.dumps(to_checkpoint(topic, offsets))
+    return out
 
 
 def jaas_quote(value: str) -> str:

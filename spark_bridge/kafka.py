@@ -9,11 +9,13 @@ Offsets are always taken from Kafka's Fetch responses, never from ListOffsets(la
 *high watermark* (offset after the last committed record) that every Fetch response carries is
 exact on every broker, whereas the embedded broker's ListOffsets hides the tail of a
 multi-record batch (see ``app.broker``). The earliest offset comes from ListOffsets(earliest).
+With ``kafka.isolation.level=read_committed`` records of aborted transactions are skipped and
+the end is the *last stable offset* of the Fetch responses.
 
 Options are those of the data source (``spark_bridge.source``): ``kafka.bootstrap.servers``
-(or ``bootstrap``), and the security passthrough ``kafka.security.protocol``,
-``kafka.sasl.mechanism``, ``kafka.sasl.username``, ``kafka.sasl.password``,
-``kafka.ssl.cafile``, ``kafka.ssl.certfile``, ``kafka.ssl.keyfile``.
+(or ``bootstrap``), ``kafka.isolation.level``, and the security passthrough
+``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.username``,
+``kafka.sasl.password``, ``kafka.ssl.cafile``, ``kafka.ssl.certfile``, ``kafka.ssl.keyfile``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ SECURITY_OPTIONS = (
     "kafka.ssl.keyfile",
 )
 
+ISOLATION_LEVEL_OPTION = "kafka.isolation.level"
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+"""Values of ``ISOLATION_LEVEL_OPTION`` (default ``read_uncommitted``, as Kafka's clients)."""
+
 
 class KafkaSourceError(RuntimeError):
     """The topic or an offset range could not be read; ``str(exc)`` says why in one line."""
@@ -55,8 +61,17 @@ def bootstrap_servers(options: Mapping[str, str]) -> list[str]:
 
 
 def client_options(options: Mapping[str, str]) -> dict[str, Any]:
-    """aiokafka keyword arguments of the data source options (servers, security passthrough)."""
+    """aiokafka keyword arguments of the data source options (servers, isolation level,
+    security passthrough); ``KafkaSourceError`` for an unknown isolation level."""
     kwargs: dict[str, Any] = {"bootstrap_servers": bootstrap_servers(options)}
+    level = options.get(ISOLATION_LEVEL_OPTION)
+    if level:
+        if level.lower() not in ISOLATION_LEVELS:
+            raise KafkaSourceError(
+                f"option {ISOLATION_LEVEL_OPTION} must be one of {', '.join(ISOLATION_LEVELS)}, "
+                f"not {level!r}"
+            )
+        kwargs["isolation_level"] = level.lower()
     protocol = options.get("kafka.security.protocol")
     if protocol:
         kwargs["security_protocol"] = protocol.upper()
@@ -141,7 +156,8 @@ class KafkaReader:
         return {tp.partition: int(offset) for tp, offset in found.items()}
 
     def high_watermarks(self, partitions: Sequence[int]) -> dict[int, int]:
-        """The Fetch high watermark (offset after the last record) of each partition.
+        """The end of each partition from Fetch responses: the high watermark (offset after the
+        last record), or with ``read_committed`` the last stable offset.
 
         Fetches from the earliest offset of each partition until every response has been seen
         (records fetched on the way are discarded). One Fetch round trip in the usual case.
@@ -151,14 +167,21 @@ class KafkaReader:
     async def _high_watermarks(self, partitions: Sequence[int]) -> dict[int, int]:
         tps = [TopicPartition(self.topic, p) for p in partitions]
         consumer = self.consumer
+        committed = self._kwargs.get("isolation_level") == "read_committed"
+        end = consumer.last_stable_offset if committed else consumer.highwater
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         deadline = time.monotonic() + self.timeout
-        while any(consumer.highwater(tp) is None for tp in tps):
+        while any(end(tp) is None for tp in tps):
             if time.monotonic() > deadline:
-                raise KafkaSourceError(f"no high watermark for {self.topic} from the broker")
+                raise KafkaSourceError(f"no end offset for {self.topic} from the broker")
             await consumer.getmany(*tps, timeout_ms=100, max_records=1)
-        return {tp.partition: int(consumer.highwater(tp)) for tp in tps}
+        return {tp.partition: int(end(tp)) for tp in tps}
+
+    def bounds(self) -> tuple[list[int], dict[int, int], dict[int, int]]:
+        """(partitions, earliest offsets, high watermarks) of the topic now."""
+        partitions = self.partitions()
+        return partitions, self.earliest_offsets(partitions), self.high_watermarks(partitions)
 
     def read(
         self, partition: int, start: int, end: int, *, chunk: int = 50_000

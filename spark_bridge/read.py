@@ -5,10 +5,12 @@
 
 - ``"python"``: the ``fiba-kafka`` Python data source (works everywhere, reads to the Fetch high
   watermark, so also on the embedded broker);
-- ``"jvm"``: Spark's Kafka connector + ``spark_bridge.jvm.parse_values`` (needs the
-  ``spark-sql-kafka-0-10`` jar; for real clusters: its "latest" is wrong on the embedded broker);
-- ``"auto"`` (default): ``"jvm"`` when the connector is on the classpath and the broker profile
-  is not ``embedded``, else ``"python"``.
+- ``"jvm"``: Spark's Kafka connector + ``spark_bridge.jvm.parse_values`` (its jars come from
+  ``spark_bridge.connector``; ``ValueError`` when the session does not have them; on the
+  embedded broker batch only, see ``spark_bridge.jvm``);
+- ``"auto"`` (default): ``"jvm"`` when the connector is on the session's classpath and the
+  broker profile is not ``embedded``; else ``"python"``, with one warning line (once per
+  reason) when it is the connector that is missing.
 
 Both engines decode with ``spark_bridge.decode``: the same rows for the same records. Extra
 ``options`` each engine does not take are refused (``ValueError``), never silently dropped.
@@ -18,13 +20,20 @@ Both engines decode with ``spark_bridge.decode``: the same rows for the same rec
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from agents.records import WINDOW_AGGREGATES, WINDOW_COUNT, WINDOW_END, WINDOW_START, WINDOWS
-from spark_bridge.jvm import jvm_kafka_available, jvm_kafka_options, parse_values
+from spark_bridge.jvm import (
+    connector_missing_reason,
+    explicit_offsets,
+    jvm_kafka_available,
+    jvm_kafka_options,
+    parse_values,
+)
 from spark_bridge.schema import AGGREGATES, ANSWERS, JSON_SUFFIX, WINDOW_AGGREGATES_JSON
 from spark_bridge.session import register
 from spark_bridge.source import SHORT_NAME, check_options
@@ -32,6 +41,8 @@ from spark_bridge.source import SHORT_NAME, check_options
 ENGINES = ("auto", "python", "jvm")
 EMBEDDED = "embedded"
 """The broker profile of the embedded broker (``app.settings``), whose ListOffsets is wrong."""
+log = logging.getLogger(__name__)
+_FALLBACKS_LOGGED: set[str] = set()
 
 
 def engine_for(engine: str, broker_profile: str, connector_available: bool) -> str:
@@ -44,9 +55,32 @@ def engine_for(engine: str, broker_profile: str, connector_available: bool) -> s
 
 
 def choose_engine(spark: SparkSession, engine: str, broker_profile: str = "kafka") -> str:
-    """``engine_for`` with the connector looked up on ``spark``'s classpath (when it matters)."""
-    needed = engine == "auto" and broker_profile != EMBEDDED
-    return engine_for(engine, broker_profile, needed and jvm_kafka_available(spark))
+    """``engine_for`` with the connector looked up on ``spark``'s classpath (when it matters).
+
+    ``engine="jvm"`` without the connector raises ``ValueError`` saying why it is missing;
+    ``engine="auto"`` without it logs that as one warning line (once per reason).
+    """
+    if (
+        engine not in ENGINES
+        or engine == "python"
+        or (engine == "auto" and broker_profile == EMBEDDED)
+    ):
+        return engine_for(engine, broker_profile, connector_available=False)
+    available = jvm_kafka_available(spark)
+    if not available:
+        why = connector_missing_reason(spark)
+        if engine == "jvm":
+            raise ValueError(
+                f"engine jvm needs Spark's Kafka connector, not on the classpath: {why}"
+            )
+        line = (
+            f"Spark's Kafka connector is not on the classpath ({why}): engine auto reads with "
+            "the fiba-kafka Python source"
+        )
+        if line not in _FALLBACKS_LOGGED:
+            _FALLBACKS_LOGGED.add(line)
+            log.warning(line)
+    return engine_for(engine, broker_profile, available)
 
 
 def read_records(
@@ -82,7 +116,15 @@ def read_records(
         opts.update(topic=topic, records=kind)
         check_options(opts)
         return reader.format(SHORT_NAME).options(**opts).load()
+    if broker_profile == EMBEDDED and streaming:
+        raise ValueError(
+            "engine jvm cannot stream from the embedded broker: Spark's Kafka connector takes "
+            "each micro-batch's end from ListOffsets, which that broker answers wrongly; use "
+            "engine python"
+        )
     opts.update(jvm_kafka_options(options or {}))
+    if broker_profile == EMBEDDED:
+        opts.update(explicit_offsets({**opts, **(options or {})}, topic))
     raw = reader.format("kafka").options(subscribe=topic, **opts).load()
     return parse_values(raw, kind)
 

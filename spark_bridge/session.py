@@ -1,8 +1,13 @@
-"""A SparkSession set up for the bridge: UTC session time zone, the ``fiba-kafka`` source.
+"""A SparkSession set up for the bridge: UTC session time zone, the ``fiba-kafka`` source, and
+Spark's own Kafka connector when it resolves.
 
 ``spark_session(master, ...)`` gets or creates the session (``master=None`` keeps what
-``spark-submit`` configured), makes the Python workers use this interpreter, and registers
-``spark_bridge.source.FibaKafkaDataSource`` so ``format("fiba-kafka")`` works.
+``spark-submit`` configured), makes the Python workers use this interpreter, puts the jars of
+Spark's Kafka connector on the classpath (``spark_bridge.connector``: resolved from Maven Central
+once, then cached; when they cannot be, the session starts without them and the reason is kept
+in its conf for ``engine="auto"``'s fallback line), and registers
+``spark_bridge.source.FibaKafkaDataSource`` so ``format("fiba-kafka")`` works. Options only
+take effect when the call starts Spark's JVM (not on an already running session).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from spark_bridge.connector import connector_conf
 from spark_bridge.source import FibaKafkaDataSource
 
 DEFAULT_CONF = {
@@ -29,17 +35,28 @@ def register(spark: SparkSession) -> SparkSession:
     return spark
 
 
+def session_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``DEFAULT_CONF``, the connector's conf and ``conf``, later ones winning except
+    ``spark.jars``, whose lists are joined (a caller's jars join the connector's)."""
+    connector = connector_conf()
+    merged = {**DEFAULT_CONF, **connector, **(conf or {})}
+    jars = [c["spark.jars"] for c in (connector, conf or {}) if c.get("spark.jars")]
+    if jars:
+        merged["spark.jars"] = ",".join(jars)
+    return merged
+
+
 def spark_session(
     master: str | None = None,
     *,
     app_name: str = "fiba-spark",
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """The active session, or a new one on ``master`` with ``DEFAULT_CONF`` and ``conf``."""
+    """The active session, or a new one on ``master`` with ``session_conf(conf)``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    for name, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    for name, value in session_conf(conf).items():
         builder = builder.config(name, value)
     return register(builder.getOrCreate())

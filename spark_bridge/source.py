@@ -21,6 +21,8 @@ Options:
 - ``maxRecordsPerPartition`` (default 200000): a Kafka partition with more records in the range
   is split into several Spark input partitions of at most that many offsets;
 - ``maxOffsetsPerTrigger`` (streaming): at most that many offsets per micro-batch;
+- ``kafka.isolation.level``: ``read_uncommitted`` (default) or ``read_committed`` (records of
+  aborted transactions skipped; "latest" is the last stable offset);
 - security passthrough: ``kafka.security.protocol``, ``kafka.sasl.mechanism``,
   ``kafka.sasl.username``, ``kafka.sasl.password``, ``kafka.ssl.cafile``,
   ``kafka.ssl.certfile``, ``kafka.ssl.keyfile``.
@@ -52,7 +54,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_bridge.decode import decode_batch
-from spark_bridge.kafka import BOOTSTRAP_OPTIONS, SECURITY_OPTIONS, KafkaReader, KafkaSourceError
+from spark_bridge.kafka import (
+    BOOTSTRAP_OPTIONS,
+    ISOLATION_LEVEL_OPTION,
+    SECURITY_OPTIONS,
+    KafkaReader,
+    KafkaSourceError,
+)
 from spark_bridge.offsets import (
     EARLIEST,
     LATEST,
@@ -75,6 +83,7 @@ OPTIONS = (
     "endingOffsets",
     "maxRecordsPerPartition",
     "maxOffsetsPerTrigger",
+    ISOLATION_LEVEL_OPTION,
     *SECURITY_OPTIONS,
 )
 """The options the data source takes (see the module docstring)."""
@@ -130,12 +139,7 @@ class _Config:
     def bounds(self) -> tuple[list[int], dict[int, int], dict[int, int]]:
         """(partitions, earliest offsets, high watermarks) of the topic now."""
         with self.kafka() as reader:
-            partitions = reader.partitions()
-            return (
-                partitions,
-                reader.earliest_offsets(partitions),
-                reader.high_watermarks(partitions),
-            )
+            return reader.bounds()
 
     def read(self, part: OffsetRange) -> Iterator[pa.RecordBatch]:
         with self.kafka() as reader:

@@ -1,0 +1,118 @@
+"""State: monoids, the FiBA aggregator, baselines, the RocksDB window store and changelog.
+
+The hot path, the modules in ``COMPILED``, may be compiled by mypyc at install time
+(``setup.py``) from the same source; Python then imports the extension module instead of the
+``.py`` file. Importing this package decides once, for the whole process, which build its
+modules load: the pure-Python sources when ``FIBA_PURE_PYTHON=1``, or when a compiled module
+was built from another version of its source than the one beside it (a warning then says to
+reinstall), else whatever is installed. :func:`build` tells which one that is, and
+:func:`load_pure` loads a pure-Python twin beside a compiled module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+COMPILED = ("stores.fiba", "stores.monoids")
+"""The modules ``setup.py`` compiles (the FiBA core and the monoids)."""
+
+PURE_PYTHON_SWITCH = "FIBA_PURE_PYTHON"
+_HERE = Path(__file__).resolve().parent
+_BUILD_INFO = _HERE / "compiled.json"
+
+
+class _PureSources(importlib.abc.MetaPathFinder):
+    """Finds the modules of ``COMPILED`` as their ``.py`` sources, ahead of the path finder
+    (which would prefer an extension module)."""
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> object:
+        if fullname not in COMPILED:
+            return None
+        source = _HERE / (fullname.rpartition(".")[2] + ".py")
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+def _stale_modules() -> list[str]:
+    """Compiled modules whose source changed since they were built (all of them when the
+    build left no record). Reads and hashes the sources only when a compiled module exists."""
+    built = [
+        name
+        for name in COMPILED
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES
+        if (_HERE / (name.rpartition(".")[2] + suffix)).exists()
+    ]
+    if not built:
+        return []
+    try:
+        hashes = json.loads(_BUILD_INFO.read_text())["sha256"]
+    except (OSError, ValueError, KeyError):
+        return built
+    return [
+        name
+        for name in built
+        if hashes.get(name)
+        != hashlib.sha256((_HERE / (name.rpartition(".")[2] + ".py")).read_bytes()).hexdigest()
+    ]
+
+
+def _choose_build() -> None:
+    if os.environ.get(PURE_PYTHON_SWITCH) == "1":
+        sys.meta_path.insert(0, _PureSources())
+        return
+    stale = _stale_modules()
+    if stale:
+        warnings.warn(
+            f"compiled {', '.join(stale)} built from another source: using the pure-Python "
+            "modules (reinstall: make install, or pip install -e .)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        sys.meta_path.insert(0, _PureSources())
+
+
+def build() -> str:
+    """``"compiled"`` when every module of ``COMPILED`` loads (or was loaded) from its
+    extension module, ``"pure"`` when none does, ``"mixed"`` otherwise. Finds the modules
+    without executing them. O(1)."""
+    compiled = [
+        isinstance(_loader(name), importlib.machinery.ExtensionFileLoader) for name in COMPILED
+    ]
+    return "compiled" if all(compiled) else "mixed" if any(compiled) else "pure"
+
+
+def load_pure(name: str) -> ModuleType:
+    """The pure-Python source of ``name`` (one of ``COMPILED``) as a module of its own,
+    ``pure:<name>``, whichever build ``name`` itself loads: both builds side by side in one
+    process (the tests compare their results, the benchmarks their speed). Loaded once."""
+    if name not in COMPILED:
+        raise ValueError(f"{name} is not one of the compiled modules {COMPILED}")
+    alias = f"pure:{name}"
+    module = sys.modules.get(alias)
+    if module is None:
+        source = _HERE / (name.rpartition(".")[2] + ".py")
+        spec = importlib.util.spec_from_file_location(alias, source)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[alias] = module  # dataclasses look their module up while it executes
+        spec.loader.exec_module(module)
+    return module
+
+
+def _loader(name: str) -> object:
+    module = sys.modules.get(name)
+    if module is not None:
+        return module.__loader__
+    spec = importlib.util.find_spec(name)
+    return None if spec is None else spec.loader
+
+
+_choose_build()

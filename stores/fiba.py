@@ -71,9 +71,18 @@ deallocation calls; here that work is C-level and not a combine).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import reduce
 from typing import Any
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # the standard library alone (pure Python): the decorator is mypyc's only
+
+    def mypyc_attr(*_attrs: str, **_options: object) -> Callable[[type], type]:  # type: ignore[no-redef,misc]
+        """The decorator without mypyc: classes unchanged."""
+        return lambda cls: cls
+
 
 __all__ = ["FiBA"]
 
@@ -84,9 +93,8 @@ def _discard(node: _Node, keep: _Node | None = None) -> None:
 
     Parent links make every subtree a reference cycle, which only CPython's cyclic garbage
     collector would free: in one pause proportional to all such garbage since its last full
-    collection (about 0.1 s per 10^5 evicted entries), inside whatever the event loop runs
-    then. Dropping the children lists top-down breaks every cycle. O(inner nodes of the
-    subtree); no operator call.
+    collection, inside whatever the event loop runs then. Dropping the children lists
+    top-down breaks every cycle. O(inner nodes of the subtree); no operator call.
     """
     stack = [node]
     while stack:
@@ -149,6 +157,7 @@ class _Node:
         self.suffix: list[Any] | None = None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # e.g. a counting subclass, compiled or not
 class FiBA:
     """Finger B-tree aggregator: exact sliding-window aggregation over out-of-order streams.
 
@@ -441,13 +450,13 @@ class FiBA:
                 node = self._lf
                 parent = node.parent
                 while parent is not root and not t < parent.times[0]:
-                    node = parent
+                    node = parent  # type: ignore[assignment]
                     parent = node.parent
             elif t > rtimes[-1]:
                 node = self._rf
                 parent = node.parent
                 while parent is not root and not t > parent.times[-1]:
-                    node = parent
+                    node = parent  # type: ignore[assignment]
                     parent = node.parent
         while True:
             times = node.times
@@ -635,7 +644,7 @@ class FiBA:
         while True:  # ``node``, the parent's last child, became an up node; ``new`` follows it
             ptimes = parent.times
             pvalues = parent.values
-            pchildren = parent.children
+            pchildren: list[_Node] = parent.children  # type: ignore[assignment]
             ptimes.append(new_time)
             pvalues.append(separator)
             pchildren.append(new)
@@ -647,8 +656,8 @@ class FiBA:
                     self._refresh_right_spine(new)
                     self._refresh_left_spine(pchildren[0])
                     return
-                prefix = parent.prefix
-                prefix.append(combine(combine(prefix[-1], up), separator))
+                folds: list[Any] = parent.prefix  # type: ignore[assignment]
+                folds.append(combine(combine(folds[-1], up), separator))
                 parent.local_cnt += node.cnt + 1
                 self._refresh_right_spine(parent)
                 return
@@ -673,7 +682,7 @@ class FiBA:
             parent.prefix = None
             parent.right_spine = False
             right.right_spine = True
-            rchildren = right.children
+            rchildren: list[_Node] = right.children  # type: ignore[assignment]
             rvalues = right.values
             first = rchildren[0]
             first.parent = right
@@ -698,7 +707,7 @@ class FiBA:
         nodes below it from their (valid) prefix folds and counts: one combine per level, and
         the right finger's fold of its entries."""
         combine = self._combine
-        parent = node.parent
+        parent: _Node = node.parent  # type: ignore[assignment]
         if parent.parent is None:  # a child of the root: no parent term
             if node.children is None:
                 self._recalc(node)
@@ -766,7 +775,7 @@ class FiBA:
             i = 0
         else:
             siblings = parent.children
-            i = len(siblings) - 1 if siblings[-1] is node else siblings.index(node)
+            i = len(siblings) - 1 if siblings[-1] is node else siblings.index(node)  # type: ignore[arg-type]
         times = node.times
         values = node.values
         right = _Node(parent, times[mu + 1 :], values[mu + 1 :], None)
@@ -811,7 +820,7 @@ class FiBA:
                 lf.agg = reduce(self._combine, values) if values else self._identity
                 lf.cnt = len(values)
             else:
-                suffix = lf.suffix
+                suffix: list[Any] = lf.suffix  # type: ignore[assignment]
                 del suffix[0]
                 if len(ltimes) < self._min_entries:
                     self._refill_left_finger(lf, parent)
@@ -901,7 +910,8 @@ class FiBA:
                 self._recalc(parent)
                 self._refresh_left_spine(node)
                 return
-            del parent.suffix[0]
+            folds: list[Any] = parent.suffix  # type: ignore[assignment]
+            del folds[0]
             parent.local_cnt -= 1 + sibling.cnt
             if len(parent.times) >= min_entries:
                 self._refresh_left_spine(parent)
@@ -925,8 +935,8 @@ class FiBA:
         svalues = sibling.values
         schildren = sibling.children
         tail = combine(separator, sibling.agg)
-        suffix = node.suffix
-        for i, fold in enumerate(suffix):
+        suffix: list[Any] = node.suffix  # type: ignore[assignment]
+        for i, fold in enumerate(suffix):  # type: ignore[arg-type]
             suffix[i] = combine(fold, tail)
         m = len(svalues)
         folds = [tail] * (m + 1)
@@ -961,7 +971,7 @@ class FiBA:
         """Recompute the aggregates of the non-root left-spine ``node`` and of the left-spine
         nodes below it from their (valid) suffix folds and counts: one combine per level."""
         combine = self._combine
-        parent = node.parent
+        parent: _Node = node.parent  # type: ignore[assignment]
         while node.children is not None:
             node.agg = combine(node.suffix[0], parent.agg)
             node.cnt = node.local_cnt + parent.cnt
@@ -999,7 +1009,7 @@ class FiBA:
                     recalc(top)
                 hit_left = hit_left or top.left_spine
                 hit_right = hit_right or top.right_spine
-                top = top.parent
+                top = top.parent  # type: ignore[assignment]
         self._repair_aggs(top, hit_left, hit_right)
 
     def _underflow(
@@ -1015,7 +1025,7 @@ class FiBA:
             parent = node.parent
             siblings = parent.children
             idx = 0 if siblings[0] is node else siblings.index(node)
-            sib_idx = idx - 1 if idx == len(siblings) - 1 else idx + 1
+            sib_idx = idx - 1 if idx == len(siblings) - 1 else idx + 1  # type: ignore[arg-type]
             sibling = siblings[sib_idx]
             hit_left = hit_left or sibling.left_spine
             hit_right = hit_right or sibling.right_spine
@@ -1050,7 +1060,7 @@ class FiBA:
         if left.children is not None:
             for child in right.children:
                 child.parent = left
-            left.children.extend(right.children)
+            left.children.extend(right.children)  # type: ignore[arg-type]
         if right.right_spine:
             left.right_spine = True
             if self._rf is right:
@@ -1136,13 +1146,13 @@ class FiBA:
                 node = lf
                 parent = node.parent
                 while parent is not root and not t_to < parent.times[0]:
-                    node = parent
+                    node = parent  # type: ignore[assignment]
                     parent = node.parent
             elif t_from > root.times[-1]:
                 node = rf
                 parent = node.parent
                 while parent is not root and not t_from > parent.times[-1]:
-                    node = parent
+                    node = parent  # type: ignore[assignment]
                     parent = node.parent
             while node.children is not None:
                 i = bisect_left(node.times, t_from)
@@ -1209,8 +1219,8 @@ class FiBA:
                     break
                 parts.append(acc)
             node = children[i]
-        for part in reversed(parts):
-            acc = combine(acc, part)
+        while parts:
+            acc = combine(acc, parts.pop())
         return acc
 
     def _prefix_of(self, node: _Node, hi: Any) -> Any:
@@ -1243,8 +1253,8 @@ class FiBA:
                     break
                 parts.append(acc)
             node = children[i]
-        for part in reversed(parts):
-            acc = combine(part, acc)
+        while parts:
+            acc = combine(parts.pop(), acc)
         return acc
 
     def _spine_up(self, node: _Node) -> Any:
@@ -1327,7 +1337,7 @@ class FiBA:
             node = self._lf
             parent = node.parent
             while parent is not root and not t < parent.times[0]:
-                node = parent
+                node = parent  # type: ignore[assignment]
                 parent = node.parent
             neighbor = parent.children[1]
             ancestor = parent
@@ -1335,7 +1345,7 @@ class FiBA:
             node = self._rf
             parent = node.parent
             while parent is not root and not t > parent.times[-1]:
-                node = parent
+                node = parent  # type: ignore[assignment]
                 parent = node.parent
         else:
             node = root
@@ -1449,7 +1459,7 @@ class FiBA:
         if node.children is not None:
             for child in neighbor.children:
                 child.parent = node
-            node.children.extend(neighbor.children)
+            node.children.extend(neighbor.children)  # type: ignore[arg-type]
         del parent.times[a]
         del parent.values[a]
         del parent.children[a + 1]

@@ -16,6 +16,12 @@ Semantics (KIP-450 sliding windows, generalised to out-of-order data and several
   window. Distinct events with equal times all count (their partials combine, older first).
 * The window of size ``w`` of key ``k`` at stream time ``S`` holds the accepted events of ``k``
   with ``S - w <= t <= S`` (both bounds inclusive).
+* ``window_end``: with ``stream_time`` (the default) a record reports the windows
+  ``[S - w, S]``; with ``event_time`` the windows ``[t - w, t]`` ending at the window time ``t``
+  of the event that made it (in ``batch`` mode: the key's last event of the batch), over the
+  entries present after that event (``windows_ending``). An in-order event (``t = S``) gets the
+  same windows in both modes; a late one gets its own windows as they are now, and the records
+  of the later windows it also falls in are not sent again.
 * Retention: entries with ``t < S - R`` are dropped. For the key being touched this happens at
   once (``bulk_evict``, lazily); idle keys are cleaned by ``sweep()``, which finds them through a
   ``SortedList`` of ``(oldest time, key)``. Queries never see entries older than ``S - R``, so
@@ -54,11 +60,14 @@ from typing import Any, NamedTuple, Protocol
 
 from sortedcontainers import SortedList
 
+from stores.aggregations import resolve_aggregation
 from stores.fiba import FiBA
 from stores.monoids import compose, make_monoid, monoid
 from stores.window_suffixes import WindowSuffix
 
 COUNT = "count"
+STREAM_TIME = "stream_time"
+EVENT_TIME = "event_time"
 
 # Rejection reasons (``Rejected.reason``; the dead letters' reason codes, ``agents.records``).
 REASON_BAD_VALUE = "bad_value"
@@ -82,6 +91,7 @@ class WindowSettings(Protocol):
     max_wall_clock_skew: int | None
     resolution: int | None
     aggregations: tuple[str, ...]
+    window_end: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,11 +141,13 @@ class WindowConfig:
     aggregations: tuple[str, ...]
     composed: Any
     partial_monoid: Any
+    window_end: str = STREAM_TIME
 
     @classmethod
     def from_settings(cls, settings: WindowSettings) -> WindowConfig:
-        """The configuration of ``settings``; raises ``ValueError`` for unknown aggregations."""
-        parts = {name: monoid(name) for name in settings.aggregations}
+        """The configuration of ``settings``; raises ``ValueError`` (``AggregationError``) for
+        an aggregation that names no monoid."""
+        parts = {name: resolve_aggregation(name) for name in settings.aggregations}
         parts.setdefault(COUNT, monoid(COUNT))
         composed = compose(parts)
         return cls(
@@ -147,6 +159,7 @@ class WindowConfig:
             aggregations=settings.aggregations,
             composed=composed,
             partial_monoid=_prelifted(composed),
+            window_end=settings.window_end,
         )
 
     def window_time(self, ts: int) -> int:
@@ -561,6 +574,22 @@ class KeyWindows:
             results[name] = result(start, s, lowered)
         return results
 
+    def windows_ending(self, key: str, end: int) -> dict[str, WindowResult]:
+        """Every configured window ``[end - w, end]`` of ``key`` (``window_end = event_time``),
+        over the key's entries present now and retained (``t >= S - R``): every event of
+        that span accepted so far, whenever it arrived. One range query per window,
+        O(W log n); ``{}`` before any event."""
+        s = self.stream_time
+        if s is None:
+            return {}
+        window = self._windows.get(key)
+        horizon = s - self.config.retention
+        lowered, result = self._lowered, self._result
+        return {
+            name: result(end - size, end, lowered(window, max(end - size, horizon), end))
+            for name, size in self._sizes
+        }
+
     def _suffix(self, key: str, index: int, size: int) -> WindowSuffix:
         suffixes = self._suffixes.get(key)
         if suffixes is None:
@@ -599,11 +628,15 @@ class KeyWindows:
         return WindowResult(start, end, lowered[COUNT], aggregates)
 
     def record_of(self, key: str, event_ts: int) -> KeyAggregates | None:
-        """The record of ``key`` at the stream time (every window), ``event_ts`` being the
-        event that triggered it; with ``emit = "changes"``, ``None`` when nothing changed since
+        """The record of ``key``: every window at the stream time, or (``window_end =
+        event_time``) ending at ``event_ts``'s window time, ``event_ts`` being the event that
+        triggered it; with ``emit = "changes"``, ``None`` when nothing changed since
         the key's previous record (which this call then becomes). O(W log n)."""
         assert self.stream_time is not None
-        windows = self.windows_of(key)
+        if self.config.window_end == EVENT_TIME:
+            windows = self.windows_ending(key, self.config.window_time(event_ts))
+        else:
+            windows = self.windows_of(key)
         if self.emit == "changes":
             fingerprint = tuple((w.count, _frozen(w.aggregates)) for w in windows.values())
             if self._last_emitted.get(key) == fingerprint:

@@ -70,7 +70,9 @@ import math
 import operator
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
+
+from stores.monoid_protocol import Monoid
 
 __all__ = [
     "BloomFilter",
@@ -86,29 +88,6 @@ __all__ = [
     "monoid_names",
     "premap",
 ]
-
-
-@runtime_checkable
-class Monoid(Protocol):
-    """What every aggregator needs from an aggregation operation (duck-typed).
-
-    ``combine`` must be associative and ``identity`` its neutral element:
-    ``combine(identity, a) == a == combine(a, identity)``. Partials should be immutable.
-    """
-
-    identity: Any
-
-    def lift(self, x: Any) -> Any:
-        """Partial aggregate of the one-input window ``[x]``."""
-        ...
-
-    def combine(self, a: Any, b: Any) -> Any:
-        """Partial aggregate of window ``a`` followed by window ``b``."""
-        ...
-
-    def lower(self, a: Any) -> Any:
-        """Result of the window whose partial aggregate is ``a``."""
-        ...
 
 
 def _same(x: Any) -> Any:

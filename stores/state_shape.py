@@ -1,7 +1,8 @@
 """What shapes a window store's contents, recorded with the state, checked before it is served.
 
 The entries of the window store (``stores.window_store``) are partials of the composed monoid
-of ``aggregations`` in their configured order, at window times rounded to ``resolution``,
+of ``aggregations`` in their configured order (an entry point named with its target,
+``stores.aggregations.stored_name``), at window times rounded to ``resolution``,
 kept for ``retention``, in one codec's bytes, one changelog partition per input partition;
 ``windows`` decide what every worker of an ``app_id`` answers. State written under one
 ``StateShape`` is meaningless under another (reordered aggregations swap their values; another
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from stores.aggregations import stored_name
 from stores.key_windows import WindowSettings
 
 SHAPE_FILE = "state-shape.json"
@@ -63,7 +65,7 @@ class StateShape:
         resolution = settings.resolution
         return cls(
             (
-                ("aggregations", ",".join(settings.aggregations)),
+                ("aggregations", ",".join(map(stored_name, settings.aggregations))),
                 ("windows", ",".join(f"{w.name}={w.size_ms}ms" for w in settings.windows)),
                 ("retention", f"{settings.retention}ms"),
                 ("resolution", "exact" if resolution is None else f"{resolution}ms"),

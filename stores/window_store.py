@@ -21,6 +21,9 @@ does; different partitions may interleave):
   (for compaction); O(1 + evicted) per event, amortized O(1) since each entry is
   evicted once. ``offset`` must exceed ``applied_offset(partition)`` (the pipeline skips
   redeliveries).
+- ``record_many(partition, effects)``: ``record`` for many ``(offset, key, time, partial)``
+  without evictions, in one call (the same changelog records; the applied offset written once
+  per local piece).
 - ``record_skipped(partition, offset)``: an input record with no state effect; O(1), no
   changelog record of its own (see ``send_changes``).
 - ``evict(partition, key, times)``: the idle-key sweep; one queued tombstone per entry.
@@ -43,8 +46,8 @@ does; different partitions may interleave):
 
 Design choice: an own changelog, not Faust tables. Faust's table recovery reads changelogs to
 the end offset given by ListOffsets, which the embedded broker gets wrong for multi-record
-batches; Faust tables are exact there only with single-record producer batches (~2.6k msg/s),
-below the worker's ~8k events/s target with one changelog record per event. This store produces
+batches; Faust tables are exact there only with single-record producer batches, far below the
+worker's throughput with one changelog record per event (``bench/RESULTS.md``). This store produces
 with normal batching and reads changelogs to the high watermark of Fetch responses, which is
 correct on every broker, so one code path serves the embedded broker and a real Kafka.
 
@@ -85,6 +88,15 @@ record below the committed offset whose effect is missing can only be one withou
 Records without effect (late or bad input) after the last applied marker are read again after
 a crash: their dead letters may repeat, the state never changes.
 
+Exactly-once (``processing_guarantee``): the producer is a transactional one per partition
+(``agents.transactions``), and each ``send_changes`` is one transaction carrying the changelog
+records and the outputs of the same input records; it returns once committed, so a
+checkpoint never covers an uncommitted record, and the changelog is read ``read_committed``
+(``ChangelogReader``): an aborted transaction's records, whose local writes may be on disk,
+are never replayed, and a local copy holding them has an applied offset past its checkpoint,
+so it is discarded as above. ``flush`` hands each partition over through ``hand_over`` (the
+owner's, which waits until none of its records is being applied).
+
 How a restore runs (``restore``): the entries are gathered in memory, entry id -> partial
 bytes: the local copy's if usable, then the changelog records from the start offset replayed
 on top (the last record of an entry wins; tombstones and the deletions inside upserts remove
@@ -107,11 +119,9 @@ whose local copy or changelog holds another shape than the store's settings rais
 
 Complexity: ``record`` O(1 + evicted) RocksDB writes and changelog records; ``restore`` of n
 entries replaying R changelog records O(R + n log n) (one sort of the entry ids; linear on a
-local copy's, which come sorted), plus decoding every restored partial once. Measured
-figures: ``bench/RESULTS.md``, section "Window-store restore". Memory per retained entry: about
-350 B for the restored ``windows`` lists (marshal-decoded partials of five aggregations), 130 B
-for the FiBA index built from them; during a restore the in-memory entries add about 200 B per
-entry (ids and partial bytes).
+local copy's, which come sorted), plus decoding every restored partial once; memory O(n) for
+the restored lists, plus the entry ids and partial bytes while the restore runs. Measured
+figures: ``bench/RESULTS.md``, section "Window-store restore".
 """
 
 from __future__ import annotations
@@ -177,7 +187,7 @@ LOCAL_PIECE_OPS = 192
 (between two ``record``/``evict`` calls): one RocksDB WriteBatch each, about half a
 millisecond of writing."""
 _BACKFILL_CHUNK = 20_000
-"""Entries the background backfill writes between two event-loop turns (about 25 ms)."""
+"""Entries the background backfill writes between two event-loop turns."""
 _BACKFILL_IDLE_S = 10.0
 """The backfill starts at the partition's first write or flush, or after this many seconds."""
 
@@ -206,9 +216,10 @@ class MarshalStateCodec:
     gives back an equal object of the same types (floats bit for bit), so the first form is
     exact whenever it is chosen; 0x00 is no marshal type code, so the forms cannot be confused.
     The first form needs no Python-level conversion: decoding the default aggregations'
-    partial is one ``marshal.loads`` call, about 4x cheaper than ``from_state(loads(...))``,
-    and decoding dominated a restore (``bench/worker_restore.py``). ``marshal`` never executes
-    code (unlike pickle); its data format 4 is stable since Python 3.4.
+    partial is one ``marshal.loads`` call, several times cheaper than
+    ``from_state(loads(...))``, and decoding dominated a restore (``bench/worker_restore.py``).
+    ``marshal`` never executes code (unlike pickle); its data format 4 is stable since Python
+    3.4.
     """
 
     format = "marshal-state/1"
@@ -357,6 +368,10 @@ class WindowStore:
         """Awaited by ``send_changes`` before it hands changelog records over: the owner's
         outputs barrier (``agents.windows.WindowsPipeline.deliver_outputs``), which returns once
         every output of the records queued so far is acknowledged."""
+        self.hand_over: Callable[[int], Awaitable[None]] = self.send_changes
+        """What ``flush`` calls per open partition: ``send_changes``, or the owner's call of it
+        while no record of the partition is being applied (exactly-once: the changelog records
+        and the outputs queued with them go in one transaction, ``agents.transactions``)."""
         if settings.standby_replicas > 0:
             producer.on_standbys(self.follow)
 
@@ -499,7 +514,7 @@ class WindowStore:
         self, ids: list[bytes], entries: dict[bytes, bytes]
     ) -> dict[str, list[tuple[int, Any]]]:
         """``_build_windows`` with the cyclic garbage collector paused: it would rescan the
-        growing heap of new tuples again and again (10-25% of the time at 10^6 entries). The
+        growing heap of new tuples again and again. The
         build is synchronous, so no other code runs meanwhile. Its result is frozen before the
         collector resumes (``paused_gc(freeze=True)``): else the next allocation would start a
         young collection over all of it."""
@@ -639,6 +654,47 @@ class WindowStore:
         queued.extend(zip(evicted_ids, repeat(None)))
         state.queued_upto = offset
 
+    def record_many(self, partition: int, effects: Iterable[tuple[int, str, int, Any]]) -> None:
+        """``record(partition, offset, key, time, partial)`` for each ``(offset, key, time,
+        partial)`` of ``effects`` in order (offsets increasing, no evictions: ``emit=batch``
+        evicts per key with ``evict``), with the same local writes and changelog records,
+        except that each local piece writes the applied offset once, at its end (a piece is one
+        atomic write: the local copy still only ever holds a state the store has been in, with
+        the applied offset it went to). O(len(effects)), with less Python per record than
+        ``record``: one key prefix per key, no per-record applied write."""
+        state = self._open[partition]
+        if state.backfill is not None:
+            for offset, key, time, partial in effects:
+                self.record(partition, offset, key, time, partial)
+            return
+        encode, pack_header = self.codec.encode, UPSERT_HEADER.pack
+        append = state.queued.append
+        prefixes: dict[str, bytes] = {}
+        local = state.local
+        applied = state.applied
+        for offset, key, time, partial in effects:
+            if offset <= applied:
+                raise ValueError(
+                    f"offset {offset} of partition {partition} is not after the applied "
+                    f"offset {applied}: a redelivered record must be skipped"
+                )
+            prefix = prefixes.get(key)
+            if prefix is None:
+                prefix = prefixes[key] = key_prefix(key)
+            eid = entry_id_of(prefix, time)
+            data = encode(partial)
+            local.put(eid, data)
+            append((eid, pack_header(offset, 0) + data))
+            applied = offset
+            if len(local) >= LOCAL_PIECE_OPS - 1:
+                local.put(_META_APPLIED, _OFFSET.pack(applied))
+                _cut_piece(state)
+                local = state.local
+        if applied > state.applied:
+            if not local.is_empty():
+                local.put(_META_APPLIED, _OFFSET.pack(applied))
+            state.applied = state.queued_upto = applied
+
     def record_skipped(self, partition: int, offset: int) -> None:
         """The input record at ``offset`` has no state effect (late, bad input): its applied
         offset is queued for the next ``send_changes``. O(1)."""
@@ -688,7 +744,7 @@ class WindowStore:
         The local writes go as RocksDB WriteBatches of about ``LOCAL_PIECE_OPS`` operations,
         cut between two calls of ``record`` or ``evict``, with a turn of the event loop between
         two: rocksdict holds the GIL while it writes, and one WriteBatch for an ``emit=batch``
-        batch's share held the loop for up to 8 ms. A record's writes end with its applied
+        batch's share held the loop for milliseconds. A record's writes end with its applied
         offset, so the local copy is always a state the store has been in, and one whose
         applied offset says how far it goes. Calls for one partition
         run one at a time (``sending``): a ``flush`` in between cannot write newer pieces
@@ -725,9 +781,16 @@ class WindowStore:
                 await self._outputs_delivered()
                 if self._abandoned:
                     return
-                state.last_delivery = await self._producer.send_records(
-                    self.topic, partition, records
-                )
+                try:
+                    state.last_delivery = await self._producer.send_records(
+                        self.topic, partition, records
+                    )
+                except BaseException:
+                    # the records taken would leave a gap (exactly-once: the transaction
+                    # carrying them and their outputs was aborted)
+                    logger.error("window store: changelog not sent; nothing more is written")
+                    self.abandon()
+                    raise
             state.sent_applied = applied
 
     async def _outputs_delivered(self) -> None:
@@ -754,7 +817,7 @@ class WindowStore:
                 await asyncio.wait([state.backfill.task])  # it logs its own failure
         snapshot: dict[int, tuple[_OpenPartition, Awaitable[Any] | None, int, int]] = {}
         for partition, state in list(self._open.items()):
-            await self.send_changes(partition)
+            await self.hand_over(partition)
             snapshot[partition] = (state, state.last_delivery, state.sent_applied, state.evictions)
         await self._producer.flush()
         for partition, (state, delivery, sent_applied, evictions) in snapshot.items():

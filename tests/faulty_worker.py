@@ -8,6 +8,9 @@ Run as ``python -m tests.faulty_worker`` with the worker's ``FIBA_*`` environmen
   task, as a bug would; or
 - ``FAULT_QUERY_ID``: handling the query record with that id raises, which ends the query
   consumer's task; or
+- ``FAULT_SLOW_CHANGELOG_S``: every hand-over of changelog records waits that many seconds
+  first (``delay_changelog``): the window in which a SIGKILL repeats outputs under
+  at-least-once, and must not under exactly-once (tests/test_exactly_once.py); or
 - ``FAULT_SLOW_OUTPUTS_S``: every hand-over of outputs (aggregates, dead letters) reaches the
   broker that many seconds late, as on a cluster where their partitions' leader is slow or
   another broker than the changelog's: their acknowledgement comes long after the changelog's
@@ -22,8 +25,8 @@ import os
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
+from agents import batched_send
 from agents.batched_send import OutputRecord
-from app import batched_send
 from app.settings import load_settings
 from app.worker import Worker, build_worker, serve
 
@@ -36,6 +39,10 @@ def main() -> None:
     worker = build_worker(load_settings())
     if "FAULT_QUERY_ID" in os.environ:
         inject_query_fault(worker, os.environ["FAULT_QUERY_ID"])
+    elif "FAULT_SLOW_CHANGELOG_S" in os.environ:
+        delay_changelog(
+            worker.fiba.settings.changelog_topic, float(os.environ["FAULT_SLOW_CHANGELOG_S"])
+        )
     elif "FAULT_SLOW_OUTPUTS_S" in os.environ:
         settings = worker.fiba.settings
         delay_outputs(
@@ -52,10 +59,10 @@ def main() -> None:
 def inject_query_fault(worker: Worker, query_id: str) -> None:
     handle = worker.queries.handle
 
-    async def handle_or_fail(message: Any) -> None:
+    async def handle_or_fail(message: Any, send: Any = None) -> None:
         if json.loads(message.value).get("query_id") == query_id:
             raise InjectedFault(f"injected fault at query {query_id}")
-        await handle(message)
+        await handle(message, send)
 
     worker.queries.handle = handle_or_fail  # type: ignore[method-assign]
 
@@ -81,6 +88,23 @@ def delay_outputs(topics: set[str], delay: float) -> None:
         return asyncio.ensure_future(later())
 
     batched_send.send_output_records = send_late  # type: ignore[assignment]
+
+
+def delay_changelog(topic: str, delay: float) -> None:
+    """Each hand-over of changelog records (to ``topic``) waits ``delay`` seconds first, as on
+    a cluster where the changelog's leader is slow: the outputs handed over before it are
+    acknowledged (at-least-once) or open in the same transaction (exactly-once) meanwhile, so
+    a SIGKILL then finds outputs whose state the changelog does not have yet."""
+    send = batched_send.send_output_records
+
+    async def send_slowly(
+        producer: Any, target: str, partition: int, records: Iterable[OutputRecord]
+    ) -> Awaitable[Any] | None:
+        if target == topic:
+            await asyncio.sleep(delay)
+        return await send(producer, target, partition, records)
+
+    batched_send.send_output_records = send_slowly  # type: ignore[assignment]
 
 
 def inject_input_fault(worker: Worker, fault_partition: int, fault_offset: int) -> None:

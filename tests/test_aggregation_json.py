@@ -73,8 +73,23 @@ def test_a_bloom_json_form_that_is_no_filter_is_a_value_error(obj) -> None:
         BloomFilter.from_json(obj)
 
 
-def test_an_object_without_json_form_is_still_refused() -> None:
-    with pytest.raises(TypeError, match="not JSON serializable"):
-        encode_json({"x": object()})
-    with pytest.raises(TypeError, match="not JSON serializable"):
-        encode_json({"x": object(), "big": 2**70})  # the standard library's path
+class _Opaque:
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+class _WithJsonForm:
+    def to_json(self) -> list[int]:
+        return [1, 2]
+
+
+def test_an_object_without_json_form_is_written_as_its_repr() -> None:
+    """A custom aggregation's value that passed the start-up check with JSON values and later
+    is an object: written as ``repr``, never an exception losing the record."""
+    assert encode_json({"x": _Opaque()}) == b'{"x":"<opaque>"}'
+    big = encode_json({"x": _Opaque(), "big": 2**70})  # the standard library's path
+    assert json.loads(big) == {"x": "<opaque>", "big": 2**70}
+
+
+def test_an_object_with_to_json_is_written_in_that_form() -> None:
+    assert encode_json({"x": _WithJsonForm()}) == b'{"x":[1,2]}'

@@ -185,6 +185,7 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
         row("event", 100, 1000, 3),
         row("event", 10000, 800, 3),
         {**row("event", 1000, 100, 1), "queries": True},  # own row, not in the flatness
+        row("floor", 100, 4000, 1),
     ]
     report = markdown(results)
     assert "| bare | - | 2,000 [1,000-3,000] | 100% | 500 | 100% |" in report
@@ -195,6 +196,35 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
         "event: slowest occupancy at 80% of the fastest (medians, runs without queries); "
         "per round 67%, 91%, 80%"
     ) in report
+    assert "| floor | - | 4,000 | 200% | 250 | 200% |" in report
+    assert (
+        "event against the floor (a bare aiokafka consumer, 4,000 events/s): 0.200x-0.250x "
+        "(goal >= 0.5x)"
+    ) in report
+
+
+def test_worker_pipeline_report_gives_exactly_once_share_of_at_least_once() -> None:
+    from bench.worker_pipeline import markdown
+
+    def row(scenario: str, guarantee: str, rate: float, round_: int) -> dict:
+        return {
+            "scenario": scenario,
+            "occupancy": 100,
+            "events_per_s": rate,
+            "cpu_us_per_event": 1e6 / rate,
+            "round": round_,
+            "guarantee": guarantee,
+        }
+
+    results = [
+        row("batch", "at_least_once", 4000, 1),
+        row("batch", "exactly_once", 3000, 1),
+        row("batch", "at_least_once", 5000, 2),
+        row("batch", "exactly_once", 4500, 2),
+    ]
+    report = markdown(results)
+    assert "| batch + exactly_once | 100 | 3,750 [3,000-4,500] |" in report
+    assert "batch, 100/key: exactly_once at 83% of at_least_once's events/s" in report
 
 
 def test_the_worker_benchmarks_use_the_profile_of_the_broker_kind(tmp_path) -> None:
@@ -209,3 +239,15 @@ def test_the_worker_benchmarks_use_the_profile_of_the_broker_kind(tmp_path) -> N
     results = tmp_path / "query_latency.json"
     assert results_path(results, "embedded") == results
     assert results_path(results, "kafka") == tmp_path / "query_latency_kafka.json"
+
+
+def test_worker_pipeline_micro_measures_the_window_work_offline() -> None:
+    """``python -m bench.worker_pipeline micro`` needs no broker: per-event CPU of both emit
+    modes at each occupancy, and the composed monoid's per-call costs."""
+    from bench.worker_pipeline import micro
+
+    figures = micro([100], events=300)
+    assert {"event_100_us_per_event", "batch_100_us_per_event", "compose_combine_us"} <= set(
+        figures
+    )
+    assert all(value > 0 for value in figures.values())

@@ -151,11 +151,13 @@ def check_aggregates(settings: Settings, events: list[tuple[str, int, int]]) -> 
         assert (answer["count"], answer["result"]["sum"]) == (count, total), key
 
 
+@pytest.mark.parametrize("emit", ["event", "batch"])
 def test_sigkill_mid_stream_with_and_without_data_dir(
-    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path, emit: str
 ) -> None:
     state_dir = tmp_path / "state"
     settings = worker_settings(kafka_bootstrap, embedded_profile, state_dir, partitions=3)
+    settings = replace(settings, emit=emit)
     asyncio.run(create_topics(settings))
     events = make_events(9_000, seed=7)
     last = asyncio.run(produce(settings, events))

@@ -11,7 +11,7 @@ and near misses, nested objects, lone surrogates), with every key source setting
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -181,3 +181,92 @@ def test_kafka_timestamps_beyond_year_9999_are_bad_timestamps() -> None:
     assert parser.parse(b"k", b'{"value": 1}', MAX_EVENT_TIME).ts == MAX_EVENT_TIME
     with pytest.raises(BadEvent, match="outside the years 1-9999"):
         parser.parse(b"k", b'{"value": 1}', MAX_EVENT_TIME + 1)
+
+
+@dataclass(frozen=True)
+class _Record:
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+
+
+def outcome_of(parser: EventParser, record: _Record) -> tuple[Any, ...]:
+    """``parse``'s outcome for ``record``: the event's fields, or the rejection's."""
+    try:
+        event = parser.parse(record.key, record.value, record.timestamp)
+    except BadEvent as bad:
+        return ("bad", bad.reason, bad.detail)
+    return (event.key, event.ts, event.value)
+
+
+def outcomes_of_parse_many(parser: EventParser, chunk: list[_Record]) -> list[tuple[Any, ...]]:
+    return [
+        ("bad", got.reason, got.detail) if isinstance(got, BadEvent) else got
+        for got in parser.parse_many(chunk)
+    ]
+
+
+NUMBER_TEXTS = [
+    "9" * 18,
+    "9" * 19,
+    "1" + "0" * 19,
+    "-9223372036854775809",
+    "18446744073709551616",
+    "123456789012345678901234567890",
+    "0.1234567890123456789",
+    "1e400",
+    "-1e400",
+    "NaN",
+    "1e-400",
+    "4.9e-324",
+    "1.7976931348623157e308",
+    "-0",
+    "-0.0",
+    "1E2",
+    "9" * 101,
+]
+
+
+@pytest.mark.parametrize("number", NUMBER_TEXTS)
+def test_parse_many_reads_numbers_as_parse_does(number: str) -> None:
+    """orjson reads an integer beyond 64 bits as a float, and refuses infinities: such numbers
+    must leave the chunk parser's fast path (mutation check: without ``_LONG_DIGITS`` the
+    integers of 19+ digits came back as floats)."""
+    chunk = [
+        _Record(b"k", f'{{"ts": 5, "value": {number}}}'.encode(), 1),
+        _Record(b"k", f'{{"ts": {number}, "value": 1}}'.encode(), 1),
+        _Record(b"k", f'{{"ts": 5, "value": 1, "extra": {number}}}'.encode(), 1),
+    ]
+    for parser in PARSERS:
+        expected = [outcome_of(parser, record) for record in chunk]
+        got = outcomes_of_parse_many(parser, chunk)
+        assert list(map(repr, got)) == list(map(repr, expected))  # 1e+19 is not 10**19
+
+
+@settings(max_examples=300)
+@given(
+    st.sampled_from(PARSERS),
+    st.lists(
+        st.builds(
+            _Record,
+            st.one_of(
+                st.none(),
+                st.binary(max_size=24),
+                keys.map(lambda k: str(k).encode("utf-8", "surrogatepass")),
+            ),
+            st.one_of(
+                record_values(),
+                st.builds(
+                    lambda ts, v: json.dumps({"ts": ts, "value": v}).encode(),
+                    times,
+                    values,
+                ),
+            ),
+            st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+        ),
+        max_size=8,
+    ),
+)
+def test_parse_many_has_the_outcome_of_parse_for_every_record(parser, chunk) -> None:
+    expected = [outcome_of(parser, record) for record in chunk]
+    assert list(map(repr, outcomes_of_parse_many(parser, chunk))) == list(map(repr, expected))

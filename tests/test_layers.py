@@ -20,9 +20,6 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ("stores", "agents", "app", "spark_bridge", "bench")
 """Lowest first: a package may import only itself and the ones before it."""
 
-KNOWN_CYCLES = {frozenset({"spark_bridge.cli", "spark_bridge.join"})}
-"""Circles being taken apart elsewhere (issue 21); remove an entry once its circle is gone."""
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
@@ -121,7 +118,7 @@ def test_no_package_imports_one_above_it():
 
 
 def test_no_modules_import_each_other_round_a_circle():
-    found = [sorted(c) for c in cycles(import_graph()) if c not in KNOWN_CYCLES]
+    found = [sorted(c) for c in cycles(import_graph())]
     assert found == []
 
 

@@ -96,6 +96,7 @@ class RecordingService:
     def __init__(self) -> None:
         self.handled: list[bytes] = []
         self.failures: list[BaseException] = []
+        self.transactions = None  # at-least-once
 
     async def handle(self, record: ConsumerRecord) -> None:
         self.handled.append(record.value)

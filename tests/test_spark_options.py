@@ -218,3 +218,15 @@ def test_spark_read_stops_on_an_unknown_option_with_exit_code_2(spark, kafka_boo
     assert result.exit_code == 2, result.output
     assert "'bogus' is not an option" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_python_source_takes_an_isolation_level_and_refuses_an_unknown_one():
+    from spark_bridge.kafka import KafkaSourceError, client_options
+
+    base = {"kafka.bootstrap.servers": "h:1"}
+    check_options({**base, "kafka.isolation.level": "read_committed"})
+    assert "isolation_level" not in client_options(base)
+    committed = client_options({**base, "kafka.isolation.level": "READ_COMMITTED"})
+    assert committed["isolation_level"] == "read_committed"
+    with pytest.raises(KafkaSourceError, match="must be one of read_uncommitted, read_committed"):
+        client_options({**base, "kafka.isolation.level": "committed"})

@@ -123,10 +123,12 @@ def test_flatten_window(spark):
     assert [r.w_window_count for r in one_minute.collect()] == [1, 2, 3, 4, 5] + [None] * 9
 
 
-def test_engine_detection_without_connector(spark):
-    assert jvm_kafka_available(spark) is False
-    assert choose_engine(spark, "auto") == "python"
+def test_engine_detection_with_the_connector_the_session_resolved(spark):
+    assert jvm_kafka_available(spark) is True
+    assert choose_engine(spark, "auto") == "jvm"
+    assert choose_engine(spark, "auto", broker_profile="embedded") == "python"
     assert choose_engine(spark, "jvm") == "jvm"
+    assert choose_engine(spark, "python") == "python"
     with pytest.raises(ValueError, match="engine"):
         choose_engine(spark, "scala")
 

@@ -811,3 +811,53 @@ async def test_state_of_other_settings_is_refused_from_local_copy_and_changelog(
     store, restored = await open_store(settings, 0)
     await store.stop()
     assert as_entries(restored[0]) == {("k", 5): [1, 5]}
+
+
+async def test_record_many_writes_what_record_writes_each_piece_ending_at_its_applied_offset(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """``record_many`` queues the changelog records ``record`` queues for the same effects,
+    both stores restore the same state, and its local pieces, written one at a time (as a
+    crash between two leaves them), always hold the applied offset of their last entry."""
+    from rocksdict import Options, Rdict
+
+    effects = [(offset, f"k{offset % 7}", offset // 3, [1, offset]) for offset in range(900)]
+    one = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "one", partitions=1)
+    many = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "many", partitions=1)
+    await create_changelog(one)
+    await create_changelog(many)
+    store_one, _ = await open_store(one, 0)
+    for offset, key, t, partial in effects:
+        store_one.record(0, offset, key, t, partial)
+    store_one_queued = list(store_one._open[0].queued)
+    await store_one.stop()
+    store_many, _ = await open_store(many, 0)
+    store_many.record_many(0, effects[:500])
+    store_many.record_many(0, effects[500:])
+    queued = list(store_many._open[0].queued)
+    assert queued == store_one_queued
+    await store_many.stop()
+    for settings in (one, many):  # the changelog twice over, then each local copy
+        store, restored = await open_store(settings, 0)
+        await store.stop()
+        assert restored[0].local_entries_reused and restored[0].applied_offset == 899
+        assert as_entries(restored[0]) == {(k, t): p for _, k, t, p in effects}
+
+    pieces = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "pieces", partitions=1)
+    await create_changelog(pieces)
+    store, _ = await open_store(pieces, 0)
+    store.record_many(0, effects)
+    state = store._open[0]
+    assert state.queued == queued
+    offset_of = {eid: int.from_bytes(value[:8], "big") for eid, value in state.queued}
+    scratch = Rdict(str(tmp_path / "scratch"), options=Options(raw_mode=True))
+    written: list[int] = []
+    for piece in [*state.pieces, state.local]:
+        scratch.write(piece)
+        written = [offset_of[eid] for eid, _ in scratch.items() if eid in offset_of]
+        applied = scratch.get(window_store._META_APPLIED)
+        assert applied is not None and int.from_bytes(applied, "big") == max(written)
+    scratch.close()
+    assert max(written) == 899 and len(state.pieces) >= 900 // window_store.LOCAL_PIECE_OPS
+    store.abandon()  # its pieces are written
+    await store.stop()
