@@ -30,9 +30,9 @@ spark-jars: $(STAMP)
 # Every test runs under both builds of the hot path and every Kafka test on both broker kinds:
 # the compiled build (when the install could compile it) on Apache Kafka, then the pure-Python
 # build (FIBA_PURE_PYTHON=1) on Tansu. PYTEST_OPTS: two xdist workers (most tests wait on
-# brokers and workers), each with its own session broker; the tests sharing a SparkSession or a
-# module fixture stay together (tests/conftest.py).
-PYTEST_OPTS ?= -n 2 --dist loadgroup
+# brokers and workers), each with its own session broker and SparkSession, a file's tests on one
+# worker (its module fixtures built once; xdist's loadgroup does not group on pytest 9).
+PYTEST_OPTS ?= -n 2 --dist loadfile
 test: $(STAMP) kafka-jars spark-jars
 	$(PY) -m ruff check .
 	$(PY) -c "import stores; print('hot path build:', stores.build())"

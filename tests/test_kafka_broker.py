@@ -53,8 +53,10 @@ def test_the_broker_removes_a_temporary_log_dir_and_keeps_a_given_one(tmp_path):
         temporary = broker.data_dir
         assert temporary is not None and (temporary / "log" / "meta.properties").is_file()
     assert not temporary.exists()
-    with KafkaBroker(data_dir=tmp_path / "kept"):
-        pass
+    # a given one: formatted, and kept by the same stop (no second broker start needed)
+    kept = KafkaBroker(data_dir=tmp_path / "kept")
+    kept.prepare()
+    kept.stop()
     assert (tmp_path / "kept" / "log" / "meta.properties").is_file()
 
 
