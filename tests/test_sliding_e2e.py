@@ -2,8 +2,9 @@
 mid-stream and restarted, against a brute-force oracle.
 
 Events: distinct times per user, out of order by up to 3 s, spanning more than the 10 min
-retention (so entries are evicted and tombstoned), none late; amounts are distinct. Each output
-names its event by ``(user, ts)``. What is asserted, per input partition:
+retention (so entries are evicted and tombstoned), none late in offset order (replayed ones may
+be); amounts are distinct. Each output names its event by ``(user, ts)``. What is asserted,
+per input partition:
 
 1. Before the kill (the first worker, which started empty): the outputs are the oracle's after
    each event applied in offset order, once (exact).
