@@ -186,14 +186,19 @@ class ExampleRun:
             )
 
     def kill(self, name: str) -> None:
-        """SIGKILL worker ``name``, then wait until the records it had already sent (still in
-        its sockets) have landed: the output and changelog topics stop growing for a second."""
+        """SIGKILL worker ``name``, then wait until the records and offset commits it had
+        already sent (still in its sockets) have landed: the output and changelog topics and
+        the committed offsets stay the same for a second."""
         worker = self.workers.pop(name)
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(10)
-        sizes = None
-        while sizes != (sizes := (len(self.read(self.out_topic)), len(self.read(self.changelog)))):
+        seen = None
+        while seen != (seen := self._progress()):
             time.sleep(1)
+
+    def _progress(self) -> tuple:
+        outputs, changelog = len(self.read(self.out_topic)), len(self.read(self.changelog))
+        return outputs, changelog, self.committed()
 
     def stop_all(self) -> None:
         for worker in self.workers.values():
