@@ -6,7 +6,9 @@ through the worker's Faust app's producer (which also carries the aggregates, so
 
 Reading "to the end" of a partition uses the **high watermark of Fetch responses**, which every
 broker reports correctly, never ListOffsets (wrong on the embedded broker for multi-record
-batches). So the producer may batch normally on every broker.
+batches). So the producer may batch normally on every broker. With exactly-once settings
+(``isolation_level`` ``read_committed``) the reader and the standby consumer read committed
+records only: a restore stops at the last stable offset and drops aborted transactions.
 
 A restore reads a whole partition once, as fast as possible: ``ChangelogReader`` sends raw Fetch
 requests through aiokafka's client and hands over the record batches as aiokafka's C record

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stores import PURE_PYTHON_SWITCH
 from stores.aggregations import AggregationError, check_monoid, is_builtin, resolve_aggregation
 from stores.key_windows import WindowSpec
 
@@ -269,9 +270,9 @@ ENV_PREFIX = "FIBA_"
 CONFIG_ENV = "FIBA_CONFIG"
 CACHE_DIR_ENV = "FIBA_CACHE_DIR"
 """Where downloaded jars (Apache Kafka's, Spark's Kafka connector; ``app.kafka_jars``) live."""
-NON_SETTING_ENV = frozenset({CONFIG_ENV, CACHE_DIR_ENV})
-"""The ``FIBA_*`` variables that name no setting; any other unknown one is refused."""
-"""The one ``FIBA_*`` variable that is not a setting: the path of the TOML file."""
+NON_SETTING_ENV = frozenset({CONFIG_ENV, CACHE_DIR_ENV, PURE_PYTHON_SWITCH})
+"""The ``FIBA_*`` variables that name no setting (the TOML file, the jar cache, the pure-Python
+switch of ``stores``); any other unknown one is refused."""
 
 
 def format_duration(ms: int) -> str:

@@ -184,3 +184,10 @@ def test_bad_config_files(tmp_path, text, fragment):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_settings(tmp_path / "absent.toml", environ={})
+
+
+def test_the_fiba_variables_that_name_no_setting_are_not_refused(tmp_path):
+    """``make test`` runs the suite with ``FIBA_PURE_PYTHON=1`` (``stores``' switch): every
+    command must still load its settings."""
+    env = {"FIBA_PURE_PYTHON": "1", "FIBA_CACHE_DIR": str(tmp_path), "FIBA_APP_ID": "x"}
+    assert load_settings(environ=env).app_id == "x"
