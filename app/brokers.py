@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.broker import BrokerProcess, EmbeddedBroker
-from app.kafka_broker import KafkaBroker
+from app.kafka_broker import KEEP_RECORDS_OF_ANY_AGE, KafkaBroker
 
 BROKER_KINDS: dict[str, type[BrokerProcess]] = {"embedded": EmbeddedBroker, "kafka": KafkaBroker}
 
@@ -24,3 +24,10 @@ def make_broker(kind: str, **options: Any) -> BrokerProcess:
             f"unknown broker kind {kind!r} (one of {', '.join(BROKER_KINDS)})"
         ) from None
     return cls(**options)
+
+
+def options_keeping_old_records(kind: str) -> dict[str, Any]:
+    """``make_broker`` options under which a broker of ``kind`` keeps records of any age for
+    as long as it runs (Apache Kafka: ``KEEP_RECORDS_OF_ANY_AGE``), for data with old event
+    times such as the demo's and the tests'."""
+    return {"extra_config": KEEP_RECORDS_OF_ANY_AGE} if kind == "kafka" else {}

@@ -53,7 +53,7 @@ from agents.records import (
     dumps,
 )
 from app.broker import free_port
-from app.brokers import make_broker
+from app.brokers import make_broker, options_keeping_old_records
 from app.generator import Event, generate_events
 from app.kafka_io import ask, event_record, record_as_dict, send_records, start_consumer
 from app.settings import SETTINGS_HELP, Settings
@@ -182,7 +182,9 @@ def run_demo(
     """
     base = settings or Settings()
     workdir = Path(tempfile.mkdtemp(prefix="fiba-demo-"))
-    broker = make_broker(broker_kind, log_path=workdir / "broker.log")
+    broker = make_broker(
+        broker_kind, log_path=workdir / "broker.log", **options_keeping_old_records(broker_kind)
+    )
     worker: subprocess.Popen[bytes] | None = None
     try:
         log(f"starting the {broker_kind} broker ...")

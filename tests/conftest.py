@@ -36,15 +36,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 import pytest  # noqa: E402
 
-from app.brokers import BROKER_KINDS, make_broker  # noqa: E402
+from app.brokers import BROKER_KINDS, make_broker, options_keeping_old_records  # noqa: E402
 
-SESSION_BROKER_OPTIONS: dict[str, dict] = {
-    # The tests' events are from 2023 and every output record's Kafka timestamp is its event
-    # time, far beyond the 7 days of time retention the app gives its topics: Apache Kafka's
-    # retention check (every 5 minutes) would delete a test's outputs while it reads them.
-    "kafka": {"extra_config": {"log.retention.check.interval.ms": str(7 * 24 * 3_600_000)}},
-}
-"""Options of the session broker per kind, beyond ``make_broker``'s defaults."""
+# The tests' events are from 2023 and every output record's Kafka timestamp is its event time,
+# far beyond the 7 days of time retention the app gives its topics: the session broker keeps
+# records of any age (Apache Kafka's first retention check, 30 s after it starts, deleted the
+# outputs of whichever test was running then).
 
 
 def broker_kinds_under_test() -> list[str]:
@@ -71,7 +68,7 @@ def kafka_bootstrap(broker_kind: str):
     if broker_kind == "external":
         yield os.environ["KAFKA_BOOTSTRAP"]
         return
-    with make_broker(broker_kind, **SESSION_BROKER_OPTIONS.get(broker_kind, {})) as broker:
+    with make_broker(broker_kind, **options_keeping_old_records(broker_kind)) as broker:
         yield broker.bootstrap
 
 

@@ -1,15 +1,22 @@
 """The Apache Kafka broker kind: its jar cache (resolved from Maven Central through the project's
 own pom, atomically, reused), a failed resolution as one line, and the broker answering on
-loopback with its log on disk (what the CLI and the session fixture use)."""
+loopback with its log on disk (what the CLI and the session fixture use), keeping records of any
+age when asked to (the demo and the session fixture do)."""
 
+import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.broker import BrokerSetupError
+from app.brokers import make_broker, options_keeping_old_records
 from app.kafka_broker import KafkaBroker, random_cluster_id
 from app.kafka_jars import KAFKA_VERSION, SCALA_VERSION, kafka_jars
+from app.topics import DATA_TOPIC_CONFIGS
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -69,3 +76,56 @@ def test_a_cluster_id_starting_with_a_dash_formats_the_storage(tmp_path, monkeyp
     broker.prepare()  # formats the storage, starts nothing
     meta = (tmp_path / "data" / "log" / "meta.properties").read_text()
     assert f"cluster.id={cluster_id}\n" in meta
+
+
+FIRST_RETENTION_CHECK_S = 40.0
+"""Seconds after ``start()`` by which Apache Kafka's first retention check has run (its
+default ``log.initial.task.delay.ms``, 30 s, counts from before the broker is ready)."""
+
+OLD_TS = 1_700_000_000_000
+"""A timestamp from 2023, like the demo's and the tests' events."""
+
+
+@pytest.mark.slow
+def test_the_demo_and_test_broker_keeps_old_records_past_the_first_retention_check():
+    """The demo's and the tests' events are from 2023, older than the data topics'
+    ``retention.ms``: a broker started with ``options_keeping_old_records`` must still serve
+    them after the moment of Kafka's first retention check (before, it deleted them then)."""
+    with make_broker("kafka", **options_keeping_old_records("kafka")) as broker:
+        started = time.monotonic()
+        tp = TopicPartition("old-events", 0)
+        asyncio.run(create_old_record(broker.bootstrap, tp))
+        time.sleep(max(0.0, started + FIRST_RETENTION_CHECK_S - time.monotonic()))
+        kept = asyncio.run(read_all(broker.bootstrap, tp))
+    assert [(r.timestamp, r.value) for r in kept] == [(OLD_TS, b"2023")]
+
+
+async def create_old_record(bootstrap: str, tp: TopicPartition) -> None:
+    """``tp``'s topic with the app's data topic configs, holding one record at ``OLD_TS``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(tp.topic, 1, 1, topic_configs=DATA_TOPIC_CONFIGS)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(tp.topic, b"2023", partition=tp.partition, timestamp_ms=OLD_TS)
+    finally:
+        await producer.stop()
+
+
+async def read_all(bootstrap: str, tp: TopicPartition) -> list[ConsumerRecord]:
+    """Every record of ``tp`` (from its first retained offset on)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        records: list[ConsumerRecord] = []
+        while await consumer.position(tp) < end:
+            records += (await consumer.getmany(tp, timeout_ms=500)).get(tp, [])
+        return records
+    finally:
+        await consumer.stop()
