@@ -8,10 +8,10 @@ per input partition:
 
 1. Before the kill (the first worker, which started empty): the outputs are the oracle's after
    each event applied in offset order, once (exact).
-2. The changelog as it stands after the kill, which is what the restarted worker recovers,
-   holds a prefix of the partition's events, each once: every event before some offset ``q``
-   that is still inside the retention, possibly older ones not yet tombstoned, nothing at or
-   after ``q``.
+2. The changelog records the killed worker wrote (Kafka timestamps before the kill; outputs
+   are told apart the same way), which is what the restarted worker recovers, hold a prefix
+   of the partition's events, each once: every event before some offset ``q`` that is still
+   inside the retention, possibly older ones not yet tombstoned, nothing at or after ``q``.
 3. The restarted worker starts at the group's committed offset ``c`` (read after the kill):
    every event before ``c`` had its output before the kill, and from ``c`` on each event has
    one output after it, equal to the oracle's seeded with that changelog's events and then fed
@@ -191,10 +191,16 @@ class ExampleRun:
         the committed offsets stay the same for a second."""
         worker = self.workers.pop(name)
         os.killpg(worker.pid, signal.SIGKILL)
+        self.killed_at_ms = int(time.time() * 1000)
         worker.wait(10)
         seen = None
         while seen != (seen := self._progress()):
             time.sleep(1)
+
+    def written_before_kill(self, topic: str) -> list:
+        """The records of ``topic`` that the killed worker wrote (Kafka timestamps, set when
+        sent, before the kill; they may land later, so the reading comes at the end)."""
+        return [r for r in self.read(topic) if r.timestamp < self.killed_at_ms]
 
     def _progress(self) -> tuple:
         outputs, changelog = len(self.read(self.out_topic)), len(self.read(self.changelog))
@@ -248,11 +254,10 @@ class ExampleRun:
         return [replace(c, partition=where[c.user, c.ts][0], offset=where[c.user, c.ts][1])
                 for c in clicks]  # fmt: skip
 
-    def output_events(self, skip: set[tuple[int, int]] = frozenset()) -> set[tuple[str, int]]:
-        """The ``(user, ts)`` of the outputs, but those at ``(partition, offset)`` in ``skip``."""
+    def output_events(self, since_ms: int = 0) -> set[tuple[str, int]]:
+        """The ``(user, ts)`` of the outputs sent at or after ``since_ms`` (Kafka timestamps)."""
         return {(r.key.decode(), json.loads(r.value)["ts"])
-                for r in self.read(self.out_topic)
-                if (r.partition, r.offset) not in skip}  # fmt: skip
+                for r in self.read(self.out_topic) if r.timestamp >= since_ms}  # fmt: skip
 
     def wait_for(self, predicate, what: str, timeout: float = 150.0) -> None:
         deadline = time.monotonic() + timeout
@@ -348,8 +353,6 @@ def test_example_survives_sigkill_exactly_as_at_least_once(
         run.produce(clicks[:FIRST])
         run.wait_for(lambda: len(run.read(run.out_topic)) >= 150, "150 outputs")
         run.kill("worker")
-        before = {(r.partition, r.offset) for r in run.read(run.out_topic)}
-        held = run.read(run.changelog)
         committed = run.committed()
         run.start("worker")
         run.produce(clicks[FIRST:])
@@ -357,10 +360,12 @@ def test_example_survives_sigkill_exactly_as_at_least_once(
         last = [max((c for c in clicks if c.partition == p), key=lambda c: c.offset)
                 for p in range(PARTITIONS)]  # fmt: skip
         run.wait_for(
-            lambda: {(c.user, c.ts) for c in last} <= run.output_events(skip=before),
+            lambda: {(c.user, c.ts) for c in last} <= run.output_events(since_ms=run.killed_at_ms),
             "the last event of every partition after the restart",
         )
         records = run.read(run.out_topic)
+        before = {(r.partition, r.offset) for r in run.written_before_kill(run.out_topic)}
+        held = run.written_before_kill(run.changelog)
     finally:
         run.stop_all()
     by_event = {(c.user, c.ts): c for c in clicks}
@@ -393,18 +398,18 @@ def test_standby_replica_takes_over_a_killed_worker(kafka_bootstrap, embedded_pr
         run.wait_for(lambda: wanted <= run.output_events(), "an output of every event")
         time.sleep(3)  # the standby reads the last changelog records
         run.kill("a")
-        before = {(r.partition, r.offset) for r in run.read(run.out_topic)}
-        held = run.read(run.changelog)
         committed = run.committed()
         run.produce(clicks[FIRST:])
         clicks = run.placed(clicks)
         last = [max((c for c in clicks if c.partition == p), key=lambda c: c.offset)
                 for p in range(PARTITIONS)]  # fmt: skip
         run.wait_for(
-            lambda: {(c.user, c.ts) for c in last} <= run.output_events(skip=before),
+            lambda: {(c.user, c.ts) for c in last} <= run.output_events(since_ms=run.killed_at_ms),
             "the last event of every partition after the kill",
         )
         records = run.read(run.out_topic)
+        before = {(r.partition, r.offset) for r in run.written_before_kill(run.out_topic)}
+        held = run.written_before_kill(run.changelog)
     finally:
         run.stop_all()
     by_event = {(c.user, c.ts): c for c in clicks}
