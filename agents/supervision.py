@@ -6,6 +6,10 @@ the loop. Anything else ending such a task (a bug, or an error a Kafka client ga
 leave the worker up but deaf. ``watched`` logs that exception with its traceback and hands it
 to ``WorkerCrash``, which stops the whole worker: the process exits with the error and its
 supervisor restarts it, from the durable state, which is exact after a crash at any point.
+A refusal (``StateMismatch``: a partition's state written with other settings) is no crash:
+the worker stops in order, as on SIGTERM, so that no Faust service is left mid-way (a crash
+marks the consumer's thread crashed too, which closes its event loop before the worker
+stops it: "Event loop is closed").
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
+
+from stores.state_shape import StateMismatch
 
 if TYPE_CHECKING:
     from agents.config import FaustWorker
@@ -50,13 +56,18 @@ def watched(
 class WorkerCrash:
     """``on_failure`` of a worker's watched tasks: ``pipeline.fail`` (nothing queued is handed
     over any more: a record may be half applied), then the Faust app crashes (it stops, and
-    the process exits with the error)."""
+    the process exits with the error); a ``StateMismatch`` instead calls ``stop_worker`` if
+    set (the running worker's orderly stop; the failure stays in ``pipeline.failure``)."""
 
     def __init__(self, fiba: FaustWorker, pipeline: WindowsPipeline) -> None:
         self.fiba = fiba
         self.pipeline = pipeline
+        self.stop_worker: Callable[[], None] | None = None
         self._crashing: list[asyncio.Future[None]] = []
 
     def __call__(self, error: BaseException) -> None:
         self.pipeline.fail(error)
+        if isinstance(error, StateMismatch) and self.stop_worker is not None:
+            self.stop_worker()
+            return
         self._crashing.append(asyncio.ensure_future(self.fiba.app.crash(error)))

@@ -255,11 +255,6 @@ TIME = TimeParam()
 DURATION = DurationParam()
 
 
-def interrupt(signum: int, frame: Any) -> None:
-    """A signal handler that raises ``KeyboardInterrupt`` (so ``finally`` blocks run)."""
-    raise KeyboardInterrupt
-
-
 # --- the group ---------------------------------------------------------------------------------
 
 
@@ -613,10 +608,11 @@ def demo(
     """Run everything on a broker it starts (embedded by default): topics, a worker, an
     out-of-order stream, aggregates, dead letters and range queries; stops all it started."""
     from app.broker import BrokerError, BrokerSetupError
-    from app.demo import DemoError, run_demo
+    from app.demo import DemoError, Termination, run_demo
 
-    signal.signal(signal.SIGTERM, interrupt)  # SIGTERM stops what the demo started, like Ctrl-C
+    termination = Termination()  # SIGTERM stops what the demo started, like Ctrl-C
     try:
+        termination.install()
         summary = run_demo(
             settings,
             events=events,
@@ -625,11 +621,19 @@ def demo(
             timeout=timeout / 1000,
             broker_kind=broker_kind,
             log=click.echo,
+            termination=termination,
         )
     except BrokerSetupError as exc:
         raise CliFailure(str(exc), 2) from None
     except (DemoError, BrokerError) as exc:
         raise CliFailure(str(exc)) from None
+    except KeyboardInterrupt:
+        if not termination.received:
+            raise
+        click.echo("fiba: terminated; the demo's broker and worker are stopped", err=True)
+        return  # ``end`` ends the process by SIGTERM
+    finally:
+        termination.end()
     if not summary.exact:
         raise CliFailure("some results differ from the brute-force check (see above)")
 

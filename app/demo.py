@@ -7,7 +7,7 @@ variables), produces a keyed out-of-order stream (``app.generator``) followed by
 records (malformed JSON, a missing field, a non-numeric value, a late and a future event), then
 reads the aggregates and the dead letters and asks a few range queries, over the query topic and
 over the worker's HTTP endpoint. It stops everything it started, also on error or Ctrl-C, and
-returns a ``DemoSummary``.
+returns a ``DemoSummary``. ``fiba demo`` treats SIGTERM as Ctrl-C (``Termination``).
 
 The check: the last aggregate of each key must equal a brute-force recomputation over the
 produced events of that key (count, and sum/max when configured, of every window
@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,36 @@ class DemoSummary:
     @property
     def exact(self) -> bool:
         return not self.mismatches
+
+
+@dataclass
+class Termination:
+    """SIGTERM for ``fiba demo`` (installed before it starts anything): like Ctrl-C, a
+    ``KeyboardInterrupt`` in the main thread, so that ``run_demo`` stops what it started; but
+    not while that stop is under way (``stopping``), which then runs to its end. ``received``
+    stays set even if the interrupt was lost (raised inside a ``__del__``, which ignores
+    exceptions): ``end`` then still ends the process as terminated, once all is stopped."""
+
+    received: bool = False
+    stopping: bool = False
+
+    def install(self) -> None:
+        """Handle SIGTERM in this process (main thread only) until ``end``."""
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.received = True
+        if not self.stopping:
+            raise KeyboardInterrupt
+
+    def end(self) -> None:
+        """Give SIGTERM its default action back (what is started is stopped: it may kill
+        now) and, if one was received, end this process by it (exit status 143 in a shell)."""
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if self.received:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def settings_environ(settings: Settings) -> dict[str, str]:
@@ -172,13 +203,15 @@ def run_demo(
     timeout: float = 180.0,
     broker_kind: str = "embedded",
     log: Callable[[str], Any] = print,
+    termination: Termination | None = None,
 ) -> DemoSummary:
     """Run the demo (module docstring) and return its summary; ``log`` gets progress lines.
 
     ``settings`` supplies the aggregation settings (windows, aggregations, retention, emit,
     partitions, ...); the broker, profile, app id, state dir and web port are the demo's own.
     Raises ``DemoError`` when a step fails or the results do not arrive within ``timeout``
-    seconds, ``app.broker.BrokerError`` when the broker does not start.
+    seconds, ``app.broker.BrokerError`` when the broker does not start. With ``termination``
+    (installed), a SIGTERM cannot cut short the final stop of the worker and the broker.
     """
     base = settings or Settings()
     workdir = Path(tempfile.mkdtemp(prefix="fiba-demo-"))
@@ -226,6 +259,8 @@ def run_demo(
         report(summary, demo, log)
         return summary
     finally:
+        if termination is not None:
+            termination.stopping = True
         if worker is not None:
             stop_worker(worker)
         broker.stop()

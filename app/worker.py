@@ -23,6 +23,7 @@ As a subprocess (how the tests start workers)::
 from __future__ import annotations
 
 import logging
+import signal
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,13 +51,15 @@ from stores.window_store import MarshalStateCodec, WindowStore, store_root
 
 @dataclass(frozen=True, slots=True)
 class Worker:
-    """A wired worker: its Faust app, store, pipeline, query service and input reader."""
+    """A wired worker: its Faust app, store, pipeline, query service, input reader and the
+    handler of its failures."""
 
     fiba: FibaApp
     store: WindowStore
     pipeline: WindowsPipeline
     queries: QueryService
     reader: InputReader
+    crash: WorkerCrash
 
 
 def build_worker(settings: Settings) -> Worker:
@@ -83,7 +86,7 @@ def build_worker(settings: Settings) -> Worker:
     reader = InputReader(settings, pipeline, crash)
     windows.install(fiba, pipeline, reader)
     queries.install(fiba, service)
-    worker = Worker(fiba, store, pipeline, service, reader)
+    worker = Worker(fiba, store, pipeline, service, reader, crash)
     checks = WorkerHealth(worker)
     service.on_answered = checks.observe_query
     health.install(worker, checks)
@@ -124,18 +127,22 @@ def run_worker(settings: Settings) -> None:
 def serve(worker: Worker) -> None:
     """Run an already built worker in the foreground until SIGTERM/SIGINT. A worker that
     stopped because a partition's state has another shape (``StateMismatch``, see
-    ``agents.input_reader``) raises it after Faust's shutdown instead of exiting."""
+    ``agents.input_reader``) raises it after Faust's shutdown instead of exiting; it stops as
+    on SIGTERM (``WorkerCrash.stop_worker``): mode's shutdown then waits for that stop to end
+    before it closes the event loop."""
     settings = worker.fiba.settings
     if settings.log_level != "debug":
         # aiokafka logs every request at debug level; building those records is measurable.
         logging.getLogger("aiokafka").setLevel(logging.INFO)
+    faust_worker = faust.Worker(
+        worker.fiba.app,
+        loglevel=settings.log_level,
+        quiet=True,
+        redirect_stdouts=False,
+    )
+    worker.crash.stop_worker = lambda: faust_worker._schedule_shutdown(signal.SIGTERM)
     try:
-        faust.Worker(
-            worker.fiba.app,
-            loglevel=settings.log_level,
-            quiet=True,
-            redirect_stdouts=False,
-        ).execute_from_commandline()
+        faust_worker.execute_from_commandline()
     except SystemExit:
         if isinstance(worker.pipeline.failure, StateMismatch):
             raise worker.pipeline.failure from None

@@ -2,9 +2,11 @@
 sent to the query topic, and the properties of the built-in event generator."""
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -599,3 +601,29 @@ def test_the_demo_stops_its_broker_and_worker_when_terminated():
     assert not wait_for_port("127.0.0.1", port, timeout=0.5)
     with pytest.raises(ProcessLookupError):
         os.kill(worker_pid, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sigterm_at", ["lost", "stopping"])
+def test_the_demo_ends_terminated_whenever_the_sigterm_comes(sigterm_at):
+    """A SIGTERM whose interrupt is lost (``lost``: handled inside a finalizer, the demo runs
+    on) or one during the demo's final stop (``stopping``) still ends the demo as terminated
+    by SIGTERM, with its worker and broker stopped (``tests.terminated_demo``)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.terminated_demo", "demo", "--events", "200", "--keys", "2"],
+        env={**os.environ, "SIGTERM_AT": sigterm_at},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    output = result.stdout + result.stderr
+    port = int(output.split("broker on ")[1].split(";")[0].rsplit(":", 1)[1])
+    worker_pid = int(output.split("worker started (pid ")[1].split(",")[0])
+    try:
+        assert result.returncode == -signal.SIGTERM, output
+        assert not wait_for_port("127.0.0.1", port, timeout=0.5), output
+        with pytest.raises(ProcessLookupError):
+            os.kill(worker_pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker_pid, signal.SIGKILL)

@@ -29,12 +29,19 @@ from tests.test_crash_recovery import BASE, applied_offsets, wait_until, worker_
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 
-def run_fiba_worker(settings: Settings, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``fiba worker`` for ``settings`` in a subprocess that must exit within ``timeout`` s."""
+def run_fiba_worker(
+    settings: Settings, timeout: float, slow_shutdown_s: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``fiba worker`` for ``settings`` in a subprocess that must exit within ``timeout`` s;
+    with ``slow_shutdown_s``, its shutdown is that much slower (``tests.slow_shutdown_worker``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
     env.update(settings_environ(settings))
+    module = "app.cli"
+    if slow_shutdown_s is not None:
+        env["SLOW_SHUTDOWN_S"] = str(slow_shutdown_s)
+        module = "tests.slow_shutdown_worker"
     return subprocess.run(
-        [sys.executable, "-m", "app.cli", "worker"],
+        [sys.executable, "-m", module, "worker"],
         env=env,
         capture_output=True,
         text=True,
@@ -101,7 +108,10 @@ def test_a_state_without_shape_that_other_aggregations_cannot_read_stops_the_wor
 ) -> None:
     """A changelog written before shapes were recorded (no shape record) with the default
     aggregations, read by a worker with ``count,min,sum``: the partials do not fit, and the
-    worker stops with one line instead of retrying the restore forever."""
+    worker stops with one line instead of retrying the restore forever, in order, even if its
+    shutdown is slow (longer than the ~1 s in which a crash, which it is not, would let the
+    Faust consumer's thread close its event loop before the worker stops it: "Event loop is
+    closed" with a traceback)."""
     settings = worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "s", partitions=1)
     asyncio.run(create_topics(settings))
     written = WindowConfig.from_settings(replace(settings, aggregations=Settings().aggregations))
@@ -123,6 +133,9 @@ def test_a_state_without_shape_that_other_aggregations_cannot_read_stops_the_wor
 
     asyncio.run(write_legacy_changelog())
     line = refusal(
-        run_fiba_worker(replace(settings, aggregations=("count", "min", "sum")), 150), started=True
+        run_fiba_worker(
+            replace(settings, aggregations=("count", "min", "sum")), 150, slow_shutdown_s=3.0
+        ),
+        started=True,
     )
     assert "the state of partition 0 cannot be read with these settings" in line, line
