@@ -15,6 +15,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,3 +124,18 @@ def jvm_engine_df(spark: Any, kind: str, records: list[Any]) -> Any:
         "value binary, topic string, partition int, offset bigint, timestamp timestamp",
     )
     return parse_values(raw, kind)
+
+
+def run_available_now(stream: Any, out: Path, checkpoint: Path) -> Any:
+    """One ``availableNow`` run of ``stream`` into a Parquet folder with its checkpoint; returns
+    the finished query (its ``recentProgress`` tells the micro-batches)."""
+    query = (
+        stream.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    return query

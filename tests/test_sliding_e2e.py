@@ -197,6 +197,22 @@ class ExampleRun:
         while seen != (seen := self._progress()):
             time.sleep(1)
 
+    def finish_after_kill(self, clicks: list[Click]) -> tuple[list[Click], list, set, list]:
+        """Produce ``clicks[FIRST:]`` after a kill and wait for the output of each partition's
+        last event: ``clicks`` placed (partitions and offsets), the output records, the
+        ``(partition, offset)`` of those the killed worker wrote, and its changelog records."""
+        self.produce(clicks[FIRST:])
+        clicks = self.placed(clicks)
+        last = [max((c for c in clicks if c.partition == p), key=lambda c: c.offset)
+                for p in range(PARTITIONS)]  # fmt: skip
+        self.wait_for(
+            lambda: {(c.user, c.ts) for c in last} <= self.output_events(self.killed_at_ms),
+            "the last event of every partition after the kill",
+        )
+        records = self.read(self.out_topic)
+        before = {(r.partition, r.offset) for r in self.written_before_kill(self.out_topic)}
+        return clicks, records, before, self.written_before_kill(self.changelog)
+
     def written_before_kill(self, topic: str) -> list:
         """The records of ``topic`` that the killed worker wrote (Kafka timestamps, set when
         sent, before the kill; they may land later, so the reading comes at the end)."""
@@ -376,17 +392,7 @@ def sigkill_scenario(kafka_bootstrap: str, embedded_profile: bool, tmp_path: Pat
         run.kill("worker")
         committed = run.committed()
         run.start("worker")
-        run.produce(clicks[FIRST:])
-        clicks = run.placed(clicks)
-        last = [max((c for c in clicks if c.partition == p), key=lambda c: c.offset)
-                for p in range(PARTITIONS)]  # fmt: skip
-        run.wait_for(
-            lambda: {(c.user, c.ts) for c in last} <= run.output_events(since_ms=run.killed_at_ms),
-            "the last event of every partition after the restart",
-        )
-        records = run.read(run.out_topic)
-        before = {(r.partition, r.offset) for r in run.written_before_kill(run.out_topic)}
-        held = run.written_before_kill(run.changelog)
+        clicks, records, before, held = run.finish_after_kill(clicks)
     finally:
         run.stop_all()
     by_event = {(c.user, c.ts): c for c in clicks}
@@ -420,17 +426,7 @@ def test_standby_replica_takes_over_a_killed_worker(kafka_bootstrap, embedded_pr
         time.sleep(3)  # the standby reads the last changelog records
         run.kill("a")
         committed = run.committed()
-        run.produce(clicks[FIRST:])
-        clicks = run.placed(clicks)
-        last = [max((c for c in clicks if c.partition == p), key=lambda c: c.offset)
-                for p in range(PARTITIONS)]  # fmt: skip
-        run.wait_for(
-            lambda: {(c.user, c.ts) for c in last} <= run.output_events(since_ms=run.killed_at_ms),
-            "the last event of every partition after the kill",
-        )
-        records = run.read(run.out_topic)
-        before = {(r.partition, r.offset) for r in run.written_before_kill(run.out_topic)}
-        held = run.written_before_kill(run.changelog)
+        clicks, records, before, held = run.finish_after_kill(clicks)
     finally:
         run.stop_all()
     by_event = {(c.user, c.ts): c for c in clicks}

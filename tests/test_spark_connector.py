@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -29,7 +28,7 @@ from spark_bridge.connector import CONNECTOR_ARTIFACT, connector_jars, shipped_b
 from spark_bridge.jvm import parse_values
 from spark_bridge.read import read_records
 from spark_bridge.schema import AGGREGATES, ANSWERS
-from tests.spark_fixtures import create_topic, produce, unique_topic
+from tests.spark_fixtures import create_topic, produce, run_available_now, unique_topic
 from tests.test_spark_source import aggregate
 
 PARTITIONS = 3
@@ -127,19 +126,6 @@ def test_offset_ranges_through_the_connector_equal_the_python_source(
         *((2, o) for o in range(3, 7)),
     ]
     assert read["jvm"] == read["python"]
-
-
-def run_available_now(stream, out: Path, checkpoint: Path) -> None:
-    """One ``availableNow`` run of ``stream`` into a Parquet folder with its checkpoint."""
-    query = (
-        stream.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(300)
-    assert query.exception() is None
 
 
 @pytest.mark.spark

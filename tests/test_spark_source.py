@@ -15,6 +15,7 @@ import pytest
 
 from agents.records import AggregateRecord, Answer, WindowResult, dumps
 from spark_bridge.jvm import parse_values
+from tests import spark_fixtures
 from tests.spark_fixtures import create_topic, produce, unique_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -203,16 +204,7 @@ def run_available_now(spark, bootstrap, topic, out, checkpoint):
         )
         .load()
     )
-    stream = parse_values(raw, "aggregates")
-    query = (
-        stream.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(300)
-    assert query.exception() is None
+    query = spark_fixtures.run_available_now(parse_values(raw, "aggregates"), out, checkpoint)
     return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
 
 
