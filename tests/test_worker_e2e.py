@@ -46,6 +46,7 @@ from app.demo import start_worker, stop_worker
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics
 from tests.test_key_windows import Model, same_aggregates
+from tests.test_output_delivery import wait_for_records
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -199,9 +200,14 @@ def run_scenario(settings: Settings, tmp_path: Path, n: int) -> None:
     models, snapshots, rejected = replay_model(settings, records, placed)
     worker = start_worker(settings, tmp_path / "worker.log")
     try:
-        wait_for_stats(settings, worker, len(records))
-        aggregates = asyncio.run(read_to_end(settings, settings.aggregates_topic))
-        dead = asyncio.run(read_to_end(settings, settings.dead_letter_topic))
+        stats = wait_for_stats(settings, worker, len(records))
+        # /stats counts an output when it is queued: wait until as many have landed
+        aggregates = wait_for_records(
+            settings, settings.aggregates_topic, stats["counts"].get("aggregates", 0)
+        )
+        dead = wait_for_records(
+            settings, settings.dead_letter_topic, sum(stats["dead_letters"].values())
+        )
         check_aggregates(settings, aggregates, snapshots)
         check_input_positions(settings, aggregates, records, placed, rejected)
         check_dead_letters(settings, dead, records, placed, rejected)
