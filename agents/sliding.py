@@ -18,9 +18,12 @@ older first) unless ``ts < S - retention`` (``LateEvent``) or ``ts > S + max_fut
 entry older than ``S - retention`` and returns every window of the key, the window of size
 ``w`` being the events of the key with ``S - w <= t <= S``. ``get(key, name)`` is one window,
 ``range(key, t_from, t_to)`` any span of the retained events, ``stream_time(key)`` the ``S``
-they end at. Aggregations are built-in names (``stores.monoids.monoid_names()``) or your own
-monoids (``identity``, ``lift``, ``combine`` associative, ``lower``; commutativity not needed;
-partials JSON-safe or with ``to_state``/``from_state``); results are ``{name: value}``.
+they end at. Aggregations are what the worker's ``aggregations`` setting takes (built-in
+names, ``module:attribute`` import paths, ``fiba_stream.monoids`` entry points) or your own
+monoid objects (``identity``, ``lift``, ``combine`` associative, ``lower``; commutativity not
+needed; partials JSON-safe or with ``to_state``/``from_state``), checked as the worker checks
+them (a custom one is spot-checked for associativity at declaration); results are
+``{name: value}``.
 
 State. A Faust table (``SlidingTable``, changelog ``<app id>-<name>-changelog``) of entries
 ``(key, t) -> partial`` whose store (``stores.faust_sliding.SlidingStore``) keeps one FiBA per
@@ -41,7 +44,6 @@ O(log n_w) per window of n_w events (a suffix range query) and amortized O(1) ev
 
 from __future__ import annotations
 
-import re
 from collections.abc import Hashable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -49,8 +51,10 @@ from typing import Any
 import faust
 from faust.streams import current_event
 
+from stores.aggregations import AggregationError, validated_monoid
+from stores.durations import parse_duration
 from stores.faust_sliding import SlidingStore
-from stores.monoids import Monoid, compose, monoid
+from stores.monoids import compose
 from stores.sliding_state import FutureEvent, KeyPartitionError, LateEvent, SlidingState
 
 __all__ = [
@@ -59,46 +63,31 @@ __all__ = [
     "LateEvent",
     "SlidingTable",
     "SlidingWindows",
-    "duration_ms",
 ]
-
-_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
-
-
-def duration_ms(duration: str | int | timedelta) -> int:
-    """Milliseconds of ``"250ms"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"1d"``, an int (already
-    milliseconds) or a ``timedelta``; ``ValueError`` otherwise."""
-    if isinstance(duration, timedelta):
-        return int(duration.total_seconds() * 1000)
-    if type(duration) is int and duration >= 0:
-        return duration
-    match = _DURATION.fullmatch(duration) if isinstance(duration, str) else None
-    if match is None:
-        raise ValueError(
-            f"bad duration {duration!r}: use e.g. '30s', '5m', '1h' or milliseconds (int)"
-        )
-    return int(match[1]) * _UNITS_MS[match[2]]
 
 
 def composed_monoid(aggregations: Sequence[str | Any] | Mapping[str, str | Any]) -> Any:
-    """One monoid for ``aggregations``: built-in names or monoid objects (named by their
-    ``name``), or a mapping of result names to either; ``ValueError`` names a bad one."""
+    """One monoid for ``aggregations``: what the worker's ``aggregations`` setting accepts
+    (built-in names, ``module:attribute`` import paths, ``fiba_stream.monoids`` entry points,
+    each named by itself) or monoid objects (named by their ``name``), or a mapping of result
+    names to either. Each is checked as the worker checks it
+    (``stores.aggregations.validated_monoid``: a custom monoid is spot-checked for
+    associativity); ``AggregationError`` (a ``ValueError``) names a bad one."""
     if isinstance(aggregations, Mapping):
         named = list(aggregations.items())
     else:
         named = [(a if isinstance(a, str) else getattr(a, "name", None), a) for a in aggregations]
     parts: dict[str, Any] = {}
     for name, spec in named:
-        if isinstance(spec, str):
-            spec = monoid(spec)
-        elif not isinstance(spec, Monoid):
-            raise ValueError(f"aggregation {spec!r} is no monoid (identity, lift, combine, lower)")
+        label = name if isinstance(name, str) and name else repr(spec)
+        found = validated_monoid(spec, label)
         if not isinstance(name, str) or not name:
-            raise ValueError(f"aggregation {spec!r} needs a name (a 'name' attribute or a dict)")
+            raise AggregationError(
+                f"aggregation {spec!r} needs a name (a 'name' attribute or a dict)"
+            )
         if name in parts:
-            raise ValueError(f"two aggregations named {name!r}")
-        parts[name] = spec
+            raise AggregationError(f"two aggregations named {name!r}")
+        parts[name] = found
     return compose(parts)
 
 
@@ -148,11 +137,12 @@ class SlidingWindows:
         max_future_skew: str | int | timedelta | None = None,
     ) -> None:
         sizes = {
-            w if isinstance(w, str) else f"{duration_ms(w)}ms": duration_ms(w) for w in windows
+            w.strip() if isinstance(w, str) else f"{parse_duration(w)}ms": parse_duration(w)
+            for w in windows
         }
-        skew = None if max_future_skew is None else duration_ms(max_future_skew)
+        skew = None if max_future_skew is None else parse_duration(max_future_skew)
         self.state = SlidingState(
-            composed_monoid(aggregations), sizes, duration_ms(retention), skew
+            composed_monoid(aggregations), sizes, parse_duration(retention), skew
         )
         self._to_state = self.state.monoid.to_state
         self.table = app.tables.add(

@@ -33,9 +33,9 @@ from app.settings import (
     ConfigError,
     Settings,
     load_settings_with_sources,
-    parse_duration,
     setting_text,
 )
+from stores.durations import parse_duration
 
 T = TypeVar("T")
 

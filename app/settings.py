@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from stores import PURE_PYTHON_SWITCH
-from stores.aggregations import AggregationError, check_monoid, is_builtin, resolve_aggregation
+from stores.aggregations import AggregationError, validated_monoid
+from stores.durations import format_duration, parse_duration
 from stores.key_windows import WindowSpec
 
 
@@ -44,29 +45,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
 
-_DURATION_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
-
-
-def parse_duration(value: str | int) -> int:
-    """Milliseconds of ``"250ms"``, ``"10s"``, ``"5m"``, ``"1h"``, ``"1d"`` or an int of ms.
-
-    Raises ``ValueError`` for anything else (negative numbers, fractions, unknown units).
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"negative duration: {value}")
-        return value
-    match = _DURATION.match(str(value))
-    if match is None:
-        raise ValueError(
-            f"not a duration: {value!r} (use e.g. 250ms, 10s, 5m, 1h, 1d or integer ms)"
-        )
-    number, unit = match.groups()
-    return int(number) * _DURATION_UNITS_MS[unit or "ms"]
 
 
 def parse_bootstrap_servers(value: str) -> tuple[str, ...]:
@@ -273,14 +252,6 @@ CACHE_DIR_ENV = "FIBA_CACHE_DIR"
 NON_SETTING_ENV = frozenset({CONFIG_ENV, CACHE_DIR_ENV, PURE_PYTHON_SWITCH})
 """The ``FIBA_*`` variables that name no setting (the TOML file, the jar cache, the pure-Python
 switch of ``stores``); any other unknown one is refused."""
-
-
-def format_duration(ms: int) -> str:
-    """A duration in the largest unit that divides it exactly: 3600000 -> "1h", 250 -> "250ms"."""
-    for unit, size in sorted(_DURATION_UNITS_MS.items(), key=lambda item: -item[1]):
-        if ms and ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
 
 
 def setting_text(name: str, value: Any) -> str:
@@ -555,9 +526,7 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
         fail("aggregations", f"duplicate aggregation in {', '.join(s.aggregations)}")
     for name in s.aggregations:
         try:
-            found = resolve_aggregation(name)
-            if not is_builtin(name):
-                check_monoid(found, name)
+            validated_monoid(name, name)
         except AggregationError as exc:
             fail("aggregations", str(exc))
     if s.sasl_mechanism and s.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):

@@ -16,7 +16,8 @@ import argparse
 import random
 import time
 
-from agents.sliding import composed_monoid, duration_ms
+from agents.sliding import composed_monoid
+from stores.durations import parse_duration
 from stores.monoids import make_monoid
 from stores.sliding_state import SlidingState
 
@@ -24,9 +25,9 @@ LAST_THREE = make_monoid((), lambda x: (x,), lambda a, b: (a + b)[-3:], list, na
 
 
 def new_state() -> SlidingState:
-    windows = {"1m": duration_ms("1m"), "5m": duration_ms("5m")}
+    windows = {"1m": parse_duration("1m"), "5m": parse_duration("5m")}
     monoid = composed_monoid(["count", "sum", LAST_THREE])
-    return SlidingState(monoid, windows, duration_ms("10m"))
+    return SlidingState(monoid, windows, parse_duration("10m"))
 
 
 def run(events: int, keys: int, disorder_ms: int, seed: int = 1) -> dict[str, float]:

@@ -25,10 +25,10 @@ from bench.machine import describe_machine
 from bench.worker_pipeline import (
     KEYS,
     SPACING_MS,
-    duration_name,
     event_stream,
     prefilled_pairs,
 )
+from stores.durations import format_duration
 from stores.gc_pause import paused_gc
 from stores.key_windows import KeyWindows, WindowConfig
 
@@ -42,7 +42,7 @@ def mode_settings(occupancy: int, window_end: str) -> Settings:
     return replace(
         Settings(),
         retention=retention,
-        windows=tuple(WindowSpec(duration_name(s), s) for s in sizes),
+        windows=tuple(WindowSpec(format_duration(s), s) for s in sizes),
         max_future_skew=retention,
         max_wall_clock_skew=None,
         window_end=window_end,

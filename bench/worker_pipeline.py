@@ -72,6 +72,7 @@ from app.settings import Settings, WindowSpec, load_settings
 from app.topics import create_topics
 from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, results_path
 from bench.machine import describe_machine
+from stores.durations import format_duration
 
 KEYS = 100
 SPACING_MS = 100
@@ -84,14 +85,6 @@ FLOOR_STREAM_FACTOR = 10
 a fraction of a second, less than two polls of its rate apart."""
 QUERY_OCCUPANCY = 1000
 """The occupancy of the extra run of each emit mode that also times range queries."""
-
-
-def duration_name(ms: int) -> str:
-    """``ms`` written as a duration setting (``"10s"``, ``"250ms"``)."""
-    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
 
 
 def scenario_settings(
@@ -116,7 +109,7 @@ def scenario_settings(
         dead_letter_topic=f"bench-{suffix}-dlq",
         partitions=4,
         retention=retention,
-        windows=tuple(WindowSpec(duration_name(s), s) for s in sizes),
+        windows=tuple(WindowSpec(format_duration(s), s) for s in sizes),
         max_future_skew=retention,
         emit=emit,
         processing_guarantee=guarantee,

@@ -20,10 +20,13 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agents.sliding import SlidingWindows, composed_monoid, duration_ms
+from agents.sliding import SlidingWindows, composed_monoid
+from app.settings import ConfigError, load_settings
+from stores.aggregations import AggregationError
 from stores.faust_sliding import SlidingStore
-from stores.monoids import make_monoid, monoid
+from stores.monoids import argmax, make_monoid, monoid
 from stores.sliding_state import FutureEvent, KeyPartitionError, LateEvent, SlidingState
+from tests import custom_monoids
 from tests.oracle import OracleWindow
 
 LAST_TWO = make_monoid(
@@ -193,18 +196,40 @@ def test_keys_and_partitions_are_dropped_with_their_entries() -> None:
 
 
 def test_declaration_errors() -> None:
-    assert duration_ms("250ms") == 250 and duration_ms("5m") == 300_000
-    assert duration_ms(timedelta(hours=1)) == 3_600_000 and duration_ms(7) == 7
-    with pytest.raises(ValueError, match="bad duration '5 minutes'"):
-        duration_ms("5 minutes")
     with pytest.raises(ValueError, match="window 'w' \\(50\\) must be in \\[0, retention 40\\]"):
         SlidingState(composed_monoid(["count"]), {"w": 50}, 40)
-    with pytest.raises(ValueError, match="unknown monoid 'median'"):
+    with pytest.raises(ValueError, match="unknown aggregation 'median'"):
         composed_monoid(["median"])
-    with pytest.raises(ValueError, match="is no monoid"):
+    with pytest.raises(ValueError, match="is a builtin_function_or_method, not a monoid"):
         composed_monoid([len])
     with pytest.raises(ValueError, match="two aggregations named 'count'"):
         composed_monoid(["count", monoid("count")])
+
+
+def test_durations_are_read_as_the_worker_settings_read_them() -> None:
+    """One parser (``stores.durations``) for the Faust API and the settings: ``" 2 s "`` and
+    ``"1500"`` as in a TOML file, a ``timedelta`` of whole milliseconds; the settings' errors."""
+    app = faust.App(f"sliding-{uuid.uuid4().hex[:8]}", broker="kafka://127.0.0.1:1")
+    windows = SlidingWindows(
+        app, "d", windows=[" 2 s ", timedelta(seconds=1)], retention="2500",
+        max_future_skew=timedelta(minutes=1), aggregations=["count"],
+    )  # fmt: skip
+    assert windows.state.windows == {"2 s": 2_000, "1000ms": 1_000}
+    assert (windows.state.retention, windows.state.max_future_skew) == (2_500, 60_000)
+    bad = [
+        (
+            "5 minutes",
+            "not a duration: '5 minutes' \\(use e.g. 250ms, 10s, 5m, 1h, 1d or integer ms\\)",
+        ),
+        (timedelta(microseconds=1500), "not a whole number of milliseconds"),
+        (timedelta(seconds=-1), "negative duration: -1000"),
+        (True, "not a duration: True"),
+    ]
+    for duration, message in bad:
+        with pytest.raises(ValueError, match=message):
+            SlidingWindows(app, "e", windows=["1s"], retention=duration, aggregations=["count"])
+    with pytest.raises(ConfigError, match=f"environment FIBA_RETENTION: .*{bad[0][1]}"):
+        load_settings(environ={"FIBA_RETENTION": "5 minutes"})
 
 
 def test_readme_example_is_the_tested_example_file() -> None:
@@ -247,3 +272,40 @@ def test_windows_declared_on_a_faust_app() -> None:
         windows.get("a", "2m")
     with pytest.raises(ValueError, match="already exists"):
         SlidingWindows(app, "clicks", windows=["1m"], retention="1h", aggregations=["count"])
+
+
+def test_the_faust_api_takes_the_worker_aggregations() -> None:
+    """Whatever the worker's ``aggregations`` setting accepts, ``SlidingWindows`` does: an
+    import path (named by itself, its object partials stored through its ``to_state``), a
+    built-in name, and a built-in monoid object with parameters (not spot-checked: ``argmax``
+    lifts mappings)."""
+    app = faust.App(f"sliding-{uuid.uuid4().hex[:8]}", broker="kafka://127.0.0.1:1")
+    span = "tests.custom_monoids:SPAN"
+    windows = SlidingWindows(
+        app, "spans", windows=["1m"], retention="1h",
+        aggregations=["count", span, argmax(value_field="v", arg_field="who")],
+    )  # fmt: skip
+    windows.state.add(0, "a", 2_000, {"v": 1, "who": "x"})
+    windows.state.add(0, "a", 1_000, {"v": 5, "who": "y"})
+    first, last = {"v": 5, "who": "y"}, {"v": 1, "who": "x"}
+    assert windows.get("a", "1m") == {
+        "count": 2, span: {"first": first, "last": last, "n": 2}, "argmax": "y",
+    }  # fmt: skip
+    assert dict(windows.table.items())[("a", 1_000)] == [1, [first, first, 1], [5, "y"]]
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "message"),
+    [
+        ("tests.custom_monoids:NOT_ASSOCIATIVE", "'tests.custom_monoids:NOT_ASSOCIATIVE' is not"),
+        (custom_monoids.NOT_ASSOCIATIVE, "is not associative: combine\\(combine\\(a, b\\), c\\)"),
+        ({"mid": custom_monoids.WRONG_IDENTITY}, "'mid': identity 0 is not neutral"),
+        ("tests.custom_monoids:MISSING", "no attribute 'MISSING'"),
+    ],
+)
+def test_the_faust_api_refuses_a_bad_aggregation_as_the_worker_does(aggregation, message) -> None:
+    app = faust.App(f"sliding-{uuid.uuid4().hex[:8]}", broker="kafka://127.0.0.1:1")
+    aggregations = aggregation if isinstance(aggregation, dict) else ["count", aggregation]
+    with pytest.raises(AggregationError, match=message):
+        SlidingWindows(app, "bad", windows=["1m"], retention="1h", aggregations=aggregations)
+    assert "bad" not in app.tables
