@@ -58,6 +58,7 @@ from stores.monoids import compose
 from stores.sliding_state import FutureEvent, KeyPartitionError, LateEvent, SlidingState
 
 __all__ = [
+    "AggregationError",
     "FutureEvent",
     "KeyPartitionError",
     "LateEvent",

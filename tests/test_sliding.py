@@ -20,9 +20,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agents.sliding import SlidingWindows, composed_monoid
+from agents.sliding import AggregationError, SlidingWindows, composed_monoid
 from app.settings import ConfigError, load_settings
-from stores.aggregations import AggregationError
 from stores.faust_sliding import SlidingStore
 from stores.monoids import argmax, make_monoid, monoid
 from stores.sliding_state import FutureEvent, KeyPartitionError, LateEvent, SlidingState
