@@ -71,6 +71,17 @@ def wait_for_port(host: str, port: int, timeout: float) -> bool:
     return False
 
 
+def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM ``proc`` and wait up to ``timeout`` seconds for it to exit, then SIGKILL it and
+    wait as long again (``Popen`` signals no process that has exited)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
 class BrokerProcess:
     """A broker child process on ``host:port`` (a free port when ``port`` is 0).
 
@@ -158,12 +169,7 @@ class BrokerProcess:
         proc, self._proc = self._proc, None
         running = proc is not None and proc.poll() is None
         if running:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout)
+            stop_process(proc, timeout)
         self.cleanup()
         if running and self._owns_log and not keep_log:
             self.log_path.unlink(missing_ok=True)

@@ -53,7 +53,7 @@ from agents.records import (
     RangeQuery,
     dumps,
 )
-from app.broker import free_port
+from app.broker import free_port, stop_process
 from app.brokers import make_broker, options_keeping_old_records
 from app.generator import Event, generate_events
 from app.kafka_io import ask, event_record, record_as_dict, send_records, start_consumer
@@ -291,14 +291,7 @@ def start_worker(
 
 def stop_worker(worker: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
     """SIGTERM the worker, SIGKILL it after ``timeout`` seconds."""
-    if worker.poll() is not None:
-        return
-    worker.terminate()
-    try:
-        worker.wait(timeout)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait(timeout)
+    stop_process(worker, timeout)
 
 
 def log_tail(path: Path, lines: int = 15) -> str:

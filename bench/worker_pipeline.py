@@ -66,7 +66,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.clients import client_options
-from app.broker import free_port
+from app.broker import free_port, stop_process
 from app.demo import settings_environ
 from app.settings import Settings, WindowSpec, load_settings
 from app.topics import create_topics
@@ -285,12 +285,7 @@ def backlogged_worker(
     try:
         yield settings, worker, log_path
     finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(10)
+        stop_process(worker, 30)
 
 
 def run_scenario(
