@@ -11,8 +11,9 @@ them with their help text, for the CLI). CLI overrides whose value is ``None`` (
 given) are ignored.
 
 Durations are written ``"250ms"``, ``"10s"``, ``"5m"``, ``"1h"``, ``"1d"`` or as an integer
-number of milliseconds, and are stored as int milliseconds. Every validation failure raises
-``ConfigError`` with one human-readable message naming the setting and its source.
+number of milliseconds, and are stored as int milliseconds (``stores.durations``). Every
+validation failure raises ``ConfigError`` with one human-readable message naming the setting
+and its source.
 """
 
 from __future__ import annotations
