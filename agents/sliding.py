@@ -49,6 +49,7 @@ from typing import Any
 import faust
 from faust.streams import current_event
 
+from agents.faust_recovery import seek_before_resume
 from stores.faust_sliding import SlidingStore
 from stores.monoids import Monoid, compose, monoid
 from stores.sliding_state import FutureEvent, KeyPartitionError, LateEvent, SlidingState
@@ -155,6 +156,7 @@ class SlidingWindows:
             composed_monoid(aggregations), sizes, duration_ms(retention), skew
         )
         self._to_state = self.state.monoid.to_state
+        seek_before_resume(app)  # Faust 0.15.3 loses or repeats records otherwise
         self.table = app.tables.add(
             SlidingTable(
                 app,
