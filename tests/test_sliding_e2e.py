@@ -63,17 +63,20 @@ conf = example.app.conf
 conf.datadir = os.environ["TEST_DATADIR"]
 conf.broker_session_timeout = 6.0
 conf.broker_heartbeat_interval = 0.6
-conf.broker_commit_interval = 0.5
+conf.broker_commit_interval = float(os.environ.get("TEST_COMMIT_INTERVAL", "0.5"))
 if os.environ["TEST_EMBEDDED"] == "1":
     conf.producer_max_batch_size = 1  # the embedded broker's ListOffsets (a changelog's end)
-if os.environ.get("TEST_SEEK_DELAY"):  # widen the window of Faust's seek to the commits
+if os.environ.get("TEST_SEEK_GATE"):  # each seek to the commits waits for this file
     import asyncio
     from faust.transport.consumer import ThreadDelegateConsumer as Consumer
     seek = Consumer.seek_to_committed
-    async def slow_seek(self):
-        await asyncio.sleep(float(os.environ["TEST_SEEK_DELAY"]))
+    async def gated_seek(self):
+        for _ in range(600):
+            if os.path.exists(os.environ["TEST_SEEK_GATE"]):
+                break
+            await asyncio.sleep(0.1)
         return await seek(self)
-    Consumer.seek_to_committed = slow_seek
+    Consumer.seek_to_committed = gated_seek
 sys.argv = ["clicks", "worker", "-l", "info", "--without-web"]
 example.app.main()
 """
@@ -178,14 +181,17 @@ class ExampleRun:
     def log(self, name: str) -> Path:
         return self.tmp_path / f"{name}.log"
 
-    def start(self, name: str, seek_delay: float = 0.0) -> None:
+    def start(self, name: str, seek_gate: Path | None = None, commit_interval: float = 0.5) -> None:
         """Start (or restart) worker ``name``: ``examples/clicks.py`` run as written, with the
         test's session timeout, commit interval and data dir (and, on the embedded broker,
-        single-record producer batches) set in the launcher; ``seek_delay``: seconds each seek
-        to the committed offsets waits before it starts."""
-        env = self.env | {"TEST_DATADIR": str(self.tmp_path / name)}
-        if seek_delay:
-            env["TEST_SEEK_DELAY"] = str(seek_delay)
+        single-record producer batches) set in the launcher; with ``seek_gate``, each seek to
+        the committed offsets waits until that file exists (at most a minute)."""
+        env = self.env | {
+            "TEST_DATADIR": str(self.tmp_path / name),
+            "TEST_COMMIT_INTERVAL": str(commit_interval),
+        }
+        if seek_gate is not None:
+            env["TEST_SEEK_GATE"] = str(seek_gate)
         with open(self.log(name), "ab") as out:
             self.workers[name] = subprocess.Popen(
                 [sys.executable, "-c", LAUNCHER],
@@ -449,14 +455,17 @@ def test_standby_replica_takes_over_a_killed_worker(kafka_bootstrap, embedded_pr
 def test_restart_with_a_backlog_processes_each_event_once(
     kafka_bootstrap, embedded_profile, tmp_path
 ):
-    """A worker restarted with a changelog to recover and a backlog, its seek to the committed
-    offsets slowed to 1.5 s: each event is processed once, exactly. Faust 0.15.3 resumes the
-    stream partitions before that seek and empties the streams' queues after it, so without
-    ``agents.faust_recovery`` the records fetched meanwhile are lost or processed twice (see
-    its module doc). The first worker is killed once everything it did is committed, so
-    nothing is replayed: the outputs of both workers are the oracle's, once per event."""
+    """A worker restarted with a changelog to recover, the backlog produced while its seek to
+    the committed offsets is held back (until a backlog output appears, or 3 s) and nothing
+    committed before that seek: each event is processed once, exactly. Faust 0.15.3 resumes
+    the input partitions before that seek and empties the streams' queues after it, so without
+    ``agents.faust_recovery`` the records processed meanwhile are fetched and processed again
+    (or lost; see its module doc). The first worker is killed once everything it did is
+    committed, so nothing is replayed: the outputs of both workers are the oracle's, once per
+    event."""
     run = ExampleRun(kafka_bootstrap, embedded_profile, tmp_path)
     clicks = make_clicks(BACKLOG_FIRST + BACKLOG_SECOND, seed=23)
+    gate = tmp_path / "seek-gate"
     run.start("first")
     try:
         run.produce(clicks[:BACKLOG_FIRST])
@@ -464,8 +473,16 @@ def test_restart_with_a_backlog_processes_each_event_once(
         ends = {p: 1 + max(c.offset for c in placed if c.partition == p) for p in range(PARTITIONS)}
         run.wait_for(lambda: run.committed() == ends, "the first events all committed")
         run.kill("first")
+        run.start("second", seek_gate=gate, commit_interval=60.0)
+        seeking = "Seek stream partitions to committed offsets"
+        run.wait_for(lambda: seeking in run.log("second").read_text(), "the second one's seek")
         run.produce(clicks[BACKLOG_FIRST:])
-        run.start("second", seek_delay=1.5)
+        backlog = {(c.user, c.ts) for c in clicks[BACKLOG_FIRST:]}
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not backlog & run.output_events():
+            time.sleep(0.2)
+        gate.touch()
+        run.wait_for(lambda: "Worker ready" in run.log("second").read_text(), "the seek's end")
         clicks = run.placed(clicks)
         last = {(c.user, c.ts) for c in last_of_partitions(clicks)}
         run.wait_for(lambda: last <= run.output_events(), "the last events' outputs")
