@@ -8,7 +8,7 @@ per input partition:
 
 1. Before the kill (the first worker, which started empty): the outputs are the oracle's after
    each event applied in offset order, once (exact).
-2. The changelog records the killed worker wrote (Kafka timestamps before the kill; outputs
+2. The changelog records the killed worker wrote (Kafka timestamps up to its death; outputs
    are told apart the same way), which is what the restarted worker recovers, hold a prefix
    of the partition's events, each once: every event before some offset ``q`` that is still
    inside the retention, possibly older ones not yet tombstoned, nothing at or after ``q``.
@@ -206,11 +206,13 @@ class ExampleRun:
     def kill(self, name: str) -> None:
         """SIGKILL worker ``name``, then wait until the records and offset commits it had
         already sent (still in its sockets) have landed: the output and changelog topics and
-        the committed offsets stay the same for a second."""
+        the committed offsets stay the same for a second. ``killed_at_ms``: a time (ms) once
+        it is dead, so that every record it sent has a Kafka timestamp at most that (records
+        sent in the millisecond of the kill share it)."""
         worker = self.workers.pop(name)
         os.killpg(worker.pid, signal.SIGKILL)
-        self.killed_at_ms = int(time.time() * 1000)
         worker.wait(10)
+        self.killed_at_ms = int(time.time() * 1000)
         self.wait_stable(self._progress)
 
     @staticmethod
@@ -228,7 +230,7 @@ class ExampleRun:
         clicks = self.placed(clicks)
         last = last_of_partitions(clicks)
         self.wait_for(
-            lambda: {(c.user, c.ts) for c in last} <= self.output_events(self.killed_at_ms),
+            lambda: {(c.user, c.ts) for c in last} <= self.output_events(self.killed_at_ms + 1),
             "the last event of every partition after the kill",
         )
         records = self.read(self.out_topic)
@@ -237,8 +239,8 @@ class ExampleRun:
 
     def written_before_kill(self, topic: str) -> list:
         """The records of ``topic`` that the killed worker wrote (Kafka timestamps, set when
-        sent, before the kill; they may land later, so the reading comes at the end)."""
-        return [r for r in self.read(topic) if r.timestamp < self.killed_at_ms]
+        sent, at most ``killed_at_ms``; they may land later, so the reading comes at the end)."""
+        return [r for r in self.read(topic) if r.timestamp <= self.killed_at_ms]
 
     def _progress(self) -> tuple:
         outputs, changelog = len(self.read(self.out_topic)), len(self.read(self.changelog))
