@@ -31,7 +31,9 @@ key. It is partitioned like any Faust table: ``add`` must run while iterating a 
 partitioned by ``key`` (use ``group_by`` otherwise), and the entry goes to that partition.
 Each ``add`` writes one changelog record (the entry at ``ts``) plus one tombstone per evicted
 entry, O(1) amortized: never the window. Recovery and standby replicas (``table_standby_replicas``)
-are Faust's, replaying those records into the trees. The guarantee is a Faust table's:
+are Faust's, replaying those records into the trees; the app's recovery gets the input
+partitions' seek moved before their resumption (``agents.faust_recovery``: Faust 0.15.3 loses or
+repeats records there). The guarantee is a Faust table's:
 at-least-once (events re-processed after a crash count again); exact only as far as Faust's
 ``processing_guarantee="exactly_once"`` (a broker with transactions) keeps the changelog and
 the input offsets in one transaction, which faust-streaming 0.15.3 was measured not to do
@@ -51,6 +53,7 @@ from typing import Any
 import faust
 from faust.streams import current_event
 
+from agents.faust_recovery import seek_before_resume
 from stores.aggregations import AggregationError, validated_monoid
 from stores.durations import parse_duration
 from stores.faust_sliding import SlidingStore
@@ -146,6 +149,7 @@ class SlidingWindows:
             composed_monoid(aggregations), sizes, parse_duration(retention), skew
         )
         self._to_state = self.state.monoid.to_state
+        seek_before_resume(app)  # Faust 0.15.3 loses or repeats records otherwise
         self.table = app.tables.add(
             SlidingTable(
                 app,
