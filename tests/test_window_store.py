@@ -424,6 +424,9 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
     ops=[("record", "a", 0, 1, 0), ("flush",), ("evict", "a", 1), ("send",), ("crash", True, 0)]
 )
 @example(ops=[("record", "a", 0, 1, 0), ("flush",), ("evict", "a", 1), ("crash", True, 0)])
+# emit=batch: a record_many during the background backfill of a copy rebuilt from the changelog
+# (the restored entry it overwrites must not shadow it once the backfill is ingested)
+@example(ops=[("record", "a", 0, 1, 0), ("restart", False), ("many", [("a", 0, 2)]), ("send",)])
 # emit=batch: a crash inside a record_many call's records, then its sweep lost with the crash
 @example(
     ops=[
