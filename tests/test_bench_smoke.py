@@ -251,3 +251,47 @@ def test_worker_pipeline_micro_measures_the_window_work_offline() -> None:
         figures
     )
     assert all(value > 0 for value in figures.values())
+
+
+@pytest.mark.parametrize("factor", [2.0, 4.0])
+def test_changelog_chunks_prices_formats_that_hold_the_same_state(factor: float) -> None:
+    """``bench.changelog_chunks`` compares like with like: its chunked records (snapshots and
+    their tombstones included) replay to the entries today's per-entry records replay to, and
+    its snapshots keep the compacted chunks within ``factor`` times the retained bytes."""
+    from bench.changelog_chunks import (
+        ChunkWriter,
+        Rec,
+        Workload,
+        compacted_bytes,
+        per_entry_records,
+        replay_chunks,
+    )
+    from stores.changelog import encode_upsert, entry_id
+    from stores.window_store import replay_changelog
+
+    work = Workload(occupancy=30, batches=40)
+    writer = ChunkWriter(work.prefill(), snapshots=True, factor=factor)
+    chunked = writer.initial_records()
+    for b in range(40):
+        chunked += writer.batch_records(work, b)
+    per_entry = [
+        (entry_id(key, t), encode_upsert(-1, (), data))
+        for key, entries in work.prefill().items()
+        for t, data in entries.items()
+    ]
+    for b in range(40):
+        per_entry += per_entry_records(work, b)
+    expected: dict[bytes, bytes] = {}
+    replay_changelog(
+        [Rec(i, k, v) for i, (k, v) in enumerate(per_entry)],
+        -1,
+        expected.__setitem__,
+        lambda key: expected.pop(key, None),
+    )
+    expected.pop(b"\x00applied", None)
+    got: dict[bytes, bytes] = {}
+    replay_chunks([Rec(i, k, v) for i, (k, v) in enumerate(chunked)], got)
+    assert got == expected and len(got) == 100 * 30
+    retained = sum(writer.size.values())
+    assert compacted_bytes(chunked) <= factor * retained * 1.1  # plus record framing
+    assert len(chunked) < len(per_entry) / 5

@@ -27,6 +27,7 @@ from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
 from stores import window_store
 from stores.changelog import (
+    APPLIED_KEY,
     SHAPE_KEY,
     ChangelogTruncated,
     entry_id,
@@ -186,6 +187,11 @@ KEYS = st.sampled_from(["a", "b", "ключ", "k:1"])
 operation = st.one_of(
     st.tuples(st.just("record"), KEYS, st.integers(-3, 12), st.integers(-5, 5), st.integers(0, 3)),
     st.tuples(st.just("skip")),
+    # emit=batch: several effects in one record_many call
+    st.tuples(
+        st.just("many"),
+        st.lists(st.tuples(KEYS, st.integers(-3, 12), st.integers(-5, 5)), min_size=1, max_size=6),
+    ),
     st.tuples(st.just("evict"), KEYS, st.integers(1, 3)),
     st.tuples(st.just("send")),
     st.tuples(st.just("flush")),
@@ -320,6 +326,17 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
                 model.applied = offset
                 model.did(1 + len(evicted), True, offset)
                 offset += 1
+            elif kind == "many":
+                effects = []
+                for key, time, value in op[1]:
+                    old = model.entries.get((key, time), [0, 0])
+                    partial = [old[0] + 1, old[1] + value]
+                    effects.append((offset, key, time, partial))
+                    model.entries[(key, time)] = partial
+                    model.applied = offset
+                    model.did(1, True, offset)  # each effect one upsert record
+                    offset += 1
+                store.record_many(0, effects)
             elif kind == "skip":
                 store.record_skipped(0, offset)
                 model.applied = offset
@@ -407,6 +424,18 @@ async def run_operations(settings: Settings, ops: list[tuple]) -> None:
     ops=[("record", "a", 0, 1, 0), ("flush",), ("evict", "a", 1), ("send",), ("crash", True, 0)]
 )
 @example(ops=[("record", "a", 0, 1, 0), ("flush",), ("evict", "a", 1), ("crash", True, 0)])
+# emit=batch: a record_many during the background backfill of a copy rebuilt from the changelog
+# (the restored entry it overwrites must not shadow it once the backfill is ingested)
+@example(ops=[("record", "a", 0, 1, 0), ("restart", False), ("many", [("a", 0, 2)]), ("send",)])
+# emit=batch: a crash inside a record_many call's records, then its sweep lost with the crash
+@example(
+    ops=[
+        ("many", [("a", 0, 1), ("b", 1, 1), ("a", 0, 2)]),
+        ("send",),
+        ("evict", "a", 1),
+        ("crash", True, 2),
+    ]
+)
 @example(
     ops=[
         ("skip",),
@@ -468,6 +497,77 @@ async def test_batched_changelog_restores_exactly(
         finally:
             await consumer.stop()
         assert end < restored[0].changelog_records
+
+
+def compacted(records: list[tuple[bytes, bytes | None]]) -> list[tuple[bytes, bytes]]:
+    """What log compaction keeps of ``records`` once it has removed the tombstones too: the last
+    record of each key, in the order of those records."""
+    last: dict[bytes, bytes | None] = {}
+    for key, value in records:
+        last.pop(key, None)
+        last[key] = value
+    return [(key, value) for key, value in last.items() if value is not None]
+
+
+async def test_the_compacted_changelog_holds_one_record_per_retained_entry(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """Whatever the history, a compacted changelog keeps one record per retained entry plus the
+    shape and the applied marker (O(retained entries)): every evicted entry gets a tombstone,
+    on the ``emit=batch`` path (``record_many``, then ``evict`` per key) and the ``emit=event``
+    path (``record`` with its evictions); and the compacted records alone restore the state."""
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a", partitions=1)
+    await create_changelog(settings)
+    store, _ = await open_store(settings, 0)
+    expected: dict[tuple[str, int], Any] = {}
+    keep = 12  # times per key kept: a sliding window over each key's last times
+
+    def expire(key: str) -> list[int]:
+        times = sorted(t for k, t in expected if k == key)
+        doomed = times[: max(0, len(times) - keep)]
+        for t in doomed:
+            del expected[(key, t)]
+        return doomed
+
+    offset = 0
+    for batch in range(25):  # emit=batch: 8 records per key per batch, then the evictions
+        effects = []
+        for j in range(32):
+            effects.append((offset, f"k{j % 4}", batch * 8 + j // 4, [1, offset]))
+            expected[(f"k{j % 4}", batch * 8 + j // 4)] = [1, offset]
+            offset += 1
+        store.record_many(0, effects)
+        for key in ("k0", "k1", "k2", "k3"):
+            store.evict(0, key, expire(key))
+        await store.send_changes(0)
+    for i in range(200):  # emit=event: each record with the evictions it causes
+        key, t = f"k{i % 4}", 200 + i // 4
+        expected[(key, t)] = [1, offset]
+        store.record(0, offset, key, t, [1, offset], expire(key))
+        offset += 1
+    store.record_skipped(0, offset)
+    await store.stop()
+
+    history = [(r.key, r.value) for r in await read_changelog(settings)]
+    kept = compacted(history)
+    entries = {split_entry_id(key) for key, _ in kept if key not in (SHAPE_KEY, APPLIED_KEY)}
+    assert entries == set(expected) and len(expected) == 4 * keep
+    assert len(kept) == len(expected) + 2  # the shape and the applied marker
+    assert len(history) > 20 * len(kept)
+
+    copy = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "b", partitions=1)
+    await create_changelog(copy)
+    writer = KafkaChangelog(copy)
+    await writer.start()
+    try:
+        await writer.send_records(copy.changelog_topic, 0, kept)
+        await writer.flush()
+    finally:
+        await writer.stop()
+    store, restored = await open_store(copy, 0)
+    await store.stop()
+    assert restored[0].applied_offset == offset
+    assert as_entries(restored[0]) == expected
 
 
 async def test_tail_written_by_another_worker_is_replayed_on_top_of_local(
