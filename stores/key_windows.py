@@ -35,8 +35,10 @@ whole-window query when the window covers every retained entry, otherwise from a
 event, falling back on the FiBA range query ``[S - w, S]``).
 
 Emission modes (``emit``): ``event`` — ``accept`` returns the ``KeyAggregates`` of the key
-(every window at the new ``S``) after each accepted event; ``changes`` — the same, but ``None``
-when no window's count or aggregates changed since the key's previous record; ``batch`` —
+(every window at the new ``S``) after each accepted event (``apply`` then ``lowered_windows``:
+the same windows, for an encoder that writes the record without building it); ``changes`` —
+the same, but ``None`` when no window's count or aggregates changed since the key's previous
+record; ``batch`` —
 ``accept_batch`` applies many events with one ``bulk_insert`` and one ``bulk_evict`` per key and
 returns one record per touched key, at the stream time after the batch. Acceptance decisions
 inside a batch are made event by event, so every mode ends in the same state.
