@@ -522,15 +522,18 @@ class KeyWindows:
         if self._oldest[key] >= horizon:
             return ()
         window = self._windows[key]
-        # the usual case, one entry expired: evicted at the old end, no walk of the tree
-        first = window.oldest()
-        window.evict(first)
-        after = window.oldest()
-        if after is None or after >= horizon:
-            times: tuple[int, ...] = (first,)
-        else:
-            times = (first, *(t for t, _ in takewhile(lambda entry: entry[0] < horizon, window)))
+        # the usual case, one or a few entries expired: evicted one by one at the old end (O(1)
+        # amortized each), no walk of the tree; beyond SINGLE_EVICTS, the rest in bulk
+        evicted = []
+        oldest = window.oldest()
+        while oldest is not None and oldest < horizon and len(evicted) < SINGLE_EVICTS:
+            window.evict(oldest)
+            evicted.append(oldest)
+            oldest = window.oldest()
+        if oldest is not None and oldest < horizon:
+            evicted.extend(t for t, _ in takewhile(lambda entry: entry[0] < horizon, window))
             window.bulk_evict(horizon - 1)
+        times = tuple(evicted)
         if len(window):
             self._set_oldest(key, window.oldest())
         else:
@@ -702,6 +705,10 @@ class KeyWindows:
 
 
 _NEVER = 2**63
+
+SINGLE_EVICTS = 8
+"""Expired entries of a key that lazy eviction removes one by one at the old end before it
+evicts the rest with one ``bulk_evict`` (which walks the tree for their times first)."""
 
 
 def _time_of(pair: tuple[int, Any]) -> int:

@@ -207,6 +207,18 @@ def test_an_accepted_event_reports_exactly_the_entries_it_evicted(stream):
         assert sorted(outcome.evicted) == sorted((before | {outcome.time}) - after)
 
 
+def test_many_expired_entries_are_evicted_and_reported_at_once():
+    """More expired entries than lazy eviction takes one by one: the rest go in bulk, and
+    every one is reported."""
+    windows = KeyWindows(WindowConfig.from_settings(SETTINGS))
+    for t in range(0, 40, 2):
+        windows.apply("k", t, 1)
+    windows.apply("k", 88, 1)
+    outcome = windows.apply("k", 138, 1)  # S - R = 38: the 19 entries from 0 to 36 expire
+    assert outcome.evicted == tuple(range(0, 38, 2))
+    assert [t for t, _ in windows.entries("k")] == [38, 88, 138]
+
+
 @given(stream=events, resolution=st.sampled_from([3, 7, 25]))
 def test_panes_round_times_down(stream, resolution):
     settings = replace(SETTINGS, resolution=resolution)
