@@ -78,7 +78,7 @@ from agents.batched_send import KeyedOutputs
 from agents.config import FaustWorker
 from agents.dead_letters import DeadLetters
 from agents.events import BadEvent, EventParser, ParsedEvent
-from agents.records import encode_aggregate
+from agents.records import AggregateEncoder, encode_aggregate
 from agents.transactions import Transactions
 from stores.gc_pause import PacedYoungCollections, freeze_survivors_unless_paused, paused_gc
 from stores.key_windows import (
@@ -175,6 +175,12 @@ class WindowsPipeline:
         """Young collections after every few hundred records, at hand-overs (see there)."""
         self.aggregates = KeyedOutputs(fiba.kafka_producer, fiba.settings.aggregates_topic)
         """Aggregate records queued during a chunk, handed over at its end."""
+        self._encoder = (
+            AggregateEncoder(config.aggregations, config.lowered_is_aggregates)
+            if fiba.settings.emit == "event"
+            else None
+        )
+        """``emit=event``'s encoder: each record's bytes straight from its windows."""
         self._delivering = asyncio.Lock()
         """Held by ``deliver_outputs``: one delivery round at a time."""
         store.before_changelog = self.deliver_outputs
@@ -429,13 +435,32 @@ class WindowsPipeline:
         if isinstance(parsed, BadEvent):
             await self._reject(state, record, parsed.reason, parsed.detail)
             return
+        windows = state.windows
         try:
-            outcome = state.windows.accept(*parsed)
+            outcome = windows.apply(*parsed)
         except Rejected as rejected:
             await self._reject(state, record, rejected.reason, rejected.detail)
             return
         self.counts["accepted"] += 1
-        self._emit(outcome.record, outcome.key, state.partition, offset)
+        key, event_ts = outcome.key, parsed[1]
+        encoder = self._encoder
+        if encoder is None:  # emit=changes: the record decides whether anything changed
+            self._emit(windows.record_of(key, event_ts), key, state.partition, offset)
+        else:
+            self.counts["aggregates"] += 1
+            self.aggregates.add(
+                key.encode(),
+                encoder.encode(
+                    key,
+                    event_ts,
+                    windows.stream_time,  # type: ignore[arg-type]  # set by apply
+                    windows.lowered_windows(key, event_ts),
+                    state.partition,
+                    offset,
+                ),
+                event_ts,
+                source=state.partition,
+            )
         self.store.record(
             state.partition,
             offset,

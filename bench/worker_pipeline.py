@@ -16,7 +16,9 @@ first record arrives.
 Scenarios: ``floor`` — a bare aiokafka consumer that only reads the same topic, fetching as
 the worker's input reader does (``agents.input_reader``: same fetch wait, partition bytes and
 records per ``getmany``), the rate the worker is measured against (issue 20's goals:
-``emit=batch`` at least 1.0x of it, ``emit=event`` at least 0.5x); ``bare`` — a Faust agent
+``emit=batch`` at least 1.0x of it, ``emit=event`` at least 0.5x); ``emit-floor`` — the same
+consumer that also encodes and produces one aggregate record per event as ``emit=event`` does,
+without any window work (the bound of ``emit=event``); ``bare`` — a Faust agent
 that only consumes the same topic (the framework's floor), ``bare-batch`` — the same with
 ``stream.take_events`` batches as ``emit=batch`` uses;
 ``event``/``batch`` — the worker with that ``emit`` mode at each occupancy, under each of
@@ -25,7 +27,8 @@ exactly-once's share of at-least-once's throughput per mode). Throughput is the
 accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). Every
 cell streams 90,000 events, so that every measured part lasts several seconds (at 30,000
 events, a ``batch`` run measured about 2 s and an ``event`` run 4-6 s, and a single pause of the
-machine moved a cell by 20%); ``--quick`` streams 24,000; ``floor`` ten times as many. One more
+machine moved a cell by 20%); ``--quick`` streams 24,000; ``floor`` and ``emit-floor`` ten
+times as many. One more
 run of each emit mode at occupancy 10^3 (``+ queries``) times range queries while the worker is
 loaded (kept out of the flatness figures, since its clients share the two cores): sequential
 ``GET /windows/{key}?window=`` requests, and query records sent to the query topic, each timed
@@ -272,7 +275,9 @@ def backlogged_worker(
     ``child`` (a worker emit mode, or ``floor``/``bare``/``bare-batch``) in a subprocess on
     them for the ``with`` block: yields its settings, process and log file; terminates it
     afterwards."""
-    emit = {"bare": "event", "bare-batch": "batch", "floor": "batch"}.get(child, child)
+    emit = {"bare": "event", "bare-batch": "batch", "floor": "batch", "emit-floor": "event"}.get(
+        child, child
+    )
     settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6], guarantee)
     asyncio.run(create_topics(settings))
     asyncio.run(produce(settings, event_stream(events)))
@@ -375,15 +380,20 @@ def run_bare(settings: Settings, batched: bool) -> None:
     faust.Worker(fiba.app, loglevel=settings.log_level, quiet=True).execute_from_commandline()
 
 
-def run_floor(settings: Settings) -> None:
+def run_floor(settings: Settings, produce: bool = False) -> None:
     """A bare aiokafka consumer that reads every partition of the input topic from its start
     and only counts the records, fetching as ``agents.input_reader.InputReader`` does; serves
     the count as ``GET /stats`` (``{"counts": {"accepted": n}}``) on ``web_port`` until
-    SIGTERM."""
+    SIGTERM. ``produce`` (the ``emit-floor`` scenario): also, per record, one aggregate record
+    as ``emit=event`` writes it (``emit_floor_record``), queued as the worker queues it
+    (``KeyedOutputs``) and, after each chunk, produced with the worker's producer settings
+    and its acknowledgement awaited: the least ``emit=event`` can cost."""
     import signal
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    from agents.batched_send import KeyedOutputs
     from agents.input_reader import FETCH_CHUNK, FETCH_PARTITION_BYTES, FETCH_WAIT_MS
+    from app.faust_app import PRODUCER_MAX_BATCH_BYTES
 
     counts = {"accepted": 0}
 
@@ -410,22 +420,61 @@ def run_floor(settings: Settings) -> None:
             fetch_max_wait_ms=FETCH_WAIT_MS,
             max_partition_fetch_bytes=FETCH_PARTITION_BYTES,
         )
+        producer = AIOKafkaProducer(
+            **client_options(settings), acks="all", max_batch_size=PRODUCER_MAX_BATCH_BYTES
+        )
         await consumer.start()
+        await producer.start()
         try:
             tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
             consumer.assign(tps)
             for tp in tps:
                 consumer.seek(tp, 0)
+            outputs = KeyedOutputs(lambda: producer, settings.aggregates_topic)
+            await outputs.start()
+            encode = emit_floor_encoder(settings)
             stop = asyncio.Event()
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
             while not stop.is_set():
                 chunk = await consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=FETCH_CHUNK)
+                if produce:
+                    for tp, records in chunk.items():
+                        for record in records:
+                            value = encode(record.key.decode(), record.timestamp, record.offset)
+                            outputs.add(record.key, value, record.timestamp, source=tp.partition)
+                    for delivery in await outputs.send():
+                        await delivery
                 counts["accepted"] += sum(map(len, chunk.values()))
         finally:
+            await producer.stop()
             await consumer.stop()
             server.shutdown()
 
     asyncio.run(consume())
+
+
+def emit_floor_encoder(settings: Settings) -> Any:
+    """``encode(key, event_ts, offset) -> bytes``: an aggregate record of the worker's shape
+    and size under ``settings`` (every window, every aggregation, values of a full window),
+    written by ``emit=event``'s own encoder (``agents.records.AggregateEncoder``), without any
+    window work: what ``emit-floor`` produces per event."""
+    from agents.records import AggregateEncoder
+    from stores.key_windows import WindowConfig
+
+    config = WindowConfig.from_settings(settings)
+    composed = config.composed
+    full = composed.identity
+    for j in range(1000):
+        full = composed.combine(full, composed.lift(round(j * 0.731 % 200 - 100, 3)))
+    lowered = composed.lower(full)
+    encoder = AggregateEncoder(config.aggregations, config.lowered_is_aggregates)
+    spans = [(spec.name, spec.size_ms) for spec in config.windows]
+
+    def encode(key: str, event_ts: int, offset: int) -> bytes:
+        windows = [(name, event_ts - size, event_ts, lowered) for name, size in spans]
+        return encoder.encode(key, event_ts, event_ts, windows, 0, offset)
+
+    return encode
 
 
 def prefilled_pairs(lift: Any, n: int) -> list[tuple[int, Any]]:
@@ -596,8 +645,8 @@ def main() -> None:
         return
     if args.command == "child":
         settings = load_settings()
-        if args.scenario == "floor":
-            run_floor(settings)
+        if args.scenario in ("floor", "emit-floor"):
+            run_floor(settings, produce=args.scenario == "emit-floor")
         elif args.scenario.startswith("bare"):
             run_bare(settings, batched=args.scenario == "bare-batch")
         else:
@@ -616,11 +665,11 @@ def main() -> None:
             (
                 name,
                 occupancies[0],
-                events * (FLOOR_STREAM_FACTOR if name == "floor" else 1),
+                events * (FLOOR_STREAM_FACTOR if name.endswith("floor") else 1),
                 False,
                 "at_least_once",
             )
-            for name in ("floor", "bare", "bare-batch")
+            for name in FLOORS
             if name in scenarios
         ]
         for name in ("event", "batch"):
@@ -710,6 +759,13 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"events/s): {min(medians) / rate[floor]:.3f}x-{max(medians) / rate[floor]:.3f}x "
             f"(goal >= {goal}x)"
         )
+    bound = next((cell for cell in cells if cell[0] == "emit-floor"), None)
+    if floor is not None and bound is not None:
+        lines.append(
+            f"\nemit-floor (the floor plus encoding and producing one aggregate record per "
+            f"event, no window work): {rate[bound] / rate[floor]:.3f}x the floor, "
+            f"{cpu[bound]:,.1f} CPU µs/event: the most emit=event can reach"
+        )
     lines += _guarantee_ratios(cells, rate, cpu)
     for r in results:
         for kind in ("http_query_ms", "topic_query_ms"):
@@ -723,7 +779,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-FLOORS = ("floor", "bare", "bare-batch")
+FLOORS = ("floor", "emit-floor", "bare", "bare-batch")
 """The scenarios without a worker (no occupancy)."""
 
 GOALS = {"batch": 1.0, "event": 0.5}

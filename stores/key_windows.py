@@ -35,8 +35,10 @@ whole-window query when the window covers every retained entry, otherwise from a
 event, falling back on the FiBA range query ``[S - w, S]``).
 
 Emission modes (``emit``): ``event`` — ``accept`` returns the ``KeyAggregates`` of the key
-(every window at the new ``S``) after each accepted event; ``changes`` — the same, but ``None``
-when no window's count or aggregates changed since the key's previous record; ``batch`` —
+(every window at the new ``S``) after each accepted event (``apply`` then ``lowered_windows``:
+the same windows, for an encoder that writes the record without building it); ``changes`` —
+the same, but ``None`` when no window's count or aggregates changed since the key's previous
+record; ``batch`` —
 ``accept_batch`` applies many events with one ``bulk_insert`` and one ``bulk_evict`` per key and
 returns one record per touched key, at the stream time after the batch. Acceptance decisions
 inside a batch are made event by event, so every mode ends in the same state.
@@ -116,6 +118,12 @@ class KeyAggregates:
     windows: dict[str, WindowResult] = field(default_factory=dict)
 
 
+LoweredWindow = tuple[str, int, int, dict[str, Any]]
+"""One window of a key as ``KeyWindows.lowered_windows`` gives it: name, start, end (both
+inclusive) and the composed monoid's lowered result over it (``count`` and every
+aggregation)."""
+
+
 class Rejected(Exception):
     """An event that was not inserted: ``reason`` (a dead-letter code) and ``detail``."""
 
@@ -161,6 +169,13 @@ class WindowConfig:
             partial_monoid=_prelifted(composed),
             window_end=settings.window_end,
         )
+
+    @property
+    def lowered_is_aggregates(self) -> bool:
+        """Whether a lowered result of the composed monoid is exactly a record's
+        ``aggregates`` (``count`` is one of the aggregations, so it holds nothing else, in
+        their order); otherwise the aggregates are its ``aggregations`` items. O(parts)."""
+        return tuple(self.composed.lower(self.composed.identity)) == self.aggregations
 
     def window_time(self, ts: int) -> int:
         """The window time of event time ``ts``: itself, or the start of its pane."""
@@ -273,7 +288,7 @@ class KeyWindows:
         self._empty = config.composed.lower(config.composed.identity)
         self._sizes = tuple((spec.name, spec.size_ms) for spec in config.windows)
         self._lower = config.composed.lower
-        self._lowered_is_aggregates = tuple(self._empty) == config.aggregations
+        self._lowered_is_aggregates = config.lowered_is_aggregates
         """``count`` is one of the aggregations: a lowered partial is the aggregates dict."""
 
     # --- state --------------------------------------------------------------------------------
@@ -374,7 +389,17 @@ class KeyWindows:
         return t
 
     def accept(self, key: str, ts: int, value: Any) -> Accepted:
-        """Apply one event (``emit`` = ``event`` or ``changes``); ``Rejected`` if it is refused."""
+        """Apply one event (``emit`` = ``event`` or ``changes``); ``Rejected`` if it is refused.
+        ``apply``, then the key's record (``record_of``)."""
+        accepted = self.apply(key, ts, value)
+        return Accepted(
+            key, accepted.time, accepted.partial, accepted.evicted, self.record_of(key, ts)
+        )
+
+    def apply(self, key: str, ts: int, value: Any) -> Accepted:
+        """The state part of ``accept`` (its ``record`` is ``None``): admit, insert, evict the
+        key's expired entries. A caller that encodes the key's windows itself asks
+        ``lowered_windows`` next."""
         t = self.admit(ts)
         partial = self.config.lift(value)
         self._advance(t)
@@ -385,7 +410,9 @@ class KeyWindows:
         if t < self._oldest[key]:
             self._set_oldest(key, t)
         evicted = self._evict_expired(key)
-        return Accepted(key, t, window.get(t), evicted, self.record_of(key, ts))
+        # a new youngest time holds just this event's partial (no lookup)
+        stored = partial if youngest is None or t > youngest else window.get(t)
+        return Accepted(key, t, stored, evicted, None)
 
     def accept_batch(self, events: Sequence[tuple[str, int, Any]]) -> BatchResult:
         """Apply ``(key, ts, value)`` events with one bulk insert and evict per touched key.
@@ -495,8 +522,18 @@ class KeyWindows:
         if self._oldest[key] >= horizon:
             return ()
         window = self._windows[key]
-        times = tuple(t for t, _ in takewhile(lambda entry: entry[0] < horizon, window))
-        window.bulk_evict(horizon - 1)
+        # the usual case, one or a few entries expired: evicted one by one at the old end (O(1)
+        # amortized each), no walk of the tree; beyond SINGLE_EVICTS, the rest in bulk
+        evicted = []
+        oldest = window.oldest()
+        while oldest is not None and oldest < horizon and len(evicted) < SINGLE_EVICTS:
+            window.evict(oldest)
+            evicted.append(oldest)
+            oldest = window.oldest()
+        if oldest is not None and oldest < horizon:
+            evicted.extend(t for t, _ in takewhile(lambda entry: entry[0] < horizon, window))
+            window.bulk_evict(horizon - 1)
+        times = tuple(evicted)
         if len(window):
             self._set_oldest(key, window.oldest())
         else:
@@ -549,17 +586,41 @@ class KeyWindows:
         Every window reaching back to the key's oldest entry shares one O(1) whole-window
         query; the others smaller than the retention come from the key's ``WindowSuffix``
         (O(1) amortized in order), larger ones from a range query, O(log n)."""
+        result = self._result
+        return {name: result(start, end, low) for name, start, end, low in self._lowered_of(key)}
+
+    def windows_ending(self, key: str, end: int) -> dict[str, WindowResult]:
+        """Every configured window ``[end - w, end]`` of ``key`` (``window_end = event_time``),
+        over the key's entries present now and retained (``t >= S - R``): every event of
+        that span accepted so far, whenever it arrived. One range query per window,
+        O(W log n); ``{}`` before any event."""
+        result = self._result
+        return {
+            name: result(start, stop, low)
+            for name, start, stop, low in self._lowered_ending(key, end)
+        }
+
+    def lowered_windows(self, key: str, event_ts: int) -> list[LoweredWindow]:
+        """The windows ``record_of(key, event_ts)`` reports, without building its record: per
+        configured window ``(name, start, end, lowered)``, ``lowered`` being the composed
+        monoid's lowered result (every aggregation and ``count``; possibly shared, never to
+        be changed); ``[]`` before any event. For an encoder that writes the record itself
+        (``agents.records.AggregateEncoder``). Same cost as ``record_of``."""
+        if self.config.window_end == EVENT_TIME:
+            return self._lowered_ending(key, self.config.window_time(event_ts))
+        return self._lowered_of(key)
+
+    def _lowered_of(self, key: str) -> list[LoweredWindow]:
         s = self.stream_time
         if s is None:
-            return {}
+            return []
         window = self._windows.get(key)
-        result = self._result
         if window is None:
-            return {name: result(s - size, s, self._empty) for name, size in self._sizes}
+            return [(name, s - size, s, self._empty) for name, size in self._sizes]
         oldest = window.oldest()
         covers_youngest = window.youngest() <= s
         whole = None
-        results = {}
+        results = []
         for index, (name, size) in enumerate(self._sizes):
             start = s - size
             if start <= oldest and covers_youngest:
@@ -571,24 +632,20 @@ class KeyWindows:
                 lowered = self._lower(suffix.aggregate(window, start, s, self._lateness))
             else:
                 lowered = window.query_range(start, s)
-            results[name] = result(start, s, lowered)
+            results.append((name, start, s, lowered))
         return results
 
-    def windows_ending(self, key: str, end: int) -> dict[str, WindowResult]:
-        """Every configured window ``[end - w, end]`` of ``key`` (``window_end = event_time``),
-        over the key's entries present now and retained (``t >= S - R``): every event of
-        that span accepted so far, whenever it arrived. One range query per window,
-        O(W log n); ``{}`` before any event."""
+    def _lowered_ending(self, key: str, end: int) -> list[LoweredWindow]:
         s = self.stream_time
         if s is None:
-            return {}
+            return []
         window = self._windows.get(key)
         horizon = s - self.config.retention
-        lowered, result = self._lowered, self._result
-        return {
-            name: result(end - size, end, lowered(window, max(end - size, horizon), end))
+        lowered = self._lowered
+        return [
+            (name, end - size, end, lowered(window, max(end - size, horizon), end))
             for name, size in self._sizes
-        }
+        ]
 
     def _suffix(self, key: str, index: int, size: int) -> WindowSuffix:
         suffixes = self._suffixes.get(key)
@@ -648,6 +705,10 @@ class KeyWindows:
 
 
 _NEVER = 2**63
+
+SINGLE_EVICTS = 8
+"""Expired entries of a key that lazy eviction removes one by one at the old end before it
+evicts the rest with one ``bulk_evict`` (which walks the tree for their times first)."""
 
 
 def _time_of(pair: tuple[int, Any]) -> int:

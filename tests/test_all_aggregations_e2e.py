@@ -118,9 +118,22 @@ def feed(oracle: Oracle, records, placed) -> dict[tuple[int, int], dict]:
     return expected
 
 
+def landed_aggregates(settings: Settings, positions: int, timeout: float = 60) -> list:
+    """The aggregates topic's records once they answer ``positions`` distinct input records
+    (``/stats`` counts an output when it is queued, before it lands), or at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = asyncio.run(read_to_end(settings, settings.aggregates_topic))
+        objs = [json.loads(r.value) for r in records]
+        answered = {(obj[INPUT_PARTITION], obj[INPUT_OFFSET]) for obj in objs}
+        if len(answered) >= positions or time.monotonic() > deadline:
+            return records
+        time.sleep(0.3)
+
+
 def check_aggregates(settings: Settings, expected: dict[tuple[int, int], dict]) -> None:
     by_input: dict[tuple[int, int], dict] = {}
-    for r in asyncio.run(read_to_end(settings, settings.aggregates_topic)):
+    for r in landed_aggregates(settings, len(expected)):
         obj = json.loads(r.value)
         validate("aggregate", obj)
         position = (obj[INPUT_PARTITION], obj[INPUT_OFFSET])

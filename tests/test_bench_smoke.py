@@ -9,6 +9,7 @@ speed: timings are only ever judged in ``bench/RESULTS.md``.
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
@@ -186,6 +187,7 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
         row("event", 10000, 800, 3),
         {**row("event", 1000, 100, 1), "queries": True},  # own row, not in the flatness
         row("floor", 100, 4000, 1),
+        row("emit-floor", 100, 400, 1),
     ]
     report = markdown(results)
     assert "| bare | - | 2,000 [1,000-3,000] | 100% | 500 | 100% |" in report
@@ -201,6 +203,31 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
         "event against the floor (a bare aiokafka consumer, 4,000 events/s): 0.200x-0.250x "
         "(goal >= 0.5x)"
     ) in report
+    assert "| emit-floor | - | 400 | 20% | 2,500 | 20% |" in report
+    assert (
+        "emit-floor (the floor plus encoding and producing one aggregate record per event, no "
+        "window work): 0.100x the floor, 2,500.0 CPU µs/event: the most emit=event can reach"
+    ) in report
+
+
+def test_the_emit_floor_writes_aggregate_records_of_the_workers_shape(tmp_path) -> None:
+    """What ``emit-floor`` produces per event is a valid aggregate record with every window
+    and aggregation of the scenario's settings, answering that event."""
+    from bench.bench_broker import BenchBroker
+    from bench.worker_pipeline import T0, emit_floor_encoder, scenario_settings
+    from tests.test_output_schemas import validate
+
+    settings = scenario_settings(
+        BenchBroker("127.0.0.1:9", "embedded", "embedded"), 100, "event", tmp_path
+    )
+    obj = json.loads(emit_floor_encoder(settings)("key-3", T0, 41))
+    validate("aggregate", obj)
+    assert (obj["key"], obj["event_ts"], obj["input_offset"]) == ("key-3", T0, 41)
+    assert list(obj["windows"]) == [w.name for w in settings.windows]
+    for w in settings.windows:
+        window = obj["windows"][w.name]
+        assert (window["start"], window["end"], window["count"]) == (T0 - w.size_ms, T0, 1000)
+        assert list(window["aggregates"]) == list(settings.aggregations)
 
 
 def test_worker_pipeline_report_gives_exactly_once_share_of_at_least_once() -> None:

@@ -192,6 +192,33 @@ def test_event_and_changes_modes_match_the_model(emit, stream):
         check_entries(windows, model)
 
 
+@given(stream=events)
+def test_an_accepted_event_reports_exactly_the_entries_it_evicted(stream):
+    """``Accepted.evicted`` (what the store deletes) is every time the event removed from its
+    key, each once: one expired entry (evicted at the old end) or several (bulk)."""
+    windows = KeyWindows(WindowConfig.from_settings(SETTINGS))
+    for key, ts, value in stream:
+        before = {t for t, _ in windows.entries(key)}
+        try:
+            outcome = windows.apply(key, ts, value)
+        except Rejected:
+            continue
+        after = {t for t, _ in windows.entries(key)}
+        assert sorted(outcome.evicted) == sorted((before | {outcome.time}) - after)
+
+
+def test_many_expired_entries_are_evicted_and_reported_at_once():
+    """More expired entries than lazy eviction takes one by one: the rest go in bulk, and
+    every one is reported."""
+    windows = KeyWindows(WindowConfig.from_settings(SETTINGS))
+    for t in range(0, 40, 2):
+        windows.apply("k", t, 1)
+    windows.apply("k", 88, 1)
+    outcome = windows.apply("k", 138, 1)  # S - R = 38: the 19 entries from 0 to 36 expire
+    assert outcome.evicted == tuple(range(0, 38, 2))
+    assert [t for t, _ in windows.entries("k")] == [38, 88, 138]
+
+
 @given(stream=events, resolution=st.sampled_from([3, 7, 25]))
 def test_panes_round_times_down(stream, resolution):
     settings = replace(SETTINGS, resolution=resolution)
@@ -321,10 +348,15 @@ def test_sweep_leaves_only_retained_entries_and_forgets_empty_keys(stream):
 
 
 class CountingFiBA(FiBA):
-    """FiBA counting its ``bulk_evict`` calls (to show how much work a sweep does)."""
+    """FiBA counting its ``evict`` and ``bulk_evict`` calls (to show how much work a sweep
+    does; one expired entry is evicted with ``evict``, more with ``bulk_evict`` too)."""
 
     __slots__ = ()
     calls = 0
+
+    def evict(self, t):
+        CountingFiBA.calls += 1
+        return super().evict(t)
 
     def bulk_evict(self, t):
         CountingFiBA.calls += 1
