@@ -102,10 +102,12 @@ traverses the whole window state (one pause proportional to it)."""
 MAX_SLICE = 1024
 """Largest number of records ``emit=batch`` applies to the windows in one synchronous step."""
 
-SLICE_TIME = 0.002
+SLICE_TIME = 0.005
 """Seconds one synchronous ``emit=batch`` step (parse and ``KeyWindows.apply`` of a slice)
-aims at: per-key work (sort, bulk insert) amortizes over more events per key in larger slices,
-while range queries wait for the step to end (bench/RESULTS.md, issue 20 columnar)."""
+aims at: a FiBA bulk insert costs far fewer combines per event with tens of events per key
+than with one or two, so slices hold a whole batch share where that fits, while a range query
+waits at most about this long for the step to end (bench/RESULTS.md, issue 20: the columnar
+emit=batch path)."""
 
 STORE_SLICE = 128
 """Accepted records ``emit=batch`` hands to the store in one synchronous step."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -365,6 +366,42 @@ def test_sweep_visits_only_keys_with_expired_entries():
     assert [key for key, _ in windows.sweep()] == ["old"]
     assert CountingFiBA.calls == 1
     assert "old" not in windows
+
+
+class CallCountingFiBA(FiBA):
+    """FiBA counting the calls of its inserts and lookups by name (``calls``)."""
+
+    __slots__ = ()
+    calls: Counter[str] = Counter()
+
+    def insert(self, t, x):
+        CallCountingFiBA.calls["insert"] += 1
+        super().insert(t, x)
+
+    def bulk_insert(self, pairs):
+        CallCountingFiBA.calls["bulk_insert"] += 1
+        super().bulk_insert(pairs)
+
+    def get(self, t):
+        CallCountingFiBA.calls["get"] += 1
+        return super().get(t)
+
+
+def test_a_batch_costs_one_bulk_insert_per_key_and_lookups_only_behind_the_young_end():
+    """``apply``: per touched key one ``bulk_insert`` (no single inserts), and a lookup of the
+    partial already present only for an event at or before the key's youngest time before the
+    batch; the rest of the per-event work is the admission pass."""
+    config = WindowConfig.from_settings(replace(SETTINGS, retention=1000, max_future_skew=1000))
+    windows = KeyWindows(config, emit="batch", window_type=CallCountingFiBA)
+    keys = [f"k{i}" for i in range(5)]
+    windows.apply([(key, 100, 1) for key in keys], range(5))  # every key's youngest: 100
+    batch = [(key, 101 + t, 1) for t in range(20) for key in keys]
+    behind = [("k0", 100, 2), ("k1", 50, 3), ("k2", 99, 4)]  # at, before its youngest
+    CallCountingFiBA.calls.clear()
+    applied = windows.apply(batch + behind, range(len(batch) + 3))
+    assert len(applied.effects) == 103 and not applied.rejected
+    assert CallCountingFiBA.calls == Counter(bulk_insert=5, get=3)
+    assert applied.effects[100][3] == config.composed.combine(config.lift(1), config.lift(2))
 
 
 def test_dropped_keys_and_cleared_windows_leave_no_cyclic_garbage():
