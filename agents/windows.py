@@ -470,7 +470,7 @@ class WindowsPipeline:
             piece = fresh[lo : lo + self._slice]
             parsed = parse_many(piece)
             offsets = [m.offset for m in piece]
-            bad = [i for i, outcome in enumerate(parsed) if type(outcome) is BadEvent]
+            bad = [i for i, outcome in enumerate(parsed) if isinstance(outcome, BadEvent)]
             if bad:
                 refused.extend((piece[i], parsed[i].reason, parsed[i].detail) for i in bad)
                 good = sorted(set(range(len(piece))) - set(bad))
