@@ -41,13 +41,13 @@ partition's outputs and changelog records of a hand-over go in ONE Kafka transac
 partition's producer (``agents.transactions``), so a crash leaves either both or neither.
 
 With ``emit = "batch"`` each fetched batch (up to ``batch_max_records`` records, fetched within
-``batch_max_wait``) is applied per partition as ``KeyWindows.accept_batch`` would (one bulk
-insert and bulk evict per key and slice): in slices sized to take about half a millisecond
-each (``KeyWindows.insert_batch``; between slices the state is the one after the records
-applied so far), then one record per touched key (``record_of``); the store still gets every
-accepted record in offset order, with the partial right after that record
-(``WindowStore.record_many``, ``STORE_SLICE`` records per call), so a crash mid-batch resumes
-exactly.
+``batch_max_wait``) is applied per partition columnar (``KeyWindows.apply``: one pass of
+admission and lift, then one sort and one bulk insert per key and slice; no object per event):
+in slices sized to take about ``SLICE_TIME`` each (between slices the state is the one after
+the records applied so far), then one bulk evict and one record per touched key
+(``record_of``); the store still gets every accepted record in offset order, with the partial
+right after that record (``WindowStore.record_many``, ``STORE_SLICE`` records per call), so a
+crash mid-batch resumes exactly.
 
 A timer sweeps idle keys every ``sweep_interval`` (``KeyWindows.sweep`` + ``store.evict``) and
 logs the counters. A per-partition lock orders the records, the sweep and revocation.
@@ -64,6 +64,7 @@ import asyncio
 import json
 import logging
 import time
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -81,14 +82,7 @@ from agents.events import BadEvent, EventParser, ParsedEvent
 from agents.records import AggregateEncoder, encode_aggregate
 from agents.transactions import Transactions
 from stores.gc_pause import PacedYoungCollections, freeze_survivors_unless_paused, paused_gc
-from stores.key_windows import (
-    Accepted,
-    BatchResult,
-    KeyAggregates,
-    KeyWindows,
-    Rejected,
-    WindowConfig,
-)
+from stores.key_windows import KeyAggregates, KeyWindows, Rejected, WindowConfig
 from stores.state_shape import RESET_HINT, StateMismatch
 from stores.window_store import WindowStore
 
@@ -107,6 +101,13 @@ traverses the whole window state (one pause proportional to it)."""
 
 MAX_SLICE = 1024
 """Largest number of records ``emit=batch`` applies to the windows in one synchronous step."""
+
+SLICE_TIME = 0.005
+"""Seconds one synchronous ``emit=batch`` step (parse and ``KeyWindows.apply`` of a slice)
+aims at: a FiBA bulk insert costs far fewer combines per event with tens of events per key
+than with one or two, so slices hold a whole batch share where that fits, while a range query
+waits at most about this long for the step to end (bench/RESULTS.md, issue 20: the columnar
+emit=batch path)."""
 
 STORE_SLICE = 128
 """Accepted records ``emit=batch`` hands to the store in one synchronous step."""
@@ -185,7 +186,7 @@ class WindowsPipeline:
         """Held by ``deliver_outputs``: one delivery round at a time."""
         store.before_changelog = self.deliver_outputs
         self._slice = 64
-        """Records per synchronous ``insert_batch`` step in ``emit=batch`` (see ``_fit_slice``)."""
+        """Records per synchronous ``KeyWindows.apply`` step in ``emit=batch`` (``_fit_slice``)."""
         self.failure: BaseException | None = None
         """Set by ``fail``: no queued output is handed over any more (and the store is
         abandoned)."""
@@ -437,7 +438,7 @@ class WindowsPipeline:
             return
         windows = state.windows
         try:
-            outcome = windows.apply(*parsed)
+            outcome = windows.apply_one(*parsed)
         except Rejected as rejected:
             await self._reject(state, record, rejected.reason, rejected.detail)
             return
@@ -474,52 +475,56 @@ class WindowsPipeline:
     async def _process_share(
         self, state: PartitionState, messages: Sequence[ConsumerRecord]
     ) -> None:
-        """One partition's share of a batch: ``insert_batch`` in slices (sized so that one
-        takes about half a turn budget; the state between slices is the one after the records
-        applied so far, expired entries left for later), then per touched key its eviction and
-        its record, then the store calls in offset order
-        (outputs before the state that makes a redelivery skip them: at-least-once output).
-        The event loop gets a turn whenever the budget is spent."""
+        """One partition's share of a batch, columnar: parsed and applied
+        (``KeyWindows.apply``) in slices sized to take about ``SLICE_TIME`` each (the state
+        between slices is the one after the records applied so far, expired entries left for
+        later), then per touched key its eviction and its record, then the store calls in
+        offset order (outputs before the state that makes a redelivery skip them: at-least-once
+        output). The event loop gets a turn whenever the budget is spent."""
         fresh = [m for m in messages if m.offset > state.applied_offset]
         self.counts["redelivered_skipped"] += len(messages) - len(fresh)
         windows = state.windows
         turns = self.turns
         parse_many = self.parser.parse_many
-        result = BatchResult()
-        parsed: list[BadEvent | None] = []
+        effects: list[tuple[int, str, int, Any]] = []
+        refused: list[tuple[ConsumerRecord, str, str]] = []
+        last: dict[str, tuple[int, int]] = {}
         lo = 0
         while lo < len(fresh):
             started = time.perf_counter()
-            hi = lo + self._slice
-            events = []
-            for outcome in parse_many(fresh[lo:hi]):
-                if isinstance(outcome, BadEvent):
-                    parsed.append(outcome)
-                else:
-                    parsed.append(None)
-                    events.append(outcome)
-            windows.insert_batch(events, result, evict=False)
+            piece = fresh[lo : lo + self._slice]
+            parsed = parse_many(piece)
+            offsets = [m.offset for m in piece]
+            bad = [i for i, outcome in enumerate(parsed) if isinstance(outcome, BadEvent)]
+            if bad:
+                refused.extend((piece[i], parsed[i].reason, parsed[i].detail) for i in bad)
+                good = sorted(set(range(len(piece))) - set(bad))
+                parsed = [parsed[i] for i in good]
+                offsets = [offsets[i] for i in good]
+            applied = windows.apply(parsed, offsets)  # type: ignore[arg-type]  # no BadEvent
+            effects.extend(applied.effects)
+            if applied.rejected:
+                by_offset = {m.offset: m for m in piece}
+                refused.extend((by_offset[o], r.reason, r.detail) for o, r in applied.rejected)
+            last.update(applied.last)
             self._fit_slice(time.perf_counter() - started)
-            lo = hi
+            lo += len(piece)
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
-        last_offsets = _last_accepted_offsets(fresh, parsed, result.outcomes)
-        for key, event_ts in result.last_ts.items():
-            windows.evict_expired(key, result)
-            self._emit(windows.record_of(key, event_ts), key, state.partition, last_offsets[key])
+        evicted = []
+        for key, (offset, event_ts) in last.items():
+            evicted.append((key, windows.evict_expired(key)))
+            self._emit(windows.record_of(key, event_ts), key, state.partition, offset)
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
-        outcomes = iter(result.outcomes)
-        pending: list[tuple[ConsumerRecord, Accepted]] = []
-        for message, bad in zip(fresh, parsed, strict=True):
-            outcome: BadEvent | Rejected | Accepted = bad or next(outcomes)
-            if isinstance(outcome, Accepted):
-                pending.append((message, outcome))
-                continue
-            await self._flush_accepted(state, pending)
-            await self._reject(state, message, outcome.reason, outcome.detail)
-        await self._flush_accepted(state, pending)
-        for key, times in result.evicted.items():
+        done = 0
+        for message, reason, detail in sorted(refused, key=_offset_of_refused):
+            upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
+            await self._record_effects(state, effects[done:upto])
+            await self._reject(state, message, reason, detail)
+            done = upto
+        await self._record_effects(state, effects[done:])
+        for key, times in evicted:
             if times:
                 self.store.evict(state.partition, key, times)
                 if time.perf_counter() >= turns.deadline:
@@ -527,33 +532,28 @@ class WindowsPipeline:
 
     def _fit_slice(self, elapsed: float) -> None:
         """Adapt the batch slice size to ``elapsed`` seconds the last slice took: halve it
-        above half a turn budget, double it below an eighth."""
-        budget = self.turns.budget
-        if elapsed > budget / 2:
+        above ``SLICE_TIME``, double it below a quarter of it."""
+        if elapsed > SLICE_TIME:
             self._slice = max(1, self._slice // 2)
-        elif elapsed < budget / 8:
+        elif elapsed < SLICE_TIME / 4:
             self._slice = min(MAX_SLICE, self._slice * 2)
 
-    async def _flush_accepted(
-        self, state: PartitionState, pending: list[tuple[ConsumerRecord, Accepted]]
+    async def _record_effects(
+        self, state: PartitionState, effects: list[tuple[int, str, int, Any]]
     ) -> None:
-        """Queue the store's records of the ``pending`` accepted messages
-        (``WindowStore.record_many``), ``STORE_SLICE`` at a time, the event loop getting a turn
-        in between once the budget is spent (HTTP queries)."""
+        """Queue the store's records of accepted ``(offset, key, time, partial)`` effects
+        (``WindowStore.record_many``), ``STORE_SLICE`` at a time, the event loop getting a
+        turn in between once the budget is spent (HTTP queries)."""
         turns = self.turns
         record_many = self.store.record_many
         partition = state.partition
-        for lo in range(0, len(pending), STORE_SLICE):
-            piece = pending[lo : lo + STORE_SLICE]
-            record_many(
-                partition,
-                [(m.offset, a.key, a.time, a.partial) for m, a in piece],
-            )
+        for lo in range(0, len(effects), STORE_SLICE):
+            piece = effects[lo : lo + STORE_SLICE]
+            record_many(partition, piece)
             self.counts["accepted"] += len(piece)
-            state.applied_offset = piece[-1][0].offset
+            state.applied_offset = piece[-1][0]
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
-        pending.clear()
 
     async def _reject(
         self, state: PartitionState, message: ConsumerRecord, reason: str, detail: str
@@ -626,21 +626,12 @@ class WindowsPipeline:
         }
 
 
-def _last_accepted_offsets(
-    messages: Sequence[ConsumerRecord],
-    parsed: Sequence[BadEvent | None],
-    outcomes: Sequence[Accepted | Rejected],
-) -> dict[str, int]:
-    """Per key, the offset of its last accepted record among ``messages`` (``parsed``: the
-    parse failure of each or ``None``; ``outcomes``: one per parsed record, in order). O(n)."""
-    last: dict[str, int] = {}
-    remaining = iter(outcomes)
-    for message, bad in zip(messages, parsed, strict=True):
-        if bad is None:
-            outcome = next(remaining)
-            if isinstance(outcome, Accepted):
-                last[outcome.key] = message.offset
-    return last
+def _offset_of_refused(refused: tuple[ConsumerRecord, str, str]) -> int:
+    return refused[0].offset
+
+
+def _offset_of_effect(effect: tuple[int, str, int, Any]) -> int:
+    return effect[0]
 
 
 class PartitionReader(Protocol):

@@ -547,8 +547,9 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
     composed ``combine`` against the sum of its parts' combines, one composed ``lower``, and
     per event ``KeyWindows.accept`` (``emit=event``) and ``accept_batch`` (``emit=batch``, 1000
     events per batch) over windows pre-filled to each occupancy (events as in the end-to-end
-    run, parsed already: no Kafka, JSON or store). Each state is built as the worker builds a
-    restored partition (collector paused, the result frozen)."""
+    run, parsed already: no Kafka, JSON or store), and one partition's batch shares applied in
+    slices of each of ``SHARE_SLICES`` (``_share_work``). Each state is built as the worker
+    builds a restored partition (collector paused, the result frozen)."""
     from stores.gc_pause import paused_gc
     from stores.key_windows import KeyWindows, WindowConfig
 
@@ -595,7 +596,45 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
             )
             windows.clear()  # unlinks the trees: frozen, they would never be freed otherwise
             gc.unfreeze()
+        for size in SHARE_SLICES:
+            figures[f"share_{occupancy}_slice{size}_us_per_event"] = _share_work(
+                settings, occupancy, stream, size
+            )
     return figures
+
+
+SHARE_SLICES = (64, 1000)
+"""Slice sizes ``micro`` applies a partition's batch shares in (the 0.25 ms slices of the
+input reader's shares held 32-128 records; 5 ms ones hold a share)."""
+
+
+def _share_work(settings: Settings, occupancy: int, stream: list, size: int) -> float:
+    """CPU µs per event of one partition's ``emit=batch`` window work as the worker does it
+    (``agents.windows``): the events of a quarter of the keys (one of 4 partitions) in shares
+    of 1000, each applied (``KeyWindows.apply``) in slices of ``size``, then ``evict_expired``
+    and ``record_of`` per touched key."""
+    from stores.gc_pause import paused_gc
+    from stores.key_windows import KeyWindows, WindowConfig
+
+    keys = {f"key-{k}" for k in range(0, KEYS, 4)}
+    events = [event for event in stream if event[0] in keys]
+    windows = KeyWindows(WindowConfig.from_settings(settings), emit="batch")
+    with paused_gc(freeze=True):
+        windows.restore({key: prefilled_pairs(windows.config.lift, occupancy) for key in keys})
+    started = time.process_time()
+    for lo in range(0, len(events), 1000):
+        share = events[lo : lo + 1000]
+        last: dict[str, tuple[int, int]] = {}
+        for at in range(0, len(share), size):
+            piece = share[at : at + size]
+            last.update(windows.apply(piece, range(len(piece))).last)
+        for key, (_, ts) in last.items():
+            windows.evict_expired(key)
+            windows.record_of(key, ts)
+    elapsed = time.process_time() - started
+    windows.clear()
+    gc.unfreeze()
+    return 1e6 * elapsed / max(1, len(events))
 
 
 def _parts(settings: Settings) -> list[Any]:

@@ -35,13 +35,14 @@ whole-window query when the window covers every retained entry, otherwise from a
 event, falling back on the FiBA range query ``[S - w, S]``).
 
 Emission modes (``emit``): ``event`` — ``accept`` returns the ``KeyAggregates`` of the key
-(every window at the new ``S``) after each accepted event (``apply`` then ``lowered_windows``:
-the same windows, for an encoder that writes the record without building it); ``changes`` —
-the same, but ``None`` when no window's count or aggregates changed since the key's previous
-record; ``batch`` —
-``accept_batch`` applies many events with one ``bulk_insert`` and one ``bulk_evict`` per key and
-returns one record per touched key, at the stream time after the batch. Acceptance decisions
-inside a batch are made event by event, so every mode ends in the same state.
+(every window at the new ``S``) after each accepted event (``apply_one`` then
+``lowered_windows``: the same windows, for an encoder that writes the record without building
+it); ``changes`` — the same, but ``None`` when no window's count or aggregates changed since the
+key's previous record; ``batch`` — ``apply`` takes many events columnar (admission and lift in
+one pass, then per touched key one sort, one ``bulk_insert`` and one notice to its kept
+windows), ``evict_expired`` and ``record_of`` then run once per touched key (``accept_batch``
+does all three): one record per touched key, at the stream time after the batch. Acceptance
+decisions inside a batch are made event by event, so every mode ends in the same state.
 
 Costs, with ``d`` the distance of an insert from the younger end of its key's window, ``m`` the
 entries a call evicts, ``W`` the number of windows and ``K`` the number of keys: ``accept`` is
@@ -55,7 +56,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import takewhile
 from typing import Any, NamedTuple, Protocol
@@ -193,9 +195,18 @@ class WindowConfig:
             partial = composed.lift(value)
             if not isinstance(value, int | float):
                 composed.combine(partial, partial)
-        except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
-            raise Rejected(REASON_BAD_VALUE, f"cannot aggregate {value!r}: {exc}") from None
+        except LIFT_ERRORS as exc:
+            raise cannot_aggregate(value, exc) from None
         return partial
+
+
+LIFT_ERRORS = (TypeError, ValueError, KeyError, ArithmeticError)
+"""What a monoid's ``lift`` or ``combine`` raises for a value it cannot aggregate."""
+
+
+def cannot_aggregate(value: Any, exc: Exception) -> Rejected:
+    """The rejection of ``value``, whose lift (or combine) raised ``exc``."""
+    return Rejected(REASON_BAD_VALUE, f"cannot aggregate {value!r}: {exc}")
 
 
 class PartialJsonCodec:
@@ -245,17 +256,27 @@ class Accepted:
 
 @dataclass(slots=True)
 class BatchResult:
-    """Outcome of ``accept_batch`` (or of ``insert_batch`` calls on one result): per input
-    event an ``Accepted`` (``record`` is ``None``) or a ``Rejected``, in input order; the
-    touched keys in first-touch order with their last event's time (``last_ts``); the emitted
-    records (one per touched key, unless suppressed; ``accept_batch`` only); the times evicted
-    per touched key.
+    """Outcome of ``accept_batch``: per input event an ``Accepted`` (``record`` is ``None``)
+    or a ``Rejected``, in input order; the emitted records (one per touched key, unless
+    suppressed); the times evicted per touched key; the touched keys in first-touch order with
+    their last event's time (``last_ts``).
     """
 
     outcomes: list[Accepted | Rejected] = field(default_factory=list)
     records: list[KeyAggregates] = field(default_factory=list)
     evicted: dict[str, tuple[int, ...]] = field(default_factory=dict)
     last_ts: dict[str, int] = field(default_factory=dict)
+
+
+class AppliedBatch(NamedTuple):
+    """What ``KeyWindows.apply`` did, columnar: ``effects`` — per accepted event, in input
+    order, ``(tag, key, time, partial)`` with the key's partial at ``time`` right after it;
+    ``rejected`` — ``(tag, Rejected)`` per refused event, in input order; ``last`` — per
+    touched key, in first-touch order, the ``(tag, ts)`` of its last accepted event."""
+
+    effects: list[tuple[Any, str, int, Any]]
+    rejected: list[tuple[Any, Rejected]]
+    last: dict[str, tuple[Any, int]]
 
 
 class KeyWindows:
@@ -368,35 +389,24 @@ class KeyWindows:
         worker's clock."""
         t = self.config.window_time(ts)
         s = self.stream_time
-        if s is not None:
-            if t < s - self.config.retention:
-                raise Rejected(
-                    REASON_LATE, f"time {t} < stream time {s} - retention {self.config.retention}"
-                )
-            if t > s + self.config.max_future_skew:
-                raise Rejected(
-                    REASON_FUTURE,
-                    f"time {t} > stream time {s} + max_future_skew {self.config.max_future_skew}",
-                )
-        skew = self.config.max_wall_clock_skew
-        if skew is not None:
-            now = int(self._clock() * 1000)
-            if t > now + skew:
-                raise Rejected(
-                    REASON_FUTURE,
-                    f"time {t} > the worker's clock {now} + max_wall_clock_skew {skew}",
-                )
+        config = self.config
+        skew = config.max_wall_clock_skew
+        wall = None if skew is None else int(self._clock() * 1000) + skew
+        if (s is not None and not s - config.retention <= t <= s + config.max_future_skew) or (
+            wall is not None and t > wall
+        ):
+            raise self._rejection(t, wall)
         return t
 
     def accept(self, key: str, ts: int, value: Any) -> Accepted:
         """Apply one event (``emit`` = ``event`` or ``changes``); ``Rejected`` if it is refused.
-        ``apply``, then the key's record (``record_of``)."""
-        accepted = self.apply(key, ts, value)
+        ``apply_one``, then the key's record (``record_of``)."""
+        accepted = self.apply_one(key, ts, value)
         return Accepted(
             key, accepted.time, accepted.partial, accepted.evicted, self.record_of(key, ts)
         )
 
-    def apply(self, key: str, ts: int, value: Any) -> Accepted:
+    def apply_one(self, key: str, ts: int, value: Any) -> Accepted:
         """The state part of ``accept`` (its ``record`` is ``None``): admit, insert, evict the
         key's expired entries. A caller that encodes the key's windows itself asks
         ``lowered_windows`` next."""
@@ -421,82 +431,155 @@ class KeyWindows:
         them; each ``Accepted.partial`` is the key's partial at that time right after that event
         (what a store must persist to resume exactly after it). Records: one per touched key,
         all windows at the stream time after the batch (``event_ts`` = the key's last event).
-        Equivalent to ``insert_batch`` on consecutive slices of ``events`` into one result,
-        then ``record_of`` each touched key.
+        The same as ``apply`` on consecutive slices of ``events``, then ``evict_expired`` and
+        ``record_of`` per touched key (what the worker does, without an object per event).
         """
-        result = self.insert_batch(events)
-        for key, event_ts in result.last_ts.items():
+        applied = self.apply(events, range(len(events)))
+        outcomes: list[Accepted | Rejected | None] = [None] * len(events)
+        for index, key, t, partial in applied.effects:
+            outcomes[index] = Accepted(key, t, partial, (), None)
+        for index, rejected in applied.rejected:
+            outcomes[index] = rejected
+        result = BatchResult(outcomes=outcomes)  # type: ignore[arg-type]  # every slot set
+        for key, (_, event_ts) in applied.last.items():
+            result.evicted[key] = self.evict_expired(key)
+            result.last_ts[key] = event_ts
             record = self.record_of(key, event_ts)
             if record is not None:
                 result.records.append(record)
         return result
 
-    def insert_batch(
-        self,
-        events: Sequence[tuple[str, int, Any]],
-        result: BatchResult | None = None,
-        evict: bool = True,
-    ) -> BatchResult:
-        """The state part of ``accept_batch`` for ``events`` (one bulk insert and evict per
-        touched key), added to ``result`` (a new one if ``None``): outcomes appended, evicted
-        times and ``last_ts`` merged; no records. After each call the state is the one of the
-        events so far applied one by one, so a batch may be applied in slices with other work
-        (queries) in between.
+    def apply(self, events: Iterable[tuple[str, int, Any]], tags: Iterable[Any]) -> AppliedBatch:
+        """Apply ``(key, ts, value)`` events, each with its ``tag`` (the worker: its input
+        offset), columnar: admission and lift in one pass in input order (the decisions
+        ``accept`` would make, with the worker's clock read once per call), then per touched
+        key one sort by time, one ``bulk_insert`` and one notice to its kept windows. No
+        eviction (``evict_expired`` per touched key, once per batch) and no records
+        (``record_of``); after the call the state is the one of the events so far applied one
+        by one, so a batch may be applied in slices with other work (queries) in between.
 
-        ``evict=False`` leaves the touched keys' expired entries in place (results and
-        queries never see entries older than ``S - R``, so they are the same); a batch applied
-        in slices that way then calls ``evict_expired`` once per touched key, which costs one
-        bulk evict per key instead of one per key and slice.
+        Returns the accepted events' effects ``(tag, key, time, partial)`` in input order,
+        ``partial`` being the key's partial at ``time`` right after that event (what a store
+        must persist to resume exactly after it), the rejections ``(tag, Rejected)``, and per
+        touched key its last accepted ``(tag, ts)``. O(n) Python steps plus per key
+        O(m log m) for the sort (C) and the bulk insert's cost; an entry already at an
+        inserted time costs one lookup, O(log d), and a combine.
         """
-        if result is None:
-            result = BatchResult()
-        outcomes = result.outcomes
-        last_ts = result.last_ts
-        pending: dict[str, list[tuple[int, Any]]] = {}
-        running: dict[tuple[str, int], Any] = {}
-        combine = self.config.composed.combine
-        admit = self.admit
-        lift = self.config.lift
-        for key, ts, value in events:
-            try:
-                t = admit(ts)
-                partial = lift(value)
-            except Rejected as rejected:
-                outcomes.append(rejected)
+        config = self.config
+        retention, max_skew = config.retention, config.max_future_skew
+        resolution = config.resolution
+        skew = config.max_wall_clock_skew
+        wall = None if skew is None else int(self._clock() * 1000) + skew
+        lift_number, lift = config.composed.lift, config.lift
+        s = self.stream_time
+        low = -_NEVER if s is None else s - retention
+        high = _NEVER if s is None else s + max_skew
+        if wall is not None and wall < high:
+            high = wall
+        lateness = self._lateness
+        effects: list[tuple[Any, str, int, Any]] = []
+        rejected: list[tuple[Any, Rejected]] = []
+        last: dict[str, tuple[Any, int]] = {}
+        groups: dict[str, tuple[list[int], list[Any], list[int]]] = {}
+        for tag, (key, ts, value) in zip(tags, events, strict=True):
+            t = ts if resolution is None else ts - ts % resolution
+            if not low <= t <= high:
+                rejected.append((tag, self._rejection(t, wall)))
                 continue
-            self._advance(t)
-            slot = (key, t)
-            before = running.get(slot)
-            if before is None:
-                window = self._windows.get(key)
-                before = window.get(t) if window is not None else None
-            after = partial if before is None else combine(before, partial)
-            running[slot] = after
-            pairs = pending.get(key)
-            if pairs is None:
-                pending[key] = [(t, partial)]
-            else:
-                pairs.append((t, partial))
-            last_ts[key] = ts
-            outcomes.append(Accepted(key, t, after, (), None))
-        for key, pairs in pending.items():
-            pairs.sort(key=_time_of)
-            window = self._window(key)
-            youngest = window.youngest()
-            window.bulk_insert(pairs)
-            self._tell_suffixes(key, pairs, youngest)
-            if pairs[0][0] < self._oldest[key]:
-                self._set_oldest(key, pairs[0][0])
-            if evict:
-                self.evict_expired(key, result)
-        return result
+            try:
+                # a number needs no combine check (``WindowConfig.lift``)
+                partial = lift_number(value) if type(value) in _NUMBERS else lift(value)
+            except Rejected as bad:
+                rejected.append((tag, bad))
+                continue
+            except LIFT_ERRORS as exc:
+                rejected.append((tag, cannot_aggregate(value, exc)))
+                continue
+            if s is None or t > s:
+                s = self.stream_time = t
+                low, high = t - retention, t + max_skew
+                if wall is not None and wall < high:
+                    high = wall
+            elif s - t > lateness:
+                lateness = self._lateness = s - t
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = ([], [], [])
+            group[0].append(t)
+            group[1].append(partial)
+            group[2].append(len(effects))
+            effects.append((tag, key, t, partial))
+            last[key] = (tag, ts)
+        for key, (times, partials, slots) in groups.items():
+            self._insert_group(key, times, partials, slots, effects)
+        return AppliedBatch(effects, rejected, last)
 
-    def evict_expired(self, key: str, result: BatchResult) -> None:
-        """Evict ``key``'s entries older than ``S - R`` (as lazy eviction does) and add their
-        times to ``result.evicted[key]``. O(log m) for ``m`` evicted entries."""
-        times = self._evict_expired(key) if key in self._windows else ()
-        before = result.evicted.get(key)
-        result.evicted[key] = times if not before else before + times
+    def _rejection(self, t: int, wall: int | None) -> Rejected:
+        """Why window time ``t`` is refused at the stream time (``wall``: the worker's clock
+        plus ``max_wall_clock_skew``, as read for the batch)."""
+        s, config = self.stream_time, self.config
+        if s is not None and t < s - config.retention:
+            return Rejected(
+                REASON_LATE, f"time {t} < stream time {s} - retention {config.retention}"
+            )
+        if s is not None and t > s + config.max_future_skew:
+            return Rejected(
+                REASON_FUTURE,
+                f"time {t} > stream time {s} + max_future_skew {config.max_future_skew}",
+            )
+        return Rejected(
+            REASON_FUTURE,
+            f"time {t} > the worker's clock {wall - config.max_wall_clock_skew} + "  # type: ignore[operator]
+            f"max_wall_clock_skew {config.max_wall_clock_skew}",
+        )
+
+    def _insert_group(
+        self,
+        key: str,
+        times: list[int],
+        partials: list[Any],
+        slots: list[int],
+        effects: list[tuple[Any, str, int, Any]],
+    ) -> None:
+        """Insert one key's accepted events of a batch (``times``, ``partials`` in input order;
+        ``slots``: their places in ``effects``) with one ``bulk_insert``, fixing the effects of
+        those landing on a time already present (in the key's window, or earlier in the batch):
+        their partial after them is the combined one."""
+        window = self._window(key)
+        youngest = window.youngest()
+        if len(times) > 1 and times != sorted(times):
+            order = sorted(range(len(times)), key=times.__getitem__)  # stable: equal times keep
+            times = [times[i] for i in order]  # their input order
+            partials = [partials[i] for i in order]
+            slots = [slots[i] for i in order]
+        present = 0 if youngest is None else bisect_right(times, youngest)
+        if present or len(set(times)) < len(times):
+            combine = self.config.composed.combine
+            previous_t, after = None, None
+            for i, t in enumerate(times):
+                if t == previous_t:
+                    after = combine(after, partials[i])
+                else:
+                    before = window.get(t) if i < present else None
+                    after = partials[i] if before is None else combine(before, partials[i])
+                    previous_t = t
+                    if before is None:
+                        continue
+                slot = slots[i]
+                effects[slot] = (effects[slot][0], key, t, after)
+        window.bulk_insert(list(zip(times, partials, strict=True)))
+        suffixes = self._suffixes.get(key)
+        if suffixes is not None:
+            for suffix in suffixes:
+                if suffix is not None:
+                    suffix.inserted_many(times, partials, youngest)
+        if times[0] < self._oldest[key]:
+            self._set_oldest(key, times[0])
+
+    def evict_expired(self, key: str) -> tuple[int, ...]:
+        """Evict ``key``'s entries older than ``S - R`` (as lazy eviction does); their times.
+        O(log m) for ``m`` evicted entries."""
+        return self._evict_expired(key) if key in self._windows else ()
 
     # --- retention ----------------------------------------------------------------------------
 
@@ -709,6 +792,9 @@ _NEVER = 2**63
 SINGLE_EVICTS = 8
 """Expired entries of a key that lazy eviction removes one by one at the old end before it
 evicts the rest with one ``bulk_evict`` (which walks the tree for their times first)."""
+
+_NUMBERS = (int, float)
+"""Value types lifted without ``WindowConfig.lift``'s combine check (``bool`` is not one)."""
 
 
 def _time_of(pair: tuple[int, Any]) -> int:

@@ -63,6 +63,10 @@ answered by range queries for ``DIRECT_ANSWERS`` answers, and kept again after t
 DIRECT_ANSWERS = 64
 """Answers given by range query before a window given up on (``MIN_ANSWERS``) is kept again."""
 
+FOLD_AT_MOST = 4
+"""A bulk insert of at most this many entries is folded into a fresh ``back`` entry by entry
+(``inserted_many``); a larger one leaves it to one range aggregate at the next answer."""
+
 
 class WindowSuffix:
     """The raw partial of one key's entries in ``[start, S]`` for a window whose ``start``
@@ -157,6 +161,28 @@ class WindowSuffix:
         elif t >= cut:
             self._mid_fresh = False
         elif t >= self._floor:
+            self._front_fresh = False
+
+    def inserted_many(self, times: list[int], partials: list[Any], youngest: int | None) -> None:
+        """``inserted`` for every ``(times[i], partials[i])`` of one bulk insert (``times``
+        sorted; ``youngest``: the key's youngest time before them, ``None`` if none). Up to
+        ``FOLD_AT_MOST`` inserts are noticed one by one; more only mark the parts they land in
+        stale, so the next answer folds them with one range aggregate, O(log b), instead of
+        one combine per insert. O(log m) for ``m`` inserts."""
+        if self._cut is None:
+            return
+        if len(times) <= FOLD_AT_MOST:
+            for t, partial in zip(times, partials, strict=True):
+                self.inserted(t, partial, youngest is None or t >= youngest)
+            return
+        cut, split = self._cut, self._split
+        if times[-1] >= split:
+            self._back_fresh = False
+        i = bisect_left(times, cut)
+        if i < len(times) and times[i] < split:
+            self._mid_fresh = False
+        i = bisect_left(times, self._floor)
+        if i < len(times) and times[i] < cut:
             self._front_fresh = False
 
     def _rebuild(self, fiba: FiBA, start: int, stream_time: int, lateness: int) -> int:

@@ -52,7 +52,7 @@ def test_the_encoder_writes_the_reference_bytes(scenario) -> None:
     encoder = AggregateEncoder(config.aggregations, config.lowered_is_aggregates)
     for offset, (key, ts, value) in enumerate(events):
         try:
-            windows.apply(key, ts, value)
+            windows.apply_one(key, ts, value)
         except Rejected:
             continue
         fast = encoder.encode(

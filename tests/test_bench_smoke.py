@@ -270,13 +270,18 @@ def test_the_worker_benchmarks_use_the_profile_of_the_broker_kind(tmp_path) -> N
 
 def test_worker_pipeline_micro_measures_the_window_work_offline() -> None:
     """``python -m bench.worker_pipeline micro`` needs no broker: per-event CPU of both emit
-    modes at each occupancy, and the composed monoid's per-call costs."""
+    modes and of a partition's batch shares in small and whole slices at each occupancy, and
+    the composed monoid's per-call costs."""
     from bench.worker_pipeline import micro
 
     figures = micro([100], events=300)
-    assert {"event_100_us_per_event", "batch_100_us_per_event", "compose_combine_us"} <= set(
-        figures
-    )
+    assert {
+        "event_100_us_per_event",
+        "batch_100_us_per_event",
+        "share_100_slice64_us_per_event",
+        "share_100_slice1000_us_per_event",
+        "compose_combine_us",
+    } <= set(figures)
     assert all(value > 0 for value in figures.values())
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -200,7 +201,7 @@ def test_an_accepted_event_reports_exactly_the_entries_it_evicted(stream):
     for key, ts, value in stream:
         before = {t for t, _ in windows.entries(key)}
         try:
-            outcome = windows.apply(key, ts, value)
+            outcome = windows.apply_one(key, ts, value)
         except Rejected:
             continue
         after = {t for t, _ in windows.entries(key)}
@@ -212,9 +213,9 @@ def test_many_expired_entries_are_evicted_and_reported_at_once():
     every one is reported."""
     windows = KeyWindows(WindowConfig.from_settings(SETTINGS))
     for t in range(0, 40, 2):
-        windows.apply("k", t, 1)
-    windows.apply("k", 88, 1)
-    outcome = windows.apply("k", 138, 1)  # S - R = 38: the 19 entries from 0 to 36 expire
+        windows.apply_one("k", t, 1)
+    windows.apply_one("k", 88, 1)
+    outcome = windows.apply_one("k", 138, 1)  # S - R = 38: the 19 entries from 0 to 36 expire
     assert outcome.evicted == tuple(range(0, 38, 2))
     assert [t for t, _ in windows.entries("k")] == [38, 88, 138]
 
@@ -255,40 +256,64 @@ def test_batch_mode_matches_the_model(stream, cuts):
         check_entries(windows, model)
 
 
+def same_record(actual, expected) -> bool:
+    """Two records of one key with the same windows (float aggregates within 1e-9: a bulk
+    insert may associate a window's combines otherwise than single inserts)."""
+    return (actual.key, actual.event_ts, actual.stream_time, list(actual.windows)) == (
+        expected.key,
+        expected.event_ts,
+        expected.stream_time,
+        list(expected.windows),
+    ) and all(
+        (got.start, got.end, got.count) == (want.start, want.end, want.count)
+        and same_aggregates(got.aggregates, want.aggregates)
+        for got, want in zip(actual.windows.values(), expected.windows.values(), strict=True)
+    )
+
+
 @given(
     stream=events,
-    sizes=st.lists(st.integers(1, 8), min_size=1, max_size=20),
-    evict_at_end=st.booleans(),
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=10),
+    resolution=st.sampled_from([None, 5]),
 )
-def test_batch_applied_in_slices_equals_one_accept_batch(stream, sizes, evict_at_end):
-    whole = KeyWindows(WindowConfig.from_settings(SETTINGS), emit="batch")
-    sliced = KeyWindows(WindowConfig.from_settings(SETTINGS), emit="batch")
-    expected = whole.accept_batch(stream)
-    result = None
+def test_columnar_batches_equal_one_by_one_application(stream, sizes, resolution):
+    """``apply`` on consecutive batches, then per touched key ``evict_expired`` and
+    ``record_of`` (the worker's ``emit=batch``), against ``accept`` event by event: the same
+    decisions, the same partial right after each accepted event, the same records and the same
+    retained entries. With panes (``resolution``) many events share a time."""
+    settings = replace(SETTINGS, resolution=resolution)
+    batched = KeyWindows(WindowConfig.from_settings(settings), emit="batch")
+    single = KeyWindows(WindowConfig.from_settings(settings), emit="event")
     lo = 0
     for size in itertools.cycle(sizes):
         if lo >= len(stream):
             break
-        result = sliced.insert_batch(stream[lo : lo + size], result, evict=not evict_at_end)
+        batch = stream[lo : lo + size]
+        tags = range(lo, lo + len(batch))
+        applied = batched.apply(batch, tags)
+        rejected = dict(applied.rejected)
+        effects = []
+        last: dict[str, tuple[int, int]] = {}
+        for tag, (key, ts, value) in zip(tags, batch, strict=True):
+            try:
+                outcome = single.accept(key, ts, value)
+            except Rejected as refused:
+                assert (rejected.pop(tag).reason, tag) == (refused.reason, tag)
+                continue
+            effects.append((tag, key, outcome.time, outcome.partial))
+            last[key] = (tag, ts)
+        assert applied.effects == effects and not rejected
+        assert applied.last == last
+        assert batched.stream_time == single.stream_time
+        for key, (_, ts) in last.items():
+            batched.evict_expired(key)
+            assert same_record(batched.record_of(key, ts), single.record_of(key, ts))
         lo += size
-    if result is None:
-        assert expected.outcomes == [] and expected.records == []
-        return
-    if evict_at_end:
-        for key in result.last_ts:
-            sliced.evict_expired(key, result)
-    records = [sliced.record_of(key, ts) for key, ts in result.last_ts.items()]
-    assert [(type(o), getattr(o, "time", None)) for o in result.outcomes] == [
-        (type(o), getattr(o, "time", None)) for o in expected.outcomes
-    ]
-    assert [o.partial for o in result.outcomes if isinstance(o, Accepted)] == [
-        o.partial for o in expected.outcomes if isinstance(o, Accepted)
-    ]
-    assert records == expected.records
-    assert {k: sorted(v) for k, v in result.evicted.items() if v} == {
-        k: sorted(v) for k, v in expected.evicted.items() if v
-    }
-    assert {k: sliced.entries(k) for k in sliced} == {k: whole.entries(k) for k in whole}
+    if single.stream_time is not None:
+        horizon = single.stream_time - settings.retention
+        for key in KEYS:
+            retained = [(t, p) for t, p in single.entries(key) if t >= horizon]
+            assert [(t, p) for t, p in batched.entries(key) if t >= horizon] == retained
 
 
 @given(
@@ -373,6 +398,42 @@ def test_sweep_visits_only_keys_with_expired_entries():
     assert [key for key, _ in windows.sweep()] == ["old"]
     assert CountingFiBA.calls == 1
     assert "old" not in windows
+
+
+class CallCountingFiBA(FiBA):
+    """FiBA counting the calls of its inserts and lookups by name (``calls``)."""
+
+    __slots__ = ()
+    calls: Counter[str] = Counter()
+
+    def insert(self, t, x):
+        CallCountingFiBA.calls["insert"] += 1
+        super().insert(t, x)
+
+    def bulk_insert(self, pairs):
+        CallCountingFiBA.calls["bulk_insert"] += 1
+        super().bulk_insert(pairs)
+
+    def get(self, t):
+        CallCountingFiBA.calls["get"] += 1
+        return super().get(t)
+
+
+def test_a_batch_costs_one_bulk_insert_per_key_and_lookups_only_behind_the_young_end():
+    """``apply``: per touched key one ``bulk_insert`` (no single inserts), and a lookup of the
+    partial already present only for an event at or before the key's youngest time before the
+    batch; the rest of the per-event work is the admission pass."""
+    config = WindowConfig.from_settings(replace(SETTINGS, retention=1000, max_future_skew=1000))
+    windows = KeyWindows(config, emit="batch", window_type=CallCountingFiBA)
+    keys = [f"k{i}" for i in range(5)]
+    windows.apply([(key, 100, 1) for key in keys], range(5))  # every key's youngest: 100
+    batch = [(key, 101 + t, 1) for t in range(20) for key in keys]
+    behind = [("k0", 100, 2), ("k1", 50, 3), ("k2", 99, 4)]  # at, before its youngest
+    CallCountingFiBA.calls.clear()
+    applied = windows.apply(batch + behind, range(len(batch) + 3))
+    assert len(applied.effects) == 103 and not applied.rejected
+    assert CallCountingFiBA.calls == Counter(bulk_insert=5, get=3)
+    assert applied.effects[100][3] == config.composed.combine(config.lift(1), config.lift(2))
 
 
 def test_dropped_keys_and_cleared_windows_leave_no_cyclic_garbage():

@@ -141,11 +141,11 @@ def test_window_end_is_a_setting_with_two_values():
 
 
 def test_event_time_windows_never_reach_below_the_retention():
-    """Entries older than ``S - R`` that are still stored (a batch applied with ``evict=False``,
-    evicted later) are outside every window, as in ``stream_time`` mode."""
+    """Entries older than ``S - R`` that are still stored (a batch ``apply``-ed, evicted
+    later) are outside every window, as in ``stream_time`` mode."""
     settings = replace(SETTINGS, retention=50, max_future_skew=200, window_end="event_time")
     windows = KeyWindows(WindowConfig.from_settings(settings), emit="batch")
-    windows.insert_batch([("k", 100, 1), ("k", 200, 2), ("k", 160, 4)], evict=False)
+    windows.apply([("k", 100, 1), ("k", 200, 2), ("k", 160, 4)], range(3))
     assert [t for t, _ in windows.entries("k")] == [100, 160, 200]
     w80 = windows.record_of("k", 160).windows["w80"]
     assert (w80.start, w80.end, w80.count, w80.aggregates["sum"]) == (80, 160, 1, 4)

@@ -6,6 +6,7 @@ split, and entries evicted below the window."""
 from __future__ import annotations
 
 from functools import reduce
+from itertools import cycle
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,25 +14,23 @@ from hypothesis import strategies as st
 from bench.counting import CountingMonoid
 from stores.fiba import FiBA
 from stores.monoids import monoid
-from stores.window_suffixes import WindowSuffix
+from stores.window_suffixes import MIN_ANSWERS, WindowSuffix
 
 COLLECT = monoid("collect")
 RETENTION = 100
 
-steps = st.lists(
-    st.tuples(
-        st.integers(0, 3),  # stream-time advance
-        # lateness of the insert; ("edge", k): the window size + k, at the window's start
-        st.one_of(
-            st.just(0),
-            st.just(0),
-            st.integers(1, 120),
-            st.tuples(st.just("edge"), st.integers(-1, 1)),
-        ),
-        st.booleans(),  # ask the window after this step
+step = st.tuples(
+    st.integers(0, 3),  # stream-time advance
+    # lateness of the insert; ("edge", k): the window size + k, at the window's start
+    st.one_of(
+        st.just(0),
+        st.just(0),
+        st.integers(1, 120),
+        st.tuples(st.just("edge"), st.integers(-1, 1)),
     ),
-    max_size=200,
+    st.booleans(),  # ask the window after this step
 )
+steps = st.lists(step, max_size=200)
 
 
 def _expected(fiba: FiBA, start: int, s: int) -> tuple:
@@ -55,6 +54,41 @@ def test_kept_window_is_the_fold_of_its_entries(steps, size, min_arity):
         suffix.inserted(t, COLLECT.lift(value), youngest is None or t >= youngest)
         fiba.bulk_evict(s - RETENTION - 1)
         if ask:
+            assert suffix.aggregate(fiba, s - size, s, lateness) == _expected(fiba, s - size, s)
+
+
+@given(
+    steps=st.lists(step, min_size=50, max_size=200),  # long enough to keep windows
+    sizes=st.lists(st.integers(1, 12), min_size=1, max_size=8),
+    size=st.sampled_from([2, 7, 30, 64]),
+)
+def test_kept_window_after_bulk_inserts_is_the_fold_of_its_entries(steps, sizes, size):
+    """The steps' inserts in groups, each one ``bulk_insert`` told by ``inserted_many`` (as
+    ``KeyWindows.apply`` does), the window asked after every group (more than ``MIN_ANSWERS``
+    times, so it is kept, not answered by range queries)."""
+    fiba = FiBA(COLLECT)
+    suffix = WindowSuffix(COLLECT, size)
+    s = lateness = value = 0
+    remaining = list(steps)
+    for group_size in cycle(sizes):
+        if not remaining:
+            break
+        group, remaining = remaining[:group_size], remaining[group_size:]
+        pairs = []
+        for advance, late, _ in group:
+            s += advance
+            t = s - (size + late[1] if isinstance(late, tuple) else late)
+            if t >= s - RETENTION:
+                lateness = max(lateness, s - t)
+                value += 1
+                pairs.append((t, value))
+        pairs.sort(key=lambda pair: pair[0])
+        youngest = fiba.youngest()
+        fiba.bulk_insert(pairs)
+        times = [t for t, _ in pairs]
+        suffix.inserted_many(times, [COLLECT.lift(v) for _, v in pairs], youngest)
+        fiba.bulk_evict(s - RETENTION - 1)
+        for _ in range(MIN_ANSWERS + 1):  # asked often enough to stay kept
             assert suffix.aggregate(fiba, s - size, s, lateness) == _expected(fiba, s - size, s)
 
 
