@@ -170,6 +170,7 @@ class FiBA:
         "_combine",
         "_identity",
         "_lf",
+        "_lf_start",
         "_lift",
         "_lower",
         "_max_entries",
@@ -202,6 +203,21 @@ class FiBA:
         root = _Node(None, [], [], None)
         root.agg = self._identity
         self._root = self._lf = self._rf = root
+        self._lf_start = 0
+
+    def _settle(self) -> None:
+        """Drop the entries that in-order evicts left at the front of the left finger (its
+        ``times``, ``values`` and ``suffix`` start at ``_lf_start``; see :meth:`evict`), so
+        that every node holds exactly its entries again. Every operation other than an
+        in-order evict, an append at the right finger and the O(1) observers settles first.
+        O(1) amortized (each entry is dropped once), no operator call."""
+        start = self._lf_start
+        if start:
+            self._lf_start = 0
+            lf = self._lf
+            del lf.times[:start]
+            del lf.values[:start]
+            del lf.suffix[:start]  # type: ignore[arg-type]
 
     # --- construction from sorted data -----------------------------------------------------
 
@@ -492,19 +508,21 @@ class FiBA:
     def __contains__(self, t: Any) -> bool:
         if not self._root.times:
             return False
+        self._settle()
         return self._find(t)[2]
 
     def get(self, t: Any) -> Any:
         """The partial stored at time ``t``, or None when absent. O(log d)."""
         if not self._root.times:
             return None
+        self._settle()
         node, i, found = self._find(t)
         return node.values[i] if found else None
 
     def oldest(self) -> Any:
         """The smallest time in the window, or None when empty. O(1)."""
         times = self._lf.times
-        return times[0] if times else None
+        return times[self._lf_start] if times else None
 
     def youngest(self) -> Any:
         """The largest time in the window, or None when empty. O(1)."""
@@ -513,11 +531,13 @@ class FiBA:
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """``(t, partial)`` pairs in time order."""
+        self._settle()
         return _walk(self._root)
 
     def items_from(self, t: Any) -> Iterator[tuple[Any, Any]]:
         """``(time, partial)`` pairs with ``time >= t``, in time order: one descent from the
         root, then an in-order walk; O(log n + k) for the first ``k`` pairs taken."""
+        self._settle()
         path: list[tuple[_Node, int]] = []
         node = self._root
         while True:
@@ -565,6 +585,7 @@ class FiBA:
                 if len(rtimes) > self._max_entries:
                     self._split_right_finger(rf)
                 return
+            self._settle()
             lf = self._lf
             if t < lf.times[0]:  # older than everything: prepend at the left finger
                 lf.times.insert(0, t)
@@ -605,7 +626,7 @@ class FiBA:
         then refreshed in one combine per level, plus the new finger's fold. A split of the
         root (height increase) takes the general path."""
         parent = rf.parent
-        if parent is None:
+        if parent is None:  # (the root leaf: nothing to settle)
             self._overflow(rf)
             return
         mu = self._min_arity
@@ -654,6 +675,7 @@ class FiBA:
                     parent.agg = combine(combine(parent.agg, up), separator)
                     parent.cnt += node.cnt + 1
                     self._refresh_right_spine(new)
+                    self._settle()  # the left spine holds the root's aggregate
                     self._refresh_left_spine(pchildren[0])
                     return
                 folds: list[Any] = parent.prefix  # type: ignore[assignment]
@@ -662,6 +684,7 @@ class FiBA:
                 self._refresh_right_spine(parent)
                 return
             if grandparent is None:  # height increase
+                self._settle()
                 self._overflow(parent)
                 return
             # split the right-spine parent: its first mu entries and mu + 1 children stay (an up
@@ -806,28 +829,37 @@ class FiBA:
 
     def evict(self, t: Any) -> bool:
         """Remove the entry at exactly ``t`` (its whole partial); False when absent.
-        Amortized O(log d), O(1) at the old end."""
+        Amortized O(log d), O(1) at the old end.
+
+        An in-order evict at a left finger below the root moves ``_lf_start`` past the entry
+        instead of deleting it from the front of three lists (its suffix folds still hold the
+        fold of the entries after it); the finger's lists are cut once, when it needs a refill
+        or another operation looks at it (:meth:`_settle`)."""
         lf = self._lf
         ltimes = lf.times
-        if not ltimes:
+        start = self._lf_start
+        if len(ltimes) == start:  # (only an empty leaf root, whose start is 0)
             return False
-        if t == ltimes[0]:  # in order: pop at the left finger
-            del ltimes[0]
-            del lf.values[0]
+        if t == ltimes[start]:  # in order: pop at the left finger
             parent = lf.parent
             if parent is None:
+                del ltimes[0]
                 values = lf.values
+                del values[0]
                 lf.agg = reduce(self._combine, values) if values else self._identity
                 lf.cnt = len(values)
+                return True
+            start += 1
+            if len(ltimes) - start < self._min_entries:
+                self._lf_start = start
+                self._settle()
+                self._refill_left_finger(lf, parent)
             else:
-                suffix: list[Any] = lf.suffix  # type: ignore[assignment]
-                del suffix[0]
-                if len(ltimes) < self._min_entries:
-                    self._refill_left_finger(lf, parent)
-                else:
-                    lf.agg = self._combine(suffix[0], parent.agg)
-                    lf.cnt -= 1
+                self._lf_start = start
+                lf.agg = self._combine(lf.suffix[start], parent.agg)  # type: ignore[index]
+                lf.cnt -= 1
             return True
+        self._settle()
         node, i, found = self._find(t)
         if not found:
             return False
@@ -1122,6 +1154,7 @@ class FiBA:
         root = self._root
         if t_to < t_from or not root.times:
             return self._identity
+        self._settle()
         lf = self._lf
         rf = self._rf
         if not t_to < rf.times[-1]:  # a suffix of the window
@@ -1301,26 +1334,25 @@ class FiBA:
             return k
         lf = self._lf
         ltimes = lf.times
-        if t < ltimes[0]:
+        start = self._lf_start
+        if t < ltimes[start]:
             return 0
         if not t < self._rf.times[-1]:
             count = len(self)
             _discard(self._root)
             self._reset()
             return count
-        k = bisect_right(ltimes, t)
-        if k == 1 and len(ltimes) > 1:  # just the oldest entry, a sliding window's usual case
-            self.evict(ltimes[0])
+        k = bisect_right(ltimes, t, start)
+        if k == start + 1 and len(ltimes) > k:  # just the oldest entry, a sliding window's
+            self.evict(ltimes[start])  # usual case
             return 1
         if len(ltimes) - k >= self._min_entries:  # the boundary is inside the left finger
-            del ltimes[:k]
-            del lf.values[:k]
-            suffix = lf.suffix
-            del suffix[:k]
+            self._lf_start = k  # (dropped lazily, as by in-order evicts)
             parent = lf.parent
-            lf.agg = self._combine(suffix[0], parent.agg)
-            lf.cnt = len(ltimes) + parent.cnt
-            return k
+            lf.agg = self._combine(lf.suffix[k], parent.agg)  # type: ignore[index]
+            lf.cnt = len(ltimes) - k + parent.cnt
+            return k - start
+        self._settle()
         before = len(self)
         self._cut(t)
         return before - len(self)
@@ -1500,6 +1532,7 @@ class FiBA:
         spines. Amortized O(log d + m (1 + log(d / m))) for m pairs, d the distance of the
         oldest pair from the young end.
         """
+        self._settle()
         items = pairs if isinstance(pairs, list) else list(pairs)
         if not items:
             return
@@ -1751,12 +1784,25 @@ class FiBA:
         leaf), structure (parent pointers, spine flags, fingers) or aggregates (every node's
         position-aware partial and count, the cached ``suffix``/``prefix`` folds and
         ``local_cnt`` counts of spine nodes, recomputed independently; partials must compare
-        with ``==``)."""
+        with ``==``). The left finger's entries before ``_lf_start`` (evicted, not yet dropped)
+        are not part of it; at least MIN_ARITY - 1 of its entries follow them."""
         combine = self._combine
         identity = self._identity
         min_arity = self._min_arity
         max_arity = 2 * min_arity
         root = self._root
+        lf = self._lf
+        start = self._lf_start
+        _require(
+            start == 0
+            or (
+                lf.parent is not None
+                and len(lf.times) - start >= min_arity - 1
+                and lf.suffix is not None
+                and len(lf.suffix) == len(lf.values) == len(lf.times)
+            ),
+            "structure: lazily evicted entries of the left finger out of range",
+        )
         _require(root.parent is None, "structure: the root has a parent")
         _require(not (root.left_spine or root.right_spine), "structure: the root is on a spine")
         up: dict[int, tuple[Any, int]] = {}  # id(node) -> (up aggregate, entry count)
@@ -1766,7 +1812,8 @@ class FiBA:
         while stack:
             node, lo, hi, depth, on_left, on_right = stack.pop()
             order.append(node)
-            times, values, children = node.times, node.values, node.children
+            times, values, _ = _entries(node, lf, start)
+            children = node.children
             n = len(times)
             arity = n + 1
             _require(len(values) == n, "structure: one partial per time")
@@ -1809,7 +1856,8 @@ class FiBA:
             parts: list[Any] = []
             counts = len(node.times)
             if node.children is None:
-                parts = list(node.values)
+                parts = list(_entries(node, lf, start)[1])
+                counts = len(parts)
             else:
                 for k, child in enumerate(node.children):
                     child_up, child_count = up[id(child)]
@@ -1820,7 +1868,8 @@ class FiBA:
             up[id(node)] = (_fold(combine, identity, parts), counts)
         for node in order:  # parents before children
             parent = node.parent
-            values, children = node.values, node.children
+            _, values, suffix = _entries(node, lf, start)
+            children = node.children
             # parts: the node's own sequence without its edge child; the leaf's values
             parts = []
             count = len(values)
@@ -1840,10 +1889,10 @@ class FiBA:
                 if node.left_spine:
                     step = 1 if children is None else 2  # one fold per entry
                     _require(
-                        node.suffix is not None
-                        and len(node.suffix) == len(values)
+                        suffix is not None
+                        and len(suffix) == len(values)
                         and all(
-                            node.suffix[k] == _fold(combine, identity, parts[k * step :])
+                            suffix[k] == _fold(combine, identity, parts[k * step :])
                             for k in range(len(values))
                         ),
                         "aggregates: stale suffix folds of a left-spine node",
@@ -1903,6 +1952,15 @@ class FiBA:
         _require(self._lf is leftmost, "structure: left finger is not the leftmost leaf")
         _require(self._rf is rightmost, "structure: right finger is not the rightmost leaf")
         _require(len(self) == up[id(root)][1], "aggregates: len() differs from the entry count")
+
+
+def _entries(node: _Node, lf: _Node, start: int) -> tuple[list[Any], list[Any], list[Any] | None]:
+    """``node``'s times, values and suffix folds without the ``start`` entries that in-order
+    evicts left at the front of the left finger ``lf`` (copies when there are any)."""
+    suffix = node.suffix
+    if node is not lf or not start:
+        return node.times, node.values, suffix
+    return node.times[start:], node.values[start:], None if suffix is None else suffix[start:]
 
 
 def _fold(combine: Any, identity: Any, parts: list[Any]) -> Any:
