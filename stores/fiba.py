@@ -172,12 +172,15 @@ class FiBA:
         "_lf",
         "_lf_start",
         "_lift",
+        "_lift_is_identity",
         "_lower",
+        "_lower_is_identity",
         "_max_entries",
         "_min_arity",
         "_min_entries",
         "_rf",
         "_root",
+        "_spare",
         "monoid",
     )
 
@@ -187,6 +190,8 @@ class FiBA:
         self.monoid = monoid
         self._identity = monoid.identity
         self._lift = monoid.lift
+        self._lift_is_identity = bool(getattr(monoid, "lift_is_identity", False))
+        self._lower_is_identity = bool(getattr(monoid, "lower_is_identity", False))
         self._combine = monoid.combine
         self._lower = monoid.lower
         self._min_arity = min_arity
@@ -204,6 +209,7 @@ class FiBA:
         root.agg = self._identity
         self._root = self._lf = self._rf = root
         self._lf_start = 0
+        self._spare: _Node | None = None
 
     def _settle(self) -> None:
         """Drop the entries that in-order evicts left at the front of the left finger (its
@@ -215,9 +221,10 @@ class FiBA:
         if start:
             self._lf_start = 0
             lf = self._lf
-            del lf.times[:start]
-            del lf.values[:start]
-            del lf.suffix[:start]  # type: ignore[arg-type]
+            suffix: list[Any] = lf.suffix  # type: ignore[assignment]
+            lf.times = lf.times[start:]  # (new lists: cheaper than a del in the compiled build)
+            lf.values = lf.values[start:]
+            lf.suffix = suffix[start:]
 
     # --- construction from sorted data -----------------------------------------------------
 
@@ -488,9 +495,8 @@ class FiBA:
     def query(self) -> Any:
         """The lowered aggregate of the whole window (lowered identity when empty). O(1)."""
         root = self._root
-        if root.children is None:
-            return self._lower(root.agg)
-        return self._lower(self._combine(self._lf.agg, self._rf.agg))
+        agg = root.agg if root.children is None else self._combine(self._lf.agg, self._rf.agg)
+        return agg if self._lower_is_identity else self._lower(agg)
 
     def aggregate(self) -> Any:
         """The raw (un-lowered) partial aggregate of the whole window. O(1)."""
@@ -573,7 +579,7 @@ class FiBA:
     def insert(self, t: Any, x: Any) -> None:
         """Add ``lift(x)`` at time ``t``; an existing entry at ``t`` becomes
         ``combine(existing, lift(x))``. Amortized O(log d), O(1) at either end."""
-        lifted = self._lift(x)
+        lifted = x if self._lift_is_identity else self._lift(x)
         rf = self._rf
         rtimes = rf.times
         if rtimes:
@@ -635,11 +641,18 @@ class FiBA:
         times = rf.times
         values = rf.values
         new_values = values[mu + 1 :]
-        new = _Node(parent, times[mu + 1 :], new_values, None)
+        new = self._spare
+        if new is None:
+            new = _Node(parent, times[mu + 1 :], new_values, None)
+        else:  # the up leaf a refill merged away: its fields are all set below
+            self._spare = None
+            new.parent = parent
+            new.times = times[mu + 1 :]
+            new.values = new_values
         new_time = times[mu]
         separator = values[mu]
-        del times[mu:]
-        del values[mu:]
+        rf.times = times[:mu]  # (new lists: cheaper than a del in the compiled build)
+        rf.values = values = values[:mu]
         prefix = rf.prefix  # the folds of the finger's first entries, as far as cached
         if prefix:
             j = min(len(prefix), mu)
@@ -647,16 +660,16 @@ class FiBA:
         else:
             j = 1
             up = values[0]
-        for value in values[j:]:
-            up = combine(up, value)
+        for i in range(j, mu):
+            up = combine(up, values[i])
         rf.agg = up
         rf.cnt = mu
         rf.prefix = None
         rf.right_spine = False  # now an up node: neither spine holds a parent's last child
         acc = new_values[0]  # the new finger's prefix folds: its fold, and most of the next up
         prefix = [acc]
-        for value in new_values[1:]:
-            acc = combine(acc, value)
+        for i in range(1, len(new_values)):
+            acc = combine(acc, new_values[i])
             prefix.append(acc)
         new.prefix = prefix
         new.right_spine = True
@@ -731,19 +744,24 @@ class FiBA:
         the right finger's fold of its entries."""
         combine = self._combine
         parent: _Node = node.parent  # type: ignore[assignment]
+        children = node.children
         if parent.parent is None:  # a child of the root: no parent term
-            if node.children is None:
+            if children is None:
                 self._recalc(node)
                 return
-            node.agg = node.prefix[-1]
+            prefix: list[Any] = node.prefix  # type: ignore[assignment]
+            node.agg = prefix[-1]
             node.cnt = node.local_cnt
             parent = node
-            node = node.children[-1]
-        while node.children is not None:
-            node.agg = combine(parent.agg, node.prefix[-1])
+            node = children[-1]
+            children = node.children
+        while children is not None:
+            prefix = node.prefix  # type: ignore[assignment]
+            node.agg = combine(parent.agg, prefix[-1])
             node.cnt = node.local_cnt + parent.cnt
             parent = node
-            node = node.children[-1]
+            node = children[-1]
+            children = node.children
         node.agg = combine(parent.agg, self._finger_fold(node))
         node.cnt = len(node.values) + parent.cnt
 
@@ -755,12 +773,12 @@ class FiBA:
         prefix = rf.prefix
         if prefix:
             acc = prefix[-1]
-            rest = values[len(prefix) :]
+            done = len(prefix)
         else:  # the finger below the root holds at least one entry
             acc = values[0]
-            rest = values[1:]
-        for value in rest:
-            acc = combine(acc, value)
+            done = 1
+        for i in range(done, len(values)):
+            acc = combine(acc, values[i])
         return acc
 
     def _overflow(self, node: _Node) -> None:
@@ -850,13 +868,14 @@ class FiBA:
                 lf.cnt = len(values)
                 return True
             start += 1
+            self._lf_start = start
             if len(ltimes) - start < self._min_entries:
-                self._lf_start = start
-                self._settle()
+                if start > self._max_entries:  # bound the entries held after their evict
+                    self._settle()
                 self._refill_left_finger(lf, parent)
             else:
-                self._lf_start = start
-                lf.agg = self._combine(lf.suffix[start], parent.agg)  # type: ignore[index]
+                suffix: list[Any] = lf.suffix  # type: ignore[assignment]
+                lf.agg = self._combine(suffix[start], parent.agg)
                 lf.cnt -= 1
             return True
         self._settle()
@@ -884,13 +903,15 @@ class FiBA:
         become the root when the sibling is the right finger and both fit in one node. Merging
         first fills the finger up, so that the next several in-order evicts need no refill."""
         combine = self._combine
-        sibling = parent.children[1]
+        siblings: list[_Node] = parent.children  # type: ignore[assignment]
+        sibling = siblings[1]
         stimes = sibling.times
-        total = len(lf.times) + 1 + len(stimes)
+        total = len(lf.times) - self._lf_start + 1 + len(stimes)
+        if total <= self._max_entries and not sibling.right_spine:
+            self._merge_up_left_spine(lf, parent)  # (appends: the finger keeps its start)
+            return
+        self._settle()
         if total <= self._max_entries:
-            if not sibling.right_spine:
-                self._merge_up_left_spine(lf, parent)
-                return
             # parent is the root with two children: merge them into a leaf root
             lf.times.append(parent.times[0])
             lf.times.extend(stimes)
@@ -935,23 +956,29 @@ class FiBA:
         min_entries = self._min_entries
         max_entries = self._max_entries
         while True:
-            sibling = parent.children[1]
+            siblings: list[_Node] = parent.children  # type: ignore[assignment]
+            sibling = siblings[1]
             self._absorb_into_left_spine(node, parent, sibling)
+            if sibling.children is None:  # an up leaf: kept for the next right-finger split
+                sibling.parent = None
+                self._spare = sibling
             grandparent = parent.parent
             if grandparent is None:  # the root keeps an entry: sibling was not its last child
                 self._recalc(parent)
                 self._refresh_left_spine(node)
                 return
             folds: list[Any] = parent.suffix  # type: ignore[assignment]
-            del folds[0]
+            folds.pop(0)  # (a primitive of the compiled build, unlike del)
             parent.local_cnt -= 1 + sibling.cnt
             if len(parent.times) >= min_entries:
                 self._refresh_left_spine(parent)
                 return
             node = parent
             parent = grandparent
-            sibling = parent.children[1]
+            siblings = parent.children  # type: ignore[assignment]
+            sibling = siblings[1]
             if sibling.right_spine or len(node.times) + 1 + len(sibling.times) > max_entries:
+                self._settle()
                 top, hit_left, hit_right, _ = self._underflow(node, True, False)
                 self._repair_aggs(top, hit_left, hit_right)
                 return
@@ -961,15 +988,16 @@ class FiBA:
         into its first child, the left-spine ``node``, extending ``node``'s suffix folds (and
         ``local_cnt`` if inner): each old fold gains ``separator + up(sibling)``, and the
         sibling's entries get theirs from the right (the first one of a leaf is its stored up
-        aggregate). ``parent`` keeps stale aggregates, for the caller."""
+        aggregate). ``parent`` keeps stale aggregates, for the caller. The left finger's
+        entries before ``_lf_start`` (evicted) keep their stale folds."""
         combine = self._combine
         separator = parent.values[0]
         svalues = sibling.values
         schildren = sibling.children
         tail = combine(separator, sibling.agg)
         suffix: list[Any] = node.suffix  # type: ignore[assignment]
-        for i, fold in enumerate(suffix):  # type: ignore[arg-type]
-            suffix[i] = combine(fold, tail)
+        for i in range(self._lf_start if node.children is None else 0, len(suffix)):
+            suffix[i] = combine(suffix[i], tail)
         m = len(svalues)
         folds = [tail] * (m + 1)
         if schildren is None:
@@ -995,22 +1023,29 @@ class FiBA:
         node.times.extend(sibling.times)
         node.values.append(separator)
         node.values.extend(svalues)
-        del parent.times[0]
-        del parent.values[0]
-        del parent.children[1]
+        siblings: list[_Node] = parent.children  # type: ignore[assignment]
+        parent.times.pop(0)  # (primitives of the compiled build, unlike del)
+        parent.values.pop(0)
+        siblings.pop(1)
 
     def _refresh_left_spine(self, node: _Node) -> None:
         """Recompute the aggregates of the non-root left-spine ``node`` and of the left-spine
-        nodes below it from their (valid) suffix folds and counts: one combine per level."""
+        nodes below it from their (valid) suffix folds and counts: one combine per level (the
+        left finger's live entries start at ``_lf_start``)."""
         combine = self._combine
         parent: _Node = node.parent  # type: ignore[assignment]
-        while node.children is not None:
-            node.agg = combine(node.suffix[0], parent.agg)
+        children = node.children
+        while children is not None:
+            suffix: list[Any] = node.suffix  # type: ignore[assignment]
+            node.agg = combine(suffix[0], parent.agg)
             node.cnt = node.local_cnt + parent.cnt
             parent = node
-            node = node.children[0]
-        node.agg = combine(node.suffix[0], parent.agg)
-        node.cnt = len(node.values) + parent.cnt
+            node = children[0]
+            children = node.children
+        start = self._lf_start
+        suffix = node.suffix  # type: ignore[assignment]
+        node.agg = combine(suffix[start], parent.agg)
+        node.cnt = len(node.values) - start + parent.cnt
 
     def _evict_inner(self, node: _Node, i: int) -> None:
         """Evict entry ``i`` of an inner node: a neighbouring leaf entry (the oldest of the right
@@ -1135,7 +1170,8 @@ class FiBA:
     def query_range(self, t_from: Any, t_to: Any) -> Any:
         """The lowered aggregate of the entries with ``t_from <= t <= t_to`` (lowered identity
         when there are none or the range is inverted). See :meth:`aggregate_range`."""
-        return self._lower(self.aggregate_range(t_from, t_to))
+        agg = self.aggregate_range(t_from, t_to)
+        return agg if self._lower_is_identity else self._lower(agg)
 
     def aggregate_range(self, t_from: Any, t_to: Any) -> Any:
         """The raw (un-lowered) partial of the entries with ``t_from <= t <= t_to``, both bounds

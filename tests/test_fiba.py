@@ -10,7 +10,9 @@ after every step.
 
 from __future__ import annotations
 
+import operator
 import random
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -349,6 +351,57 @@ def test_in_order_evicts_drop_left_finger_entries_lazily(min_arity: int, observe
         assert fiba.query() == oracle.query()
         assert list(fiba) == list(oracle)
     assert lazily_held > 10  # most of these windows held evicted entries lazily
+
+
+class _PassThrough:
+    """A sum whose ``lift`` and ``lower`` are flagged as the identity and must not be called."""
+
+    identity = 0
+    combine = staticmethod(operator.add)
+    lift_is_identity = True
+    lower_is_identity = True
+
+    @staticmethod
+    def lift(x: Any) -> Any:
+        raise AssertionError("lift called although flagged as the identity")
+
+    lower = lift
+
+
+def test_identity_lift_and_lower_are_not_called() -> None:
+    fiba = FiBA(_PassThrough(), 2)
+    for t in range(50):
+        fiba.insert(t, t)
+    fiba.evict(0)
+    assert fiba.query() == sum(range(1, 50))
+    assert fiba.query_range(10, 20) == sum(range(10, 21))
+    fiba.check_invariants()
+
+
+@pytest.mark.parametrize("min_arity", [2, 4])
+def test_in_order_refills_keep_evicted_entries_and_hand_the_merged_leaf_to_the_next_split(
+    min_arity: int,
+) -> None:
+    """In a sliding window, a refill of the left finger appends its sibling behind the entries
+    evicted lazily (no cut while they are fewer than a node holds), and the leaf it merged
+    away becomes the node of the next right-finger split instead of a new one."""
+    fiba = FiBA(SUM, min_arity)
+    for t in range(300):
+        fiba.insert(t, t)
+    kept_through_refill = reused = 0
+    for t in range(300, 900):
+        lf = fiba._lf
+        before = len(lf.times) - fiba._lf_start
+        fiba.evict(t - 300)
+        if fiba._lf is lf and len(lf.times) - fiba._lf_start > before and fiba._lf_start:
+            kept_through_refill += 1
+        spare = fiba._spare
+        fiba.insert(t, t)
+        if spare is not None and fiba._rf is spare:
+            reused += 1
+        fiba.check_invariants()
+        assert fiba.query() == sum(range(t - 299, t + 1))
+    assert kept_through_refill > 20 and reused > 20, (kept_through_refill, reused)
 
 
 @pytest.mark.parametrize("min_arity", [2, 3, 4])
