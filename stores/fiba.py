@@ -319,14 +319,15 @@ class FiBA:
         k = len(values)
         if children is None:
             if node.left_spine:  # the left finger below the root: its suffix folds
+                start = self._lf_start  # (entries before it are evicted: stale folds)
                 agg = values[-1]
                 suffix = [agg] * k
-                for i in range(k - 2, -1, -1):
+                for i in range(k - 2, start - 1, -1):
                     agg = combine(values[i], agg)
                     suffix[i] = agg
                 node.suffix = suffix
                 node.agg = combine(agg, parent.agg)
-                node.cnt = k + parent.cnt
+                node.cnt = k - start + parent.cnt
                 return
             agg = reduce(combine, values) if k else self._identity
             cnt = k
@@ -591,9 +592,9 @@ class FiBA:
                 if len(rtimes) > self._max_entries:
                     self._split_right_finger(rf)
                 return
-            self._settle()
             lf = self._lf
-            if t < lf.times[0]:  # older than everything: prepend at the left finger
+            if t < lf.times[self._lf_start]:  # older than everything: prepend at the left finger
+                self._settle()
                 lf.times.insert(0, t)
                 lf.values.insert(0, lifted)
                 suffix = lf.suffix
@@ -611,6 +612,9 @@ class FiBA:
             rf.cnt = 1
             return
         node, i, found = self._find(t)
+        if node is self._lf and self._lf_start:  # (other nodes: the spine repair skips them)
+            i -= self._lf_start
+            self._settle()
         if found:
             node.values[i] = self._combine(node.values[i], lifted)
             self._repair_path(node, 0)
@@ -744,24 +748,21 @@ class FiBA:
         the right finger's fold of its entries."""
         combine = self._combine
         parent: _Node = node.parent  # type: ignore[assignment]
-        children = node.children
         if parent.parent is None:  # a child of the root: no parent term
-            if children is None:
+            if node.children is None:
                 self._recalc(node)
                 return
             prefix: list[Any] = node.prefix  # type: ignore[assignment]
             node.agg = prefix[-1]
             node.cnt = node.local_cnt
             parent = node
-            node = children[-1]
-            children = node.children
-        while children is not None:
+            node = node.children[-1]
+        while node.children is not None:
             prefix = node.prefix  # type: ignore[assignment]
             node.agg = combine(parent.agg, prefix[-1])
             node.cnt = node.local_cnt + parent.cnt
             parent = node
-            node = children[-1]
-            children = node.children
+            node = node.children[-1]
         node.agg = combine(parent.agg, self._finger_fold(node))
         node.cnt = len(node.values) + parent.cnt
 
@@ -773,12 +774,12 @@ class FiBA:
         prefix = rf.prefix
         if prefix:
             acc = prefix[-1]
-            done = len(prefix)
+            rest = values[len(prefix) :]
         else:  # the finger below the root holds at least one entry
             acc = values[0]
-            done = 1
-        for i in range(done, len(values)):
-            acc = combine(acc, values[i])
+            rest = values[1:]
+        for value in rest:
+            acc = combine(acc, value)
         return acc
 
     def _overflow(self, node: _Node) -> None:
@@ -855,9 +856,9 @@ class FiBA:
         or another operation looks at it (:meth:`_settle`)."""
         lf = self._lf
         ltimes = lf.times
-        start = self._lf_start
-        if len(ltimes) == start:  # (only an empty leaf root, whose start is 0)
+        if not ltimes:  # (an empty leaf root: its start is 0)
             return False
+        start = self._lf_start
         if t == ltimes[start]:  # in order: pop at the left finger
             parent = lf.parent
             if parent is None:
@@ -1034,14 +1035,12 @@ class FiBA:
         left finger's live entries start at ``_lf_start``)."""
         combine = self._combine
         parent: _Node = node.parent  # type: ignore[assignment]
-        children = node.children
-        while children is not None:
+        while node.children is not None:
             suffix: list[Any] = node.suffix  # type: ignore[assignment]
             node.agg = combine(suffix[0], parent.agg)
             node.cnt = node.local_cnt + parent.cnt
             parent = node
-            node = children[0]
-            children = node.children
+            node = node.children[0]
         start = self._lf_start
         suffix = node.suffix  # type: ignore[assignment]
         node.agg = combine(suffix[start], parent.agg)

@@ -322,6 +322,10 @@ _AFTER_LAZY_EVICTS = {
     "old insert": lambda w, gone: (w.insert(gone - 3, -1), w.query(), list(w)),
     "bulk_insert": lambda w, gone: (w.bulk_insert([(gone - 1, -2), (gone + 1, -3)]), list(w)),
     "evict a later entry": lambda w, gone: (w.evict(gone + 1), w.query(), list(w)),
+    "insert into the finger": lambda w, gone: (w.insert(gone + 0.5, -5), w.query(), list(w)),
+    "inserts splitting the left spine": lambda w, gone: [
+        (w.insert(gone + 6 + x / 16, x), w.query(), len(w))[1:] for x in range(16)
+    ],
 }
 
 
@@ -351,6 +355,33 @@ def test_in_order_evicts_drop_left_finger_entries_lazily(min_arity: int, observe
         assert fiba.query() == oracle.query()
         assert list(fiba) == list(oracle)
     assert lazily_held > 10  # most of these windows held evicted entries lazily
+
+
+@pytest.mark.parametrize("min_arity", [2, 4])
+def test_out_of_order_inserts_keep_the_lazily_evicted_entries(min_arity: int) -> None:
+    """Sliding rounds whose inserts land ``d`` entries from the young end (splits climbing to
+    the root and repairing the left spine included) leave the left finger's evicted entries
+    in place unless they land in it; the window stays exact throughout."""
+    fiba = FiBA(COLLECT, min_arity)
+    oracle = OracleWindow(COLLECT)
+    high = 10**6
+    for t in range(150):
+        for w in (fiba, oracle):
+            w.insert(t, t)
+    for j in range(12):
+        for w in (fiba, oracle):
+            w.insert(high + j, j)
+    held = 0
+    for low in range(150, 700):
+        oldest = oracle.oldest()
+        for w in (fiba, oracle):
+            w.evict(oldest)
+            w.insert(low, low)
+        held += fiba._lf_start > 0
+        fiba.check_invariants()
+        assert fiba.query() == oracle.query()
+    assert list(fiba) == list(oracle)
+    assert held > 100, held
 
 
 class _PassThrough:
