@@ -47,7 +47,8 @@ Costs (``m`` = entries evicted or inserted in bulk, ``d`` = distance from the ne
 
 Times can be any totally ordered values (ints, floats, tuples ...). The monoid is duck-typed
 (see :mod:`stores.monoids`): ``identity``, ``lift(x)``, ``combine(a, b)`` (associative, neither
-commutative nor invertible needed) and ``lower(a)``.
+commutative nor invertible needed) and ``lower(a)``; ``lift`` (``lower``) is not called when the
+monoid's optional ``lift_is_identity`` (``lower_is_identity``) is true.
 
 Implementation notes (CPython): nodes use ``__slots__`` and parallel lists (times, values,
 children) searched with :mod:`bisect`; no recursion on update paths. Spine nodes cache the folds
@@ -66,6 +67,13 @@ change to their counts rather than summing the children's). Range queries at eit
 window start from the finger and use the spines' folds. Subtrees cut off by ``bulk_evict`` are
 released at once by reference counting (the papers' deferred free list exists to avoid O(m)
 deallocation calls; here that work is C-level and not a combine).
+
+In-order paths avoid list work at a node's front: an in-order evict only moves ``_lf_start``
+past the left finger's oldest entry (its suffix fold after it is the finger's new fold); a
+refill appends its sibling behind such entries, which are cut only once they exceed a node's
+worth, or when another operation reaches the finger (``_settle``). The leaf a refill merges
+away becomes the node of the next right-finger split. The hot paths use list primitives that
+mypyc compiles to direct calls (typed locals, ``pop``, slices) rather than ``del``.
 """
 
 from __future__ import annotations
