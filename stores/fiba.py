@@ -782,7 +782,10 @@ class FiBA:
         prefix = rf.prefix
         if prefix:
             acc = prefix[-1]
-            rest = values[len(prefix) :]
+            done = len(prefix)
+            if done == len(values):  # (a finger made by an in-order split, not yet appended to)
+                return acc
+            rest = values[done:]
         else:  # the finger below the root holds at least one entry
             acc = values[0]
             rest = values[1:]
@@ -1008,16 +1011,18 @@ class FiBA:
         for i in range(self._lf_start if node.children is None else 0, len(suffix)):
             suffix[i] = combine(suffix[i], tail)
         m = len(svalues)
-        folds = [tail] * (m + 1)
-        if schildren is None:
+        if schildren is None:  # the folds overwrite copies of the values (the last is its fold)
+            base = len(suffix) + 1
+            suffix.append(tail)
+            suffix.extend(svalues)
             acc = svalues[-1]
-            folds[m] = acc
             for i in range(m - 2, 0, -1):
                 acc = combine(svalues[i], acc)
-                folds[i + 1] = acc
+                suffix[base + i] = acc
             if m > 1:
-                folds[1] = sibling.agg
+                suffix[base] = sibling.agg
         else:
+            folds = [tail] * (m + 1)
             acc = combine(svalues[-1], schildren[-1].agg)
             folds[m] = acc
             for i in range(m - 2, -1, -1):
@@ -1027,7 +1032,7 @@ class FiBA:
                 child.parent = node
             node.children.extend(schildren)
             node.local_cnt += 1 + sibling.cnt
-        suffix.extend(folds)
+            suffix.extend(folds)
         node.times.append(parent.times[0])
         node.times.extend(sibling.times)
         node.values.append(separator)
