@@ -47,7 +47,8 @@ Costs (``m`` = entries evicted or inserted in bulk, ``d`` = distance from the ne
 
 Times can be any totally ordered values (ints, floats, tuples ...). The monoid is duck-typed
 (see :mod:`stores.monoids`): ``identity``, ``lift(x)``, ``combine(a, b)`` (associative, neither
-commutative nor invertible needed) and ``lower(a)``.
+commutative nor invertible needed) and ``lower(a)``; ``lift`` (``lower``) is not called when the
+monoid's optional ``lift_is_identity`` (``lower_is_identity``) is true.
 
 Implementation notes (CPython): nodes use ``__slots__`` and parallel lists (times, values,
 children) searched with :mod:`bisect`; no recursion on update paths. Spine nodes cache the folds
@@ -66,6 +67,13 @@ change to their counts rather than summing the children's). Range queries at eit
 window start from the finger and use the spines' folds. Subtrees cut off by ``bulk_evict`` are
 released at once by reference counting (the papers' deferred free list exists to avoid O(m)
 deallocation calls; here that work is C-level and not a combine).
+
+In-order paths avoid list work at a node's front: an in-order evict only moves ``_lf_start``
+past the left finger's oldest entry (its suffix fold after it is the finger's new fold); a
+refill appends its sibling behind such entries, which are cut only once they exceed a node's
+worth, or when another operation reaches the finger (``_settle``). The leaf a refill merges
+away becomes the node of the next right-finger split. The hot paths use list primitives that
+mypyc compiles to direct calls (typed locals, ``pop``, slices) rather than ``del``.
 """
 
 from __future__ import annotations
@@ -170,13 +178,17 @@ class FiBA:
         "_combine",
         "_identity",
         "_lf",
+        "_lf_start",
         "_lift",
+        "_lift_is_identity",
         "_lower",
+        "_lower_is_identity",
         "_max_entries",
         "_min_arity",
         "_min_entries",
         "_rf",
         "_root",
+        "_spare",
         "monoid",
     )
 
@@ -186,6 +198,8 @@ class FiBA:
         self.monoid = monoid
         self._identity = monoid.identity
         self._lift = monoid.lift
+        self._lift_is_identity = bool(getattr(monoid, "lift_is_identity", False))
+        self._lower_is_identity = bool(getattr(monoid, "lower_is_identity", False))
         self._combine = monoid.combine
         self._lower = monoid.lower
         self._min_arity = min_arity
@@ -202,6 +216,23 @@ class FiBA:
         root = _Node(None, [], [], None)
         root.agg = self._identity
         self._root = self._lf = self._rf = root
+        self._lf_start = 0
+        self._spare: _Node | None = None
+
+    def _settle(self) -> None:
+        """Drop the entries that in-order evicts left at the front of the left finger (its
+        ``times``, ``values`` and ``suffix`` start at ``_lf_start``; see :meth:`evict`), so
+        that every node holds exactly its entries again. Every operation other than an
+        in-order evict, an append at the right finger and the O(1) observers settles first.
+        O(1) amortized (each entry is dropped once), no operator call."""
+        start = self._lf_start
+        if start:
+            self._lf_start = 0
+            lf = self._lf
+            suffix: list[Any] = lf.suffix  # type: ignore[assignment]
+            lf.times = lf.times[start:]  # (new lists: cheaper than a del in the compiled build)
+            lf.values = lf.values[start:]
+            lf.suffix = suffix[start:]
 
     # --- construction from sorted data -----------------------------------------------------
 
@@ -296,14 +327,15 @@ class FiBA:
         k = len(values)
         if children is None:
             if node.left_spine:  # the left finger below the root: its suffix folds
+                start = self._lf_start  # (entries before it are evicted: stale folds)
                 agg = values[-1]
                 suffix = [agg] * k
-                for i in range(k - 2, -1, -1):
+                for i in range(k - 2, start - 1, -1):
                     agg = combine(values[i], agg)
                     suffix[i] = agg
                 node.suffix = suffix
                 node.agg = combine(agg, parent.agg)
-                node.cnt = k + parent.cnt
+                node.cnt = k - start + parent.cnt
                 return
             agg = reduce(combine, values) if k else self._identity
             cnt = k
@@ -472,9 +504,8 @@ class FiBA:
     def query(self) -> Any:
         """The lowered aggregate of the whole window (lowered identity when empty). O(1)."""
         root = self._root
-        if root.children is None:
-            return self._lower(root.agg)
-        return self._lower(self._combine(self._lf.agg, self._rf.agg))
+        agg = root.agg if root.children is None else self._combine(self._lf.agg, self._rf.agg)
+        return agg if self._lower_is_identity else self._lower(agg)
 
     def aggregate(self) -> Any:
         """The raw (un-lowered) partial aggregate of the whole window. O(1)."""
@@ -492,19 +523,21 @@ class FiBA:
     def __contains__(self, t: Any) -> bool:
         if not self._root.times:
             return False
+        self._settle()
         return self._find(t)[2]
 
     def get(self, t: Any) -> Any:
         """The partial stored at time ``t``, or None when absent. O(log d)."""
         if not self._root.times:
             return None
+        self._settle()
         node, i, found = self._find(t)
         return node.values[i] if found else None
 
     def oldest(self) -> Any:
         """The smallest time in the window, or None when empty. O(1)."""
         times = self._lf.times
-        return times[0] if times else None
+        return times[self._lf_start] if times else None
 
     def youngest(self) -> Any:
         """The largest time in the window, or None when empty. O(1)."""
@@ -513,11 +546,13 @@ class FiBA:
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """``(t, partial)`` pairs in time order."""
+        self._settle()
         return _walk(self._root)
 
     def items_from(self, t: Any) -> Iterator[tuple[Any, Any]]:
         """``(time, partial)`` pairs with ``time >= t``, in time order: one descent from the
         root, then an in-order walk; O(log n + k) for the first ``k`` pairs taken."""
+        self._settle()
         path: list[tuple[_Node, int]] = []
         node = self._root
         while True:
@@ -553,7 +588,7 @@ class FiBA:
     def insert(self, t: Any, x: Any) -> None:
         """Add ``lift(x)`` at time ``t``; an existing entry at ``t`` becomes
         ``combine(existing, lift(x))``. Amortized O(log d), O(1) at either end."""
-        lifted = self._lift(x)
+        lifted = x if self._lift_is_identity else self._lift(x)
         rf = self._rf
         rtimes = rf.times
         if rtimes:
@@ -566,7 +601,8 @@ class FiBA:
                     self._split_right_finger(rf)
                 return
             lf = self._lf
-            if t < lf.times[0]:  # older than everything: prepend at the left finger
+            if t < lf.times[self._lf_start]:  # older than everything: prepend at the left finger
+                self._settle()
                 lf.times.insert(0, t)
                 lf.values.insert(0, lifted)
                 suffix = lf.suffix
@@ -584,6 +620,9 @@ class FiBA:
             rf.cnt = 1
             return
         node, i, found = self._find(t)
+        if node is self._lf and self._lf_start:  # (other nodes: the spine repair skips them)
+            i -= self._lf_start
+            self._settle()
         if found:
             node.values[i] = self._combine(node.values[i], lifted)
             self._repair_path(node, 0)
@@ -605,7 +644,7 @@ class FiBA:
         then refreshed in one combine per level, plus the new finger's fold. A split of the
         root (height increase) takes the general path."""
         parent = rf.parent
-        if parent is None:
+        if parent is None:  # (the root leaf: nothing to settle)
             self._overflow(rf)
             return
         mu = self._min_arity
@@ -614,11 +653,18 @@ class FiBA:
         times = rf.times
         values = rf.values
         new_values = values[mu + 1 :]
-        new = _Node(parent, times[mu + 1 :], new_values, None)
+        new = self._spare
+        if new is None:
+            new = _Node(parent, times[mu + 1 :], new_values, None)
+        else:  # the up leaf a refill merged away: its fields are all set below
+            self._spare = None
+            new.parent = parent
+            new.times = times[mu + 1 :]
+            new.values = new_values
         new_time = times[mu]
         separator = values[mu]
-        del times[mu:]
-        del values[mu:]
+        rf.times = times[:mu]  # (new lists: cheaper than a del in the compiled build)
+        rf.values = values = values[:mu]
         prefix = rf.prefix  # the folds of the finger's first entries, as far as cached
         if prefix:
             j = min(len(prefix), mu)
@@ -626,16 +672,16 @@ class FiBA:
         else:
             j = 1
             up = values[0]
-        for value in values[j:]:
-            up = combine(up, value)
+        for i in range(j, mu):
+            up = combine(up, values[i])
         rf.agg = up
         rf.cnt = mu
         rf.prefix = None
         rf.right_spine = False  # now an up node: neither spine holds a parent's last child
         acc = new_values[0]  # the new finger's prefix folds: its fold, and most of the next up
         prefix = [acc]
-        for value in new_values[1:]:
-            acc = combine(acc, value)
+        for i in range(1, len(new_values)):
+            acc = combine(acc, new_values[i])
             prefix.append(acc)
         new.prefix = prefix
         new.right_spine = True
@@ -654,6 +700,7 @@ class FiBA:
                     parent.agg = combine(combine(parent.agg, up), separator)
                     parent.cnt += node.cnt + 1
                     self._refresh_right_spine(new)
+                    self._settle()  # the left spine holds the root's aggregate
                     self._refresh_left_spine(pchildren[0])
                     return
                 folds: list[Any] = parent.prefix  # type: ignore[assignment]
@@ -662,6 +709,7 @@ class FiBA:
                 self._refresh_right_spine(parent)
                 return
             if grandparent is None:  # height increase
+                self._settle()
                 self._overflow(parent)
                 return
             # split the right-spine parent: its first mu entries and mu + 1 children stay (an up
@@ -712,12 +760,14 @@ class FiBA:
             if node.children is None:
                 self._recalc(node)
                 return
-            node.agg = node.prefix[-1]
+            prefix: list[Any] = node.prefix  # type: ignore[assignment]
+            node.agg = prefix[-1]
             node.cnt = node.local_cnt
             parent = node
             node = node.children[-1]
         while node.children is not None:
-            node.agg = combine(parent.agg, node.prefix[-1])
+            prefix = node.prefix  # type: ignore[assignment]
+            node.agg = combine(parent.agg, prefix[-1])
             node.cnt = node.local_cnt + parent.cnt
             parent = node
             node = node.children[-1]
@@ -732,7 +782,10 @@ class FiBA:
         prefix = rf.prefix
         if prefix:
             acc = prefix[-1]
-            rest = values[len(prefix) :]
+            done = len(prefix)
+            if done == len(values):  # (a finger made by an in-order split, not yet appended to)
+                return acc
+            rest = values[done:]
         else:  # the finger below the root holds at least one entry
             acc = values[0]
             rest = values[1:]
@@ -806,28 +859,38 @@ class FiBA:
 
     def evict(self, t: Any) -> bool:
         """Remove the entry at exactly ``t`` (its whole partial); False when absent.
-        Amortized O(log d), O(1) at the old end."""
+        Amortized O(log d), O(1) at the old end.
+
+        An in-order evict at a left finger below the root moves ``_lf_start`` past the entry
+        instead of deleting it from the front of three lists (its suffix folds still hold the
+        fold of the entries after it); the finger's lists are cut once, when it needs a refill
+        or another operation looks at it (:meth:`_settle`)."""
         lf = self._lf
         ltimes = lf.times
-        if not ltimes:
+        if not ltimes:  # (an empty leaf root: its start is 0)
             return False
-        if t == ltimes[0]:  # in order: pop at the left finger
-            del ltimes[0]
-            del lf.values[0]
+        start = self._lf_start
+        if t == ltimes[start]:  # in order: pop at the left finger
             parent = lf.parent
             if parent is None:
+                del ltimes[0]
                 values = lf.values
+                del values[0]
                 lf.agg = reduce(self._combine, values) if values else self._identity
                 lf.cnt = len(values)
+                return True
+            start += 1
+            self._lf_start = start
+            if len(ltimes) - start < self._min_entries:
+                if start > self._max_entries:  # bound the entries held after their evict
+                    self._settle()
+                self._refill_left_finger(lf, parent)
             else:
                 suffix: list[Any] = lf.suffix  # type: ignore[assignment]
-                del suffix[0]
-                if len(ltimes) < self._min_entries:
-                    self._refill_left_finger(lf, parent)
-                else:
-                    lf.agg = self._combine(suffix[0], parent.agg)
-                    lf.cnt -= 1
+                lf.agg = self._combine(suffix[start], parent.agg)
+                lf.cnt -= 1
             return True
+        self._settle()
         node, i, found = self._find(t)
         if not found:
             return False
@@ -852,13 +915,15 @@ class FiBA:
         become the root when the sibling is the right finger and both fit in one node. Merging
         first fills the finger up, so that the next several in-order evicts need no refill."""
         combine = self._combine
-        sibling = parent.children[1]
+        siblings: list[_Node] = parent.children  # type: ignore[assignment]
+        sibling = siblings[1]
         stimes = sibling.times
-        total = len(lf.times) + 1 + len(stimes)
+        total = len(lf.times) - self._lf_start + 1 + len(stimes)
+        if total <= self._max_entries and not sibling.right_spine:
+            self._merge_up_left_spine(lf, parent)  # (appends: the finger keeps its start)
+            return
+        self._settle()
         if total <= self._max_entries:
-            if not sibling.right_spine:
-                self._merge_up_left_spine(lf, parent)
-                return
             # parent is the root with two children: merge them into a leaf root
             lf.times.append(parent.times[0])
             lf.times.extend(stimes)
@@ -903,23 +968,29 @@ class FiBA:
         min_entries = self._min_entries
         max_entries = self._max_entries
         while True:
-            sibling = parent.children[1]
+            siblings: list[_Node] = parent.children  # type: ignore[assignment]
+            sibling = siblings[1]
             self._absorb_into_left_spine(node, parent, sibling)
+            if sibling.children is None:  # an up leaf: kept for the next right-finger split
+                sibling.parent = None
+                self._spare = sibling
             grandparent = parent.parent
             if grandparent is None:  # the root keeps an entry: sibling was not its last child
                 self._recalc(parent)
                 self._refresh_left_spine(node)
                 return
             folds: list[Any] = parent.suffix  # type: ignore[assignment]
-            del folds[0]
+            folds.pop(0)  # (a primitive of the compiled build, unlike del)
             parent.local_cnt -= 1 + sibling.cnt
             if len(parent.times) >= min_entries:
                 self._refresh_left_spine(parent)
                 return
             node = parent
             parent = grandparent
-            sibling = parent.children[1]
+            siblings = parent.children  # type: ignore[assignment]
+            sibling = siblings[1]
             if sibling.right_spine or len(node.times) + 1 + len(sibling.times) > max_entries:
+                self._settle()
                 top, hit_left, hit_right, _ = self._underflow(node, True, False)
                 self._repair_aggs(top, hit_left, hit_right)
                 return
@@ -929,26 +1000,29 @@ class FiBA:
         into its first child, the left-spine ``node``, extending ``node``'s suffix folds (and
         ``local_cnt`` if inner): each old fold gains ``separator + up(sibling)``, and the
         sibling's entries get theirs from the right (the first one of a leaf is its stored up
-        aggregate). ``parent`` keeps stale aggregates, for the caller."""
+        aggregate). ``parent`` keeps stale aggregates, for the caller. The left finger's
+        entries before ``_lf_start`` (evicted) keep their stale folds."""
         combine = self._combine
         separator = parent.values[0]
         svalues = sibling.values
         schildren = sibling.children
         tail = combine(separator, sibling.agg)
         suffix: list[Any] = node.suffix  # type: ignore[assignment]
-        for i, fold in enumerate(suffix):  # type: ignore[arg-type]
-            suffix[i] = combine(fold, tail)
+        for i in range(self._lf_start if node.children is None else 0, len(suffix)):
+            suffix[i] = combine(suffix[i], tail)
         m = len(svalues)
-        folds = [tail] * (m + 1)
-        if schildren is None:
+        if schildren is None:  # the folds overwrite copies of the values (the last is its fold)
+            base = len(suffix) + 1
+            suffix.append(tail)
+            suffix.extend(svalues)
             acc = svalues[-1]
-            folds[m] = acc
             for i in range(m - 2, 0, -1):
                 acc = combine(svalues[i], acc)
-                folds[i + 1] = acc
+                suffix[base + i] = acc
             if m > 1:
-                folds[1] = sibling.agg
+                suffix[base] = sibling.agg
         else:
+            folds = [tail] * (m + 1)
             acc = combine(svalues[-1], schildren[-1].agg)
             folds[m] = acc
             for i in range(m - 2, -1, -1):
@@ -958,27 +1032,32 @@ class FiBA:
                 child.parent = node
             node.children.extend(schildren)
             node.local_cnt += 1 + sibling.cnt
-        suffix.extend(folds)
+            suffix.extend(folds)
         node.times.append(parent.times[0])
         node.times.extend(sibling.times)
         node.values.append(separator)
         node.values.extend(svalues)
-        del parent.times[0]
-        del parent.values[0]
-        del parent.children[1]
+        siblings: list[_Node] = parent.children  # type: ignore[assignment]
+        parent.times.pop(0)  # (primitives of the compiled build, unlike del)
+        parent.values.pop(0)
+        siblings.pop(1)
 
     def _refresh_left_spine(self, node: _Node) -> None:
         """Recompute the aggregates of the non-root left-spine ``node`` and of the left-spine
-        nodes below it from their (valid) suffix folds and counts: one combine per level."""
+        nodes below it from their (valid) suffix folds and counts: one combine per level (the
+        left finger's live entries start at ``_lf_start``)."""
         combine = self._combine
         parent: _Node = node.parent  # type: ignore[assignment]
         while node.children is not None:
-            node.agg = combine(node.suffix[0], parent.agg)
+            suffix: list[Any] = node.suffix  # type: ignore[assignment]
+            node.agg = combine(suffix[0], parent.agg)
             node.cnt = node.local_cnt + parent.cnt
             parent = node
             node = node.children[0]
-        node.agg = combine(node.suffix[0], parent.agg)
-        node.cnt = len(node.values) + parent.cnt
+        start = self._lf_start
+        suffix = node.suffix  # type: ignore[assignment]
+        node.agg = combine(suffix[start], parent.agg)
+        node.cnt = len(node.values) - start + parent.cnt
 
     def _evict_inner(self, node: _Node, i: int) -> None:
         """Evict entry ``i`` of an inner node: a neighbouring leaf entry (the oldest of the right
@@ -1103,7 +1182,8 @@ class FiBA:
     def query_range(self, t_from: Any, t_to: Any) -> Any:
         """The lowered aggregate of the entries with ``t_from <= t <= t_to`` (lowered identity
         when there are none or the range is inverted). See :meth:`aggregate_range`."""
-        return self._lower(self.aggregate_range(t_from, t_to))
+        agg = self.aggregate_range(t_from, t_to)
+        return agg if self._lower_is_identity else self._lower(agg)
 
     def aggregate_range(self, t_from: Any, t_to: Any) -> Any:
         """The raw (un-lowered) partial of the entries with ``t_from <= t <= t_to``, both bounds
@@ -1122,6 +1202,7 @@ class FiBA:
         root = self._root
         if t_to < t_from or not root.times:
             return self._identity
+        self._settle()
         lf = self._lf
         rf = self._rf
         if not t_to < rf.times[-1]:  # a suffix of the window
@@ -1301,26 +1382,25 @@ class FiBA:
             return k
         lf = self._lf
         ltimes = lf.times
-        if t < ltimes[0]:
+        start = self._lf_start
+        if t < ltimes[start]:
             return 0
         if not t < self._rf.times[-1]:
             count = len(self)
             _discard(self._root)
             self._reset()
             return count
-        k = bisect_right(ltimes, t)
-        if k == 1 and len(ltimes) > 1:  # just the oldest entry, a sliding window's usual case
-            self.evict(ltimes[0])
+        k = bisect_right(ltimes, t, start)
+        if k == start + 1 and len(ltimes) > k:  # just the oldest entry, a sliding window's
+            self.evict(ltimes[start])  # usual case
             return 1
         if len(ltimes) - k >= self._min_entries:  # the boundary is inside the left finger
-            del ltimes[:k]
-            del lf.values[:k]
-            suffix = lf.suffix
-            del suffix[:k]
+            self._lf_start = k  # (dropped lazily, as by in-order evicts)
             parent = lf.parent
-            lf.agg = self._combine(suffix[0], parent.agg)
-            lf.cnt = len(ltimes) + parent.cnt
-            return k
+            lf.agg = self._combine(lf.suffix[k], parent.agg)  # type: ignore[index]
+            lf.cnt = len(ltimes) - k + parent.cnt
+            return k - start
+        self._settle()
         before = len(self)
         self._cut(t)
         return before - len(self)
@@ -1500,6 +1580,7 @@ class FiBA:
         spines. Amortized O(log d + m (1 + log(d / m))) for m pairs, d the distance of the
         oldest pair from the young end.
         """
+        self._settle()
         items = pairs if isinstance(pairs, list) else list(pairs)
         if not items:
             return
@@ -1751,12 +1832,25 @@ class FiBA:
         leaf), structure (parent pointers, spine flags, fingers) or aggregates (every node's
         position-aware partial and count, the cached ``suffix``/``prefix`` folds and
         ``local_cnt`` counts of spine nodes, recomputed independently; partials must compare
-        with ``==``)."""
+        with ``==``). The left finger's entries before ``_lf_start`` (evicted, not yet dropped)
+        are not part of it; at least MIN_ARITY - 1 of its entries follow them."""
         combine = self._combine
         identity = self._identity
         min_arity = self._min_arity
         max_arity = 2 * min_arity
         root = self._root
+        lf = self._lf
+        start = self._lf_start
+        _require(
+            start == 0
+            or (
+                lf.parent is not None
+                and len(lf.times) - start >= min_arity - 1
+                and lf.suffix is not None
+                and len(lf.suffix) == len(lf.values) == len(lf.times)
+            ),
+            "structure: lazily evicted entries of the left finger out of range",
+        )
         _require(root.parent is None, "structure: the root has a parent")
         _require(not (root.left_spine or root.right_spine), "structure: the root is on a spine")
         up: dict[int, tuple[Any, int]] = {}  # id(node) -> (up aggregate, entry count)
@@ -1766,7 +1860,8 @@ class FiBA:
         while stack:
             node, lo, hi, depth, on_left, on_right = stack.pop()
             order.append(node)
-            times, values, children = node.times, node.values, node.children
+            times, values, _ = _entries(node, lf, start)
+            children = node.children
             n = len(times)
             arity = n + 1
             _require(len(values) == n, "structure: one partial per time")
@@ -1809,7 +1904,8 @@ class FiBA:
             parts: list[Any] = []
             counts = len(node.times)
             if node.children is None:
-                parts = list(node.values)
+                parts = list(_entries(node, lf, start)[1])
+                counts = len(parts)
             else:
                 for k, child in enumerate(node.children):
                     child_up, child_count = up[id(child)]
@@ -1820,7 +1916,8 @@ class FiBA:
             up[id(node)] = (_fold(combine, identity, parts), counts)
         for node in order:  # parents before children
             parent = node.parent
-            values, children = node.values, node.children
+            _, values, suffix = _entries(node, lf, start)
+            children = node.children
             # parts: the node's own sequence without its edge child; the leaf's values
             parts = []
             count = len(values)
@@ -1840,10 +1937,10 @@ class FiBA:
                 if node.left_spine:
                     step = 1 if children is None else 2  # one fold per entry
                     _require(
-                        node.suffix is not None
-                        and len(node.suffix) == len(values)
+                        suffix is not None
+                        and len(suffix) == len(values)
                         and all(
-                            node.suffix[k] == _fold(combine, identity, parts[k * step :])
+                            suffix[k] == _fold(combine, identity, parts[k * step :])
                             for k in range(len(values))
                         ),
                         "aggregates: stale suffix folds of a left-spine node",
@@ -1903,6 +2000,15 @@ class FiBA:
         _require(self._lf is leftmost, "structure: left finger is not the leftmost leaf")
         _require(self._rf is rightmost, "structure: right finger is not the rightmost leaf")
         _require(len(self) == up[id(root)][1], "aggregates: len() differs from the entry count")
+
+
+def _entries(node: _Node, lf: _Node, start: int) -> tuple[list[Any], list[Any], list[Any] | None]:
+    """``node``'s times, values and suffix folds without the ``start`` entries that in-order
+    evicts left at the front of the left finger ``lf`` (copies when there are any)."""
+    suffix = node.suffix
+    if node is not lf or not start:
+        return node.times, node.values, suffix
+    return node.times[start:], node.values[start:], None if suffix is None else suffix[start:]
 
 
 def _fold(combine: Any, identity: Any, parts: list[Any]) -> Any:

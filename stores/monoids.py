@@ -112,6 +112,16 @@ class FunctionMonoid:
     from_state: Callable[[Any], Any] = _same
     commutative: bool = False
 
+    @property
+    def lift_is_identity(self) -> bool:
+        """Whether ``lift`` returns its input unchanged, so that a caller may skip the call."""
+        return self.lift is _same
+
+    @property
+    def lower_is_identity(self) -> bool:
+        """Whether ``lower`` returns its input unchanged, so that a caller may skip the call."""
+        return self.lower is _same
+
     def __repr__(self) -> str:
         return f"<monoid {self.name}>"
 

@@ -10,7 +10,9 @@ after every step.
 
 from __future__ import annotations
 
+import operator
 import random
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -302,6 +304,135 @@ def test_in_order_sliding_window_through_growth_and_shrinking(min_arity: int) ->
                 lo, hi = keys[len(keys) // 3], keys[2 * len(keys) // 3]
                 assert fiba.query_range(lo, t) == oracle.query_range(lo, t)
                 assert fiba.query_range(-1, hi) == oracle.query_range(-1, hi)
+
+
+_AFTER_LAZY_EVICTS = {
+    "oldest": lambda w, gone: w.oldest(),
+    "len": lambda w, gone: len(w),
+    "query": lambda w, gone: w.query(),
+    "iter": lambda w, gone: list(w),
+    "get": lambda w, gone: [w.get(t) for t in range(gone - 2, gone + 2)],
+    "contains": lambda w, gone: [t in w for t in range(gone - 2, gone + 2)],
+    "items_from": lambda w, gone: (
+        list(w.items_from(gone - 1)) if isinstance(w, FiBA) else [e for e in w if e[0] >= gone - 1]
+    ),
+    "prefix range": lambda w, gone: w.query_range(-5, gone + 3),
+    "bulk_evict": lambda w, gone: (w.bulk_evict(gone + 1), list(w)),
+    "bulk_evict in the finger": lambda w, gone: (w.bulk_evict(gone), w.query(), list(w)),
+    "old insert": lambda w, gone: (w.insert(gone - 3, -1), w.query(), list(w)),
+    "bulk_insert": lambda w, gone: (w.bulk_insert([(gone - 1, -2), (gone + 1, -3)]), list(w)),
+    "evict a later entry": lambda w, gone: (w.evict(gone + 1), w.query(), list(w)),
+    "insert into the finger": lambda w, gone: (w.insert(gone + 0.5, -5), w.query(), list(w)),
+    "inserts splitting the left spine": lambda w, gone: [
+        (w.insert(gone + 6 + x / 16, x), w.query(), len(w))[1:] for x in range(16)
+    ],
+}
+
+
+@pytest.mark.parametrize("min_arity", [2, 4])
+@pytest.mark.parametrize("observer", list(_AFTER_LAZY_EVICTS))
+def test_in_order_evicts_drop_left_finger_entries_lazily(min_arity: int, observer: str) -> None:
+    """An in-order evict at a left finger below the root leaves the entry in the finger's lists
+    (``_lf_start`` moves past it) until a refill or another operation settles them; whatever
+    follows sees exactly the live entries, the same as the oracle."""
+    observe = _AFTER_LAZY_EVICTS[observer]
+    lazily_held = 0
+    for gone in range(1, 40):
+        fiba = FiBA(COLLECT, min_arity)
+        oracle = OracleWindow(COLLECT)
+        for t in range(60):
+            fiba.insert(t, t)
+            oracle.insert(t, t)
+        for t in range(gone):
+            assert fiba.evict(t) is True
+            oracle.evict(t)
+        fiba.check_invariants()
+        live = len(fiba._lf.times) - fiba._lf_start  # (white box)
+        lazily_held += fiba._lf_start > 0
+        assert live >= min_arity - 1
+        assert observe(fiba, gone) == observe(oracle, gone), (gone, observer)
+        fiba.check_invariants()
+        assert fiba.query() == oracle.query()
+        assert list(fiba) == list(oracle)
+    assert lazily_held > 10  # most of these windows held evicted entries lazily
+
+
+@pytest.mark.parametrize("min_arity", [2, 4])
+def test_out_of_order_inserts_keep_the_lazily_evicted_entries(min_arity: int) -> None:
+    """Sliding rounds whose inserts land ``d`` entries from the young end (splits climbing to
+    the root and repairing the left spine included) leave the left finger's evicted entries
+    in place unless they land in it; the window stays exact throughout."""
+    fiba = FiBA(COLLECT, min_arity)
+    oracle = OracleWindow(COLLECT)
+    high = 10**6
+    for t in range(150):
+        for w in (fiba, oracle):
+            w.insert(t, t)
+    for j in range(12):
+        for w in (fiba, oracle):
+            w.insert(high + j, j)
+    held = 0
+    for low in range(150, 700):
+        oldest = oracle.oldest()
+        for w in (fiba, oracle):
+            w.evict(oldest)
+            w.insert(low, low)
+        held += fiba._lf_start > 0
+        fiba.check_invariants()
+        assert fiba.query() == oracle.query()
+    assert list(fiba) == list(oracle)
+    assert held > 100, held
+
+
+class _PassThrough:
+    """A sum whose ``lift`` and ``lower`` are flagged as the identity and must not be called."""
+
+    identity = 0
+    combine = staticmethod(operator.add)
+    lift_is_identity = True
+    lower_is_identity = True
+
+    @staticmethod
+    def lift(x: Any) -> Any:
+        raise AssertionError("lift called although flagged as the identity")
+
+    lower = lift
+
+
+def test_identity_lift_and_lower_are_not_called() -> None:
+    fiba = FiBA(_PassThrough(), 2)
+    for t in range(50):
+        fiba.insert(t, t)
+    fiba.evict(0)
+    assert fiba.query() == sum(range(1, 50))
+    assert fiba.query_range(10, 20) == sum(range(10, 21))
+    fiba.check_invariants()
+
+
+@pytest.mark.parametrize("min_arity", [2, 4])
+def test_in_order_refills_keep_evicted_entries_and_hand_the_merged_leaf_to_the_next_split(
+    min_arity: int,
+) -> None:
+    """In a sliding window, a refill of the left finger appends its sibling behind the entries
+    evicted lazily (no cut while they are fewer than a node holds), and the leaf it merged
+    away becomes the node of the next right-finger split instead of a new one."""
+    fiba = FiBA(SUM, min_arity)
+    for t in range(300):
+        fiba.insert(t, t)
+    kept_through_refill = reused = 0
+    for t in range(300, 900):
+        lf = fiba._lf
+        before = len(lf.times) - fiba._lf_start
+        fiba.evict(t - 300)
+        if fiba._lf is lf and len(lf.times) - fiba._lf_start > before and fiba._lf_start:
+            kept_through_refill += 1
+        spare = fiba._spare
+        fiba.insert(t, t)
+        if spare is not None and fiba._rf is spare:
+            reused += 1
+        fiba.check_invariants()
+        assert fiba.query() == sum(range(t - 299, t + 1))
+    assert kept_through_refill > 20 and reused > 20, (kept_through_refill, reused)
 
 
 @pytest.mark.parametrize("min_arity", [2, 3, 4])

@@ -425,3 +425,25 @@ def test_make_monoid_builds_a_user_monoid() -> None:
     assert concat.lower(fold(concat, [1, "a", 2])) == "1A2"
     assert concat.to_state("x") == "x"
     assert premap(concat, len).lower(fold(premap(concat, len), ["ab", "c"])) == "21"
+
+
+def test_identity_lift_and_lower_are_flagged() -> None:
+    """``lift_is_identity``/``lower_is_identity`` say which built-ins pass inputs (results)
+    through unchanged, so that an aggregator may skip the call (FiBA does)."""
+    flagged = {
+        name: (monoid(name).lift_is_identity, monoid(name).lower_is_identity)
+        for name in monoid_names()
+    }
+    assert flagged["sum"] == (True, True)
+    assert flagged["max"] == (True, True)
+    assert flagged["count"] == (False, True)
+    assert flagged["mean"] == (False, False)
+    custom = make_monoid(0, abs, operator.add)
+    assert (custom.lift_is_identity, custom.lower_is_identity) == (False, True)
+    for name, (lifts, lowers) in flagged.items():
+        m = monoid(name)
+        sample = m.combine(m.lift(3), m.lift(4)) if name not in {"argmax", "argmin"} else None
+        if lifts:
+            assert m.lift(3) == 3, name
+        if lowers and sample is not None:
+            assert m.lower(sample) == sample, name

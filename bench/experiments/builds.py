@@ -6,12 +6,18 @@ then ``bulk_insert`` of m entries, one query) no slower. The pure-Python build i
 source loaded beside the compiled one (``stores.load_pure``), each tree over its own build's
 ``sum`` monoid, and every workload's repetitions are interleaved, so the ratios come from one
 run on one machine state. Without a compiled build (no compiler at install time, or
-``FIBA_PURE_PYTHON=1``) both rows measure pure Python and the findings say so.
+``FIBA_PURE_PYTHON=1``) both rows measure pure Python and the findings say so. With
+``--baseline REV`` the pure-Python core of git revision ``REV`` (its ``stores/fiba.py`` over its
+``stores/monoids.py``) is measured in the same run too, and both current builds are compared
+with it (issue 20's "today").
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 from bench.config import BenchConfig
@@ -25,15 +31,46 @@ BULK_M = 1024
 OUT_OF_ORDER_D = 256
 
 
-def _builds() -> dict[str, tuple[ModuleType, ModuleType]]:
-    """``(fiba module, monoids module)`` per build label."""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def revision_exists(revision: str) -> bool:
+    """Whether ``revision`` names a commit of the repository this benchmark lives in."""
+    done = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def _load_revision(revision: str, name: str) -> ModuleType:
+    """Module ``name`` (``stores.fiba`` or ``stores.monoids``) as pure Python from the source
+    of git revision ``revision``, as a module of its own, ``<revision>:<name>``."""
+    path = name.replace(".", "/") + ".py"
+    source = subprocess.run(
+        ["git", "show", f"{revision}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    module = ModuleType(f"{revision}:{name}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up while it executes
+    exec(compile(source, f"{revision}:{path}", "exec"), module.__dict__)
+    return module
+
+
+def _builds(baseline: str | None) -> dict[str, tuple[ModuleType, ModuleType]]:
+    """``(fiba module, monoids module)`` per build label; the current pure build last."""
     import stores.fiba
     import stores.monoids
 
-    return {
-        stores.build(): (stores.fiba, stores.monoids),
-        "pure Python": (stores.load_pure("stores.fiba"), stores.load_pure("stores.monoids")),
-    }
+    builds = {stores.build(): (stores.fiba, stores.monoids)}
+    if baseline:
+        builds[f"pure Python at {baseline}"] = (
+            _load_revision(baseline, "stores.fiba"),
+            _load_revision(baseline, "stores.monoids"),
+        )
+    builds["pure Python"] = (stores.load_pure("stores.fiba"), stores.load_pure("stores.monoids"))
+    return builds
 
 
 def run(config: BenchConfig) -> ExperimentResult:
@@ -47,7 +84,7 @@ def run(config: BenchConfig) -> ExperimentResult:
     )
     per_op = {"round d=0": 1, f"round d={OUT_OF_ORDER_D}": 1, f"bulk m={BULK_M}": BULK_M}
     workloads: dict[tuple[str, str], Workload] = {}
-    for label, (fiba, monoids) in _builds().items():
+    for label, (fiba, monoids) in _builds(config.baseline).items():
         with gc_paused():
             for operation, d in (("round d=0", 0), (f"round d={OUT_OF_ORDER_D}", OUT_OF_ORDER_D)):
                 window = AdversarialWindow(fiba.FiBA(monoids.monoid("sum"), 4), n, d)
@@ -76,7 +113,36 @@ def run(config: BenchConfig) -> ExperimentResult:
         "batch round); speedup: against the pure-Python build measured beside it"
     )
     _findings(result, labels[0])
+    if config.baseline:
+        _baseline_findings(result, labels[0], labels[1], list(per_op))
     return result
+
+
+def _baseline_findings(
+    result: ExperimentResult, loaded: str, baseline: str, operations: list[str]
+) -> None:
+    """The loaded build and the current pure one against the baseline's pure build."""
+
+    def ratio(operation: str, label: str) -> float:
+        return result.value("speedup", operation=operation, build=label) / result.value(
+            "speedup", operation=operation, build=baseline
+        )
+
+    result.findings.append(
+        Finding(
+            f"in-order rounds {loaded} >= {IN_ORDER_TARGET:g}x {baseline} (issue 20)",
+            f"{ratio('round d=0', loaded):.2f}x",
+            ratio("round d=0", loaded) >= IN_ORDER_TARGET,
+        )
+    )
+    for operation in operations:
+        result.findings.append(
+            Finding(
+                f"{operation}: pure Python no slower than {baseline}",
+                f"{ratio(operation, 'pure Python'):.2f}x",
+                ratio(operation, "pure Python") >= 1.0,
+            )
+        )
 
 
 def _batch_rounds(window: AdversarialWindow) -> Callable[[int], None]:
