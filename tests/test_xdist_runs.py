@@ -11,7 +11,13 @@ import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
-from tests.xdist_schedule import SLOWEST_FILES, SPLIT_FILES, SlowestFirstScheduling
+from tests.xdist_schedule import (
+    SLOWEST_FILES,
+    SPARK_FILES,
+    SPARK_WORKERS,
+    SPLIT_FILES,
+    SlowestFirstScheduling,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,6 +62,17 @@ def test_loadfile_sends_the_slowest_files_first_and_splits_the_split_files() -> 
     assert sent[:2] == [("gw0", f"{split}::test_a"), ("gw1", f"{split}::test_b")]
     assert sent[2:4] == [("gw0", f"{slow}::test_a"), ("gw0", f"{slow}::test_b")]
     assert sent[4:] == [("gw1", test) for test in many]
+
+
+def test_only_spark_workers_take_spark_files_while_other_work_remains() -> None:
+    spark = next(f for f in SLOWEST_FILES if f in SPARK_FILES and f in SPLIT_FILES)
+    others = [f"tests/test_many.py::test_{i}" for i in range(20)]
+    workers = SPARK_WORKERS + 1
+    sent = initial_dispatch([f"{spark}::test_{i}" for i in range(4)] + others, workers)
+    assert {w for w, test in sent if test.startswith(spark)} == {
+        f"gw{i}" for i in range(workers - 1)
+    }
+    assert [test for w, test in sent if w == f"gw{workers - 1}"] == others
 
 
 SHARING_TEST = """

@@ -6,7 +6,10 @@ one of them made the tail of every run. ``SlowestFirstScheduling`` keeps the fil
 dispatches the files of ``SLOWEST_FILES`` first, in that order (measured, see bench/RESULTS.md
 "Test suite time"), then the others as xdist orders them; the tests of a ``SPLIT_FILES`` file
 are units of their own (dispatched where their file would be), so one long file spreads over the
-workers. Ordering is O(u log u) for u units, once per run; every test still runs exactly once.
+workers. Only ``SPARK_WORKERS`` workers take the units of ``SPARK_FILES`` (each worker that does
+starts a SparkSession, a JVM: the costliest fixture) while other work remains for the rest.
+Ordering is O(u log u) for u units, once per run, and picking a unit O(u); every test still
+runs exactly once.
 """
 
 from __future__ import annotations
@@ -46,6 +49,20 @@ SPLIT_FILES = frozenset(
     }
 )
 
+# The files whose tests use the session's SparkSession (tests/spark_fixtures.py).
+SPARK_FILES = frozenset(
+    {
+        "tests/test_kafka_security.py",
+        "tests/test_spark_connector.py",
+        "tests/test_spark_contract.py",
+        "tests/test_spark_join.py",
+        "tests/test_spark_options.py",
+        "tests/test_spark_schema.py",
+        "tests/test_spark_source.py",
+    }
+)
+SPARK_WORKERS = 2
+
 
 def file_of(nodeid: str) -> str:
     """The file part of a test id (``tests/test_x.py::test_y[p]`` -> ``tests/test_x.py``)."""
@@ -65,6 +82,7 @@ class SlowestFirstScheduling(LoadFileScheduling):
     def __init__(self, config: Any, log: Any = None) -> None:
         super().__init__(config, log)
         self._ordered = False
+        self._spark_nodes: set[Any] = set()
 
     def _split_scope(self, nodeid: str) -> str:
         file = file_of(nodeid)
@@ -75,4 +93,11 @@ class SlowestFirstScheduling(LoadFileScheduling):
             for scope in sorted(self.workqueue, key=dispatch_rank):
                 self.workqueue.move_to_end(scope)
             self._ordered = True
+        if node not in self._spark_nodes and len(self._spark_nodes) >= SPARK_WORKERS:
+            without_spark = (s for s in self.workqueue if file_of(s) not in SPARK_FILES)
+            scope = next(without_spark, None)
+            if scope is not None:
+                self.workqueue.move_to_end(scope, last=False)
+        if file_of(next(iter(self.workqueue))) in SPARK_FILES:
+            self._spark_nodes.add(node)
         super()._assign_work_unit(node)
