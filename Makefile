@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install kafka-jars spark-jars demo test lint bench bench-quick chaos clean
+.PHONY: install kafka-jars spark-jars demo test test-kafka test-embedded lint bench bench-quick chaos clean
 
 # the install compiles stores/fiba.py and stores/monoids.py (setup.py): redone when they change
 $(STAMP): pyproject.toml setup.py stores/fiba.py stores/monoids.py
@@ -28,15 +28,22 @@ spark-jars: $(STAMP)
 	$(PY) -m spark_bridge.connector
 
 # Every test runs under both builds of the hot path and every Kafka test on both broker kinds:
-# the compiled build (when the install could compile it) on Apache Kafka, then the pure-Python
-# build (FIBA_PURE_PYTHON=1) on Tansu. PYTEST_OPTS: two xdist workers (most tests wait on
-# brokers and workers), each with its own session broker and SparkSession, a file's tests on one
-# worker (its module fixtures built once; xdist's loadgroup does not group on pytest 9).
-PYTEST_OPTS ?= -n 2 --dist loadfile
+# the compiled build (when the install could compile it) on Apache Kafka (`test-kafka`) and the
+# pure-Python build (FIBA_PURE_PYTHON=1) on Tansu (`test-embedded`), the two passes at once
+# (their brokers, ports and temporary directories are their own; each pass's output is printed
+# when it ends). PYTEST_OPTS: three xdist workers per pass (most tests wait on brokers, Spark and
+# worker subprocesses), sharing one session broker, each with its own SparkSession; a file's
+# tests on one worker, the slowest files first and the longest split (tests/xdist_schedule.py).
+PYTEST_OPTS ?= -n 3 --dist loadfile
 test: $(STAMP) kafka-jars spark-jars
 	$(PY) -m ruff check .
 	$(PY) -c "import stores; print('hot path build:', stores.build())"
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-kafka test-embedded
+
+test-kafka: $(STAMP)
 	TEST_BROKER_KINDS=kafka $(PY) -m pytest -q $(PYTEST_OPTS)
+
+test-embedded: $(STAMP)
 	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q $(PYTEST_OPTS)
 
 lint: $(STAMP)

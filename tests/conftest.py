@@ -6,6 +6,7 @@ one with ``HYPOTHESIS_PROFILE=dev``.
 """
 
 import os
+from contextlib import ExitStack
 
 from hypothesis import HealthCheck, settings
 
@@ -36,6 +37,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 import pytest  # noqa: E402
 
+from app.broker import BrokerError  # noqa: E402
 from app.brokers import BROKER_KINDS, make_broker, options_keeping_old_records  # noqa: E402
 
 # The tests' events are from 2023 and every output record's Kafka timestamp is its event time,
@@ -62,11 +64,50 @@ def broker_kind(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+# Under xdist (`make test`) the controller starts one session broker per kind, once, as it sets
+# up its first worker, hands every worker the addresses (`workerinput`) and stops the brokers
+# when the run ends: the workers share them instead of starting a broker (a JVM for `kafka`)
+# each. A failed start fails the Kafka tests with its reason, as a worker's own start would.
+SHARED_BROKERS = "fiba_session_brokers"
+_shared_brokers = pytest.StashKey[dict[str, str]]()
+_shared_brokers_stop = pytest.StashKey[ExitStack]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller, per worker: start the shared session brokers on the first call."""
+    config = node.config
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        return
+    if _shared_brokers not in config.stash:
+        stack = config.stash[_shared_brokers_stop] = ExitStack()
+        addresses = config.stash[_shared_brokers] = {}
+        for kind in broker_kinds_under_test():
+            try:
+                broker = make_broker(kind, **options_keeping_old_records(kind))
+                addresses[kind] = stack.enter_context(broker).bootstrap
+            except BrokerError as exc:
+                addresses[kind] = f"error: {exc}"
+    node.workerinput[SHARED_BROKERS] = config.stash[_shared_brokers]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """xdist controller: stop the shared session brokers (if it started any)."""
+    if _shared_brokers_stop in config.stash:
+        config.stash[_shared_brokers_stop].close()
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap(broker_kind: str):
+def kafka_bootstrap(request: pytest.FixtureRequest, broker_kind: str):
     """``host:port`` of a running Kafka-protocol broker for the whole test session."""
     if broker_kind == "external":
         yield os.environ["KAFKA_BOOTSTRAP"]
+        return
+    shared = getattr(request.config, "workerinput", {}).get(SHARED_BROKERS, {}).get(broker_kind)
+    if shared is not None:
+        if shared.startswith("error: "):
+            pytest.fail(f"the session broker {broker_kind!r} did not start: {shared[7:]}")
+        yield shared
         return
     with make_broker(broker_kind, **options_keeping_old_records(broker_kind)) as broker:
         yield broker.bootstrap
@@ -88,3 +129,13 @@ def embedded_profile(broker_profile: str) -> bool:
 
 # Spark fixtures (`spark`), imported lazily by the Spark tests only.
 pytest_plugins = ["tests.spark_fixtures"]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile``: the slowest files first, the longest split (tests/xdist_schedule.py)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from tests.xdist_schedule import SlowestFirstScheduling
+
+    return SlowestFirstScheduling(config, log)

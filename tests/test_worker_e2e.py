@@ -125,9 +125,12 @@ async def produce(settings: Settings, topic: str, records) -> list[tuple[int, in
 
 
 def http_get(settings: Settings, path: str) -> tuple[int, dict]:
+    """``(status, JSON body)`` of a GET; waits 30 s, longer than a worker's forwarding of a
+    query (``FORWARD_TIMEOUT_S``), which answers 504 when the owner is late (the caller's
+    poll retries that; a client timeout as short as the worker's raced it)."""
     url = f"http://127.0.0.1:{settings.web_port}{path}"
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=30) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
