@@ -229,6 +229,19 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
     ) in report
 
 
+def test_worker_pipeline_keeps_the_first_query_out_of_the_latency_percentiles() -> None:
+    """The first query of a run pays the set-up (0.2-0.4 s): reported on its own, so that with a
+    few dozen queries it is not the p99."""
+    from bench.worker_pipeline import latency_figures
+
+    latencies = [0.35] + [0.010] * 50 + [0.030]
+    figures = latency_figures(latencies)
+    assert figures["first"] == pytest.approx(350)
+    assert figures["n"] == 51
+    assert figures["p50"] == pytest.approx(10)
+    assert figures["p99"] == pytest.approx(30)
+
+
 def test_the_emit_floor_writes_aggregate_records_of_the_workers_shape(tmp_path) -> None:
     """What ``emit-floor`` produces per event is a valid aggregate record with every window
     and aggregation of the scenario's settings, answering that event."""
