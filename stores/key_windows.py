@@ -416,7 +416,7 @@ class KeyWindows:
         window = self._window(key)
         youngest = window.youngest()
         window.insert(t, partial)
-        self._tell_suffixes(key, ((t, partial),), youngest)
+        self._tell_suffixes(key, [t], [partial], youngest)
         if t < self._oldest[key]:
             self._set_oldest(key, t)
         evicted = self._evict_expired(key)
@@ -568,11 +568,7 @@ class KeyWindows:
                 slot = slots[i]
                 effects[slot] = (effects[slot][0], key, t, after)
         window.bulk_insert(list(zip(times, partials, strict=True)))
-        suffixes = self._suffixes.get(key)
-        if suffixes is not None:
-            for suffix in suffixes:
-                if suffix is not None:
-                    suffix.inserted_many(times, partials, youngest)
+        self._tell_suffixes(key, times, partials, youngest)
         if times[0] < self._oldest[key]:
             self._set_oldest(key, times[0])
 
@@ -633,18 +629,15 @@ class KeyWindows:
             self._lateness = s - t
 
     def _tell_suffixes(
-        self, key: str, pairs: Sequence[tuple[int, Any]], youngest: int | None
+        self, key: str, times: list[int], partials: list[Any], youngest: int | None
     ) -> None:
-        """Tell ``key``'s kept windows of the ``(time, partial)`` pairs just inserted (sorted
+        """Tell ``key``'s kept windows of the ``(times[i], partials[i])`` just inserted (sorted
         by time; ``youngest``: the key's youngest time before them, ``None`` if it had none)."""
         suffixes = self._suffixes.get(key)
-        if suffixes is None:
-            return
-        for t, partial in pairs:
-            appended = youngest is None or t >= youngest
+        if suffixes is not None:
             for suffix in suffixes:
                 if suffix is not None:
-                    suffix.inserted(t, partial, appended)
+                    suffix.inserted_many(times, partials, youngest)
 
     def _window(self, key: str) -> FiBA:
         window = self._windows.get(key)
@@ -795,10 +788,6 @@ evicts the rest with one ``bulk_evict`` (which walks the tree for their times fi
 
 _NUMBERS = (int, float)
 """Value types lifted without ``WindowConfig.lift``'s combine check (``bool`` is not one)."""
-
-
-def _time_of(pair: tuple[int, Any]) -> int:
-    return pair[0]
 
 
 def _frozen(aggregates: dict[str, Any]) -> tuple:
