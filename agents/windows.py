@@ -448,20 +448,15 @@ class WindowsPipeline:
         if encoder is None:  # emit=changes: the record decides whether anything changed
             self._emit(windows.record_of(key, event_ts), key, state.partition, offset)
         else:
-            self.counts["aggregates"] += 1
-            self.aggregates.add(
-                key.encode(),
-                encoder.encode(
-                    key,
-                    event_ts,
-                    windows.stream_time,  # type: ignore[arg-type]  # set by apply
-                    windows.lowered_windows(key, event_ts),
-                    state.partition,
-                    offset,
-                ),
+            data = encoder.encode(
+                key,
                 event_ts,
-                source=state.partition,
+                windows.stream_time,  # type: ignore[arg-type]  # set by apply
+                windows.lowered_windows(key, event_ts),
+                state.partition,
+                offset,
             )
+            self._queue_aggregate(key, data, event_ts, state.partition)
         self.store.record(
             state.partition,
             offset,
@@ -495,10 +490,13 @@ class WindowsPipeline:
             piece = fresh[lo : lo + self._slice]
             parsed = parse_many(piece)
             offsets = [m.offset for m in piece]
-            bad = [i for i, outcome in enumerate(parsed) if isinstance(outcome, BadEvent)]
-            if bad:
-                refused.extend((piece[i], parsed[i].reason, parsed[i].detail) for i in bad)
-                good = sorted(set(range(len(piece))) - set(bad))
+            good = [i for i, outcome in enumerate(parsed) if not isinstance(outcome, BadEvent)]
+            if len(good) < len(piece):
+                refused.extend(
+                    (message, outcome.reason, outcome.detail)
+                    for message, outcome in zip(piece, parsed, strict=True)
+                    if isinstance(outcome, BadEvent)
+                )
                 parsed = [parsed[i] for i in good]
                 offsets = [offsets[i] for i in good]
             applied = windows.apply(parsed, offsets)  # type: ignore[arg-type]  # no BadEvent
@@ -577,13 +575,14 @@ class WindowsPipeline:
         if record is None:
             self.counts["suppressed"] += 1
             return
+        data = encode_aggregate(record, partition, offset)
+        self._queue_aggregate(key, data, record.event_ts, partition)
+
+    def _queue_aggregate(self, key: str, data: bytes, event_ts: int, partition: int) -> None:
+        """Queue the aggregate record ``data`` of ``key`` (from input ``partition``) for the
+        aggregates topic, its event time as its Kafka timestamp, and count it."""
         self.counts["aggregates"] += 1
-        self.aggregates.add(
-            key.encode(),
-            encode_aggregate(record, partition, offset),
-            record.event_ts,
-            source=partition,
-        )
+        self.aggregates.add(key.encode(), data, event_ts, source=partition)
 
     # --- maintenance --------------------------------------------------------------------------
 
