@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agents.kafka_changelog import KafkaChangelog
 from app.broker import free_port
 from app.cli import cli
 from app.demo import log_tail, settings_environ, start_worker, stop_worker
@@ -25,6 +24,7 @@ from stores.changelog import encode_upsert, entry_id
 from stores.key_windows import KeyWindows, WindowConfig
 from stores.window_store import MarshalStateCodec
 from tests.test_crash_recovery import BASE, applied_offsets, wait_until, worker_settings
+from tests.test_window_store import write_changelog
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -122,16 +122,7 @@ def test_a_state_without_shape_that_other_aggregations_cannot_read_stops_the_wor
         value = encode_upsert(offset, (), codec.encode(accepted.partial))
         records.append((entry_id("k", accepted.time), value))
 
-    async def write_legacy_changelog() -> None:
-        producer = KafkaChangelog(settings)
-        await producer.start()
-        try:
-            await producer.send_records(settings.changelog_topic, 0, records)
-            await producer.flush()
-        finally:
-            await producer.stop()
-
-    asyncio.run(write_legacy_changelog())
+    asyncio.run(write_changelog(settings, records))
     line = refusal(
         run_fiba_worker(
             replace(settings, aggregations=("count", "min", "sum")), 150, slow_shutdown_s=3.0

@@ -557,13 +557,7 @@ async def test_the_compacted_changelog_holds_one_record_per_retained_entry(
 
     copy = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "b", partitions=1)
     await create_changelog(copy)
-    writer = KafkaChangelog(copy)
-    await writer.start()
-    try:
-        await writer.send_records(copy.changelog_topic, 0, kept)
-        await writer.flush()
-    finally:
-        await writer.stop()
+    await write_changelog(copy, kept)
     store, restored = await open_store(copy, 0)
     await store.stop()
     assert restored[0].applied_offset == offset
@@ -865,6 +859,17 @@ async def test_changelog_records_wait_for_the_outputs_barrier(
         assert len(await read_changelog(settings)) == 3
     finally:
         await store.stop()
+
+
+async def write_changelog(settings: Settings, records: list[tuple[bytes, bytes | None]]) -> None:
+    """Send ``records`` to partition 0 of the changelog, acknowledged, as one hand-over."""
+    writer = KafkaChangelog(settings)
+    await writer.start()
+    try:
+        await writer.send_records(settings.changelog_topic, 0, records)
+        await writer.flush()
+    finally:
+        await writer.stop()
 
 
 async def read_changelog(settings: Settings) -> list:
