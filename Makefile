@@ -6,8 +6,9 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install kafka-jars spark-jars demo test test-kafka test-embedded lint bench bench-quick chaos clean
 
-# the install compiles stores/fiba.py and stores/monoids.py (setup.py): redone when they change
-$(STAMP): pyproject.toml setup.py stores/fiba.py stores/monoids.py
+# the install compiles stores.COMPILED (setup.py): redone when one of them changes
+$(STAMP): pyproject.toml setup.py stores/monoids.py stores/fiba.py stores/window_suffixes.py \
+		stores/key_windows.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

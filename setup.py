@@ -21,7 +21,12 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("stores/fiba.py", "stores/monoids.py")  # = stores.COMPILED, as paths
+SOURCES = (
+    "stores/monoids.py",
+    "stores/fiba.py",
+    "stores/window_suffixes.py",
+    "stores/key_windows.py",
+)  # = stores.COMPILED, as paths
 BUILD_INFO = "stores/compiled.json"
 BUILD_COMMANDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"}
 

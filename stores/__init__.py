@@ -22,8 +22,9 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
-COMPILED = ("stores.fiba", "stores.monoids")
-"""The modules ``setup.py`` compiles (the FiBA core and the monoids)."""
+COMPILED = ("stores.monoids", "stores.fiba", "stores.window_suffixes", "stores.key_windows")
+"""The modules ``setup.py`` compiles (the monoids, the FiBA core, the per-key windows), each
+after the ones it imports."""
 
 PURE_PYTHON_SWITCH = "FIBA_PURE_PYTHON"
 _HERE = Path(__file__).resolve().parent
@@ -92,18 +93,30 @@ def build() -> str:
 def load_pure(name: str) -> ModuleType:
     """The pure-Python source of ``name`` (one of ``COMPILED``) as a module of its own,
     ``pure:<name>``, whichever build ``name`` itself loads: both builds side by side in one
-    process (the tests compare their results, the benchmarks their speed). Loaded once."""
+    process (the tests compare their results, the benchmarks their speed). What it imports of
+    the modules before it in ``COMPILED`` is their pure twins, so it runs no compiled code of
+    the hot path. Loaded once."""
     if name not in COMPILED:
         raise ValueError(f"{name} is not one of the compiled modules {COMPILED}")
     alias = f"pure:{name}"
     module = sys.modules.get(alias)
     if module is None:
+        twins = {dep: load_pure(dep) for dep in COMPILED[: COMPILED.index(name)]}
         source = _HERE / (name.rpartition(".")[2] + ".py")
         spec = importlib.util.spec_from_file_location(alias, source)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[alias] = module  # dataclasses look their module up while it executes
-        spec.loader.exec_module(module)
+        shadowed = {dep: sys.modules.get(dep) for dep in twins}
+        sys.modules.update(twins)  # its imports of them find the twins
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            for dep, loaded in shadowed.items():
+                if loaded is None:
+                    del sys.modules[dep]
+                else:
+                    sys.modules[dep] = loaded
     return module
 
 

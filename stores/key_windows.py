@@ -60,13 +60,14 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import takewhile
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from sortedcontainers import SortedList
 
 from stores.aggregations import resolve_aggregation
-from stores.fiba import FiBA
+from stores.fiba import FiBA, mypyc_attr
 from stores.monoids import compose, make_monoid, monoid
+from stores.window_settings import WindowSettings, WindowSpec
 from stores.window_suffixes import WindowSuffix
 
 COUNT = "count"
@@ -79,25 +80,6 @@ REASON_LATE = "late"
 REASON_FUTURE = "future"
 
 
-class WindowSpec(NamedTuple):
-    """One configured sliding window: its name as written (``"5m"``) and its size in ms."""
-
-    name: str
-    size_ms: int
-
-
-class WindowSettings(Protocol):
-    """The settings that define a partition's windows (``app.settings.Settings`` is one)."""
-
-    windows: tuple[WindowSpec, ...]
-    retention: int
-    max_future_skew: int
-    max_wall_clock_skew: int | None
-    resolution: int | None
-    aggregations: tuple[str, ...]
-    window_end: str
-
-
 @dataclass(frozen=True, slots=True)
 class WindowResult:
     """The aggregates of one window ``[start, end]`` (inclusive) of one key."""
@@ -108,6 +90,7 @@ class WindowResult:
     aggregates: dict[str, Any]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # agents.records.AggregateRecord
 @dataclass(frozen=True, slots=True)
 class KeyAggregates:
     """Every configured window of ``key`` at ``stream_time``, after the event at ``event_ts``
@@ -603,7 +586,7 @@ class KeyWindows:
         window = self._windows[key]
         # the usual case, one or a few entries expired: evicted one by one at the old end (O(1)
         # amortized each), no walk of the tree; beyond SINGLE_EVICTS, the rest in bulk
-        evicted = []
+        evicted: list[int] = []
         oldest = window.oldest()
         while oldest is not None and oldest < horizon and len(evicted) < SINGLE_EVICTS:
             window.evict(oldest)

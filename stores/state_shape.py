@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from stores.aggregations import stored_name
-from stores.key_windows import WindowSettings
+from stores.window_settings import WindowSettings
 
 SHAPE_FILE = "state-shape.json"
 

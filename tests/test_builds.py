@@ -2,8 +2,8 @@
 
 The switch ``FIBA_PURE_PYTHON=1`` loads the pure-Python sources even where compiled modules
 exist, a compiled module built from another source is never loaded, and both builds give the
-same results, bit for bit, on random workloads of every FiBA operation (the whole suite also
-runs under both builds: ``make test``).
+same results, bit for bit, on random workloads of every FiBA operation and of the per-key
+windows (the whole suite also runs under both builds: ``make test``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import stores
-from stores import fiba, monoids
+from app.settings import Settings, WindowSpec
+from stores import fiba, key_windows, monoids
 
 ROOT = Path(stores.__file__).resolve().parent.parent
 COMPILED = stores.build() == "compiled"
@@ -28,13 +30,13 @@ needs_compiled = pytest.mark.skipif(
 )
 
 _PROBE = (
-    "import stores, stores.fiba, stores.monoids; "
-    "print(stores.build(), stores.fiba.__file__, stores.monoids.__file__)"
+    "import importlib, stores; "
+    "print(stores.build(), *(importlib.import_module(m).__file__ for m in stores.COMPILED))"
 )
 
 
 def _probe(pythonpath: Path, pure: bool) -> tuple[list[str], str]:
-    """``[build, fiba's file, monoids' file]`` and stderr of a fresh interpreter."""
+    """``[build, the file of each module of COMPILED]`` and stderr of a fresh interpreter."""
     env = {k: v for k, v in os.environ.items() if k != stores.PURE_PYTHON_SWITCH}
     env["PYTHONPATH"] = str(pythonpath)
     if pure:
@@ -56,7 +58,8 @@ def test_the_switch_loads_the_pure_python_sources_where_compiled_modules_exist()
     assert compiled[0] == "compiled"
     assert not any(path.endswith(".py") for path in compiled[1:])
     pure, _ = _probe(ROOT, pure=True)
-    assert pure == ["pure", str(ROOT / "stores/fiba.py"), str(ROOT / "stores/monoids.py")]
+    sources = [str(ROOT / (name.replace(".", "/") + ".py")) for name in stores.COMPILED]
+    assert pure == ["pure", *sources]
 
 
 @needs_compiled
@@ -73,24 +76,17 @@ def test_a_compiled_module_built_from_another_source_is_not_loaded(tmp_path: Pat
 
 _PURE_FIBA = stores.load_pure("stores.fiba")
 _PURE_MONOIDS = stores.load_pure("stores.monoids")
+_PURE_KEY_WINDOWS = stores.load_pure("stores.key_windows")
 
-# Times relative to a clock that advances one step per operation: mostly a sliding window
-# (in-order inserts, evictions at the old end), with out-of-order inserts and range queries.
-_AHEAD = st.integers(-12, 2)
-_BEHIND = st.integers(-40, -20)
-_VALUES = st.one_of(st.integers(-1000, 1000), st.floats(-1e6, 1e6, allow_nan=False))
-_OPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("insert"), _AHEAD, _VALUES),
-        st.tuples(st.just("evict"), _BEHIND),
-        st.tuples(st.just("bulk_insert"), st.lists(st.tuples(_AHEAD, _VALUES), max_size=30)),
-        st.tuples(st.just("bulk_evict"), _BEHIND),
-        st.tuples(st.just("query_range"), _BEHIND, _AHEAD),
-    ),
-    min_size=1,
-    max_size=150,
-)
-_MONOIDS = stores.load_pure("stores.monoids")
+
+def test_a_pure_twin_imports_the_pure_twins_of_the_compiled_modules() -> None:
+    assert _PURE_KEY_WINDOWS.FiBA is _PURE_FIBA.FiBA
+    assert _PURE_KEY_WINDOWS.compose is _PURE_MONOIDS.compose
+    suffixes = stores.load_pure("stores.window_suffixes")
+    assert _PURE_KEY_WINDOWS.WindowSuffix is suffixes.WindowSuffix
+    assert suffixes.FiBA is _PURE_FIBA.FiBA
+    assert key_windows.FiBA is fiba.FiBA  # the process's own modules are left as they were
+
 
 _TIMES = st.integers(0, 60)
 _VALUES = st.one_of(st.integers(-1000, 1000), st.floats(-1e6, 1e6, allow_nan=False))
@@ -160,3 +156,124 @@ def test_fiba_version_names_the_build_loaded(pure: bool) -> None:
     ).stdout
     expected = _probe(ROOT, pure)[0][0]  # what a fresh process loads (this one may differ)
     assert version.startswith("fiba, version ") and f"(hot path: {expected})" in version
+
+
+# Per-key windows: events at times relative to a clock advancing 1 ms per operation, mostly
+# in order, some late (behind the retention of 100), some future (beyond the skew of 10 or the
+# wall clock), some bad values; one by one (``accept``, or ``apply_one`` and
+# ``lowered_windows``), columnar (``apply``, then per touched key ``evict_expired`` and
+# ``record_of``, or ``accept_batch``), sweeps and range queries.
+_EVENTS = st.tuples(
+    st.sampled_from(("a", "a", "a", "a", "b", "c")),
+    st.one_of(st.integers(-2, 2), st.integers(-130, 12)),
+    st.one_of(
+        st.integers(-1000, 1000),
+        st.floats(-1e6, 1e6, allow_nan=False),
+        st.sampled_from((None, {"value": 1})),  # values no aggregation here takes
+    ),
+)
+_WINDOW_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("accept"), _EVENTS),
+        st.tuples(st.just("apply_one"), _EVENTS),
+        st.tuples(st.just("apply"), st.lists(_EVENTS, max_size=40)),
+        st.tuples(st.just("accept_batch"), st.lists(_EVENTS, max_size=40)),
+        st.tuples(st.just("sweep")),
+        st.tuples(
+            st.just("query_range"),
+            st.sampled_from("abz"),
+            st.integers(-120, 0),
+            st.integers(-60, 10),
+        ),
+    ),
+    min_size=150,  # enough answers of key "a" for its kept windows (WindowSuffix) to be used
+    max_size=250,
+)
+_WINDOW_SETTINGS = st.builds(
+    lambda aggregations, resolution, skew, window_end: replace(
+        Settings(),
+        windows=(WindowSpec("w10", 10), WindowSpec("w40", 40), WindowSpec("w100", 100)),
+        retention=100,
+        max_future_skew=10,
+        max_wall_clock_skew=skew,
+        resolution=resolution,
+        aggregations=aggregations,
+        window_end=window_end,
+    ),
+    st.sampled_from((("sum", "max", "mean", "pop_stddev", "collect"), ("count", "sum", "min"))),
+    st.sampled_from((None, 4)),
+    st.sampled_from((None, 100)),  # with the clock below: times beyond 150 are future
+    st.sampled_from((key_windows.STREAM_TIME, key_windows.EVENT_TIME)),
+)
+
+
+def _window_config(module: object, partials: object, settings: Settings) -> object:
+    """``module.WindowConfig.from_settings(settings)`` over the monoids of ``partials`` (the
+    settings name built-ins; ``stores.aggregations`` would resolve them in the process's
+    build, and the composed partial's layout differs with the build of its parts)."""
+    parts = {name: partials.monoid(name) for name in (*settings.aggregations, "count")}
+    composed = partials.compose(parts)
+    return replace(
+        module.WindowConfig.from_settings(settings),
+        composed=composed,
+        partial_monoid=module._prelifted(composed),
+    )
+
+
+def _windows_trace(
+    module: object, partials: object, settings: Settings, emit: str, ops: list
+) -> list[str]:
+    """Every operation's outcome and the state after it, as ``repr`` (floats to the bit)."""
+    config = _window_config(module, partials, settings)
+    windows = module.KeyWindows(config, emit=emit, clock=lambda: 0.05)
+    seen = []
+    for step, (op, *args) in enumerate(ops):
+        clock = step
+        if op in ("accept", "apply_one"):
+            key, dt, value = args[0]
+            try:
+                outcome = getattr(windows, op)(key, clock + dt, value)
+            except module.Rejected as rejected:
+                outcome = (rejected.reason, rejected.detail)
+            if op == "apply_one":
+                outcome = (outcome, windows.lowered_windows(key, clock + dt))
+        elif op == "apply":
+            events = [(key, clock + dt, value) for key, dt, value in args[0]]
+            applied = windows.apply(events, range(len(events)))
+            rejected = [(tag, why.reason, why.detail) for tag, why in applied.rejected]
+            records = [
+                (windows.evict_expired(key), windows.record_of(key, ts))
+                for key, (_, ts) in applied.last.items()
+            ]
+            outcome = (applied.effects, rejected, applied.last, records)
+        elif op == "accept_batch":
+            events = [(key, clock + dt, value) for key, dt, value in args[0]]
+            result = windows.accept_batch(events)
+            outcomes = [
+                (o.reason, o.detail) if isinstance(o, module.Rejected) else o
+                for o in result.outcomes
+            ]
+            outcome = (outcomes, result.records, result.evicted, result.last_ts)
+        elif op == "sweep":
+            outcome = windows.sweep()
+        else:
+            key, lo, hi = args
+            outcome = windows.query_range(key, clock + lo, clock + hi)
+        state = [(key, windows.entries(key)) for key in windows]
+        seen.append(repr((outcome, windows.stream_time, windows.entry_count(), state)))
+    return seen
+
+
+@needs_compiled
+@settings(max_examples=30, deadline=None)
+@given(
+    window_settings=_WINDOW_SETTINGS,
+    emit=st.sampled_from(("event", "changes", "batch")),
+    ops=_WINDOW_OPS,
+)
+def test_both_builds_give_identical_key_windows(
+    window_settings: Settings, emit: str, ops: list
+) -> None:
+    assert not key_windows.__file__.endswith(".py")
+    compiled = _windows_trace(key_windows, monoids, window_settings, emit, ops)
+    assert compiled == _windows_trace(_PURE_KEY_WINDOWS, _PURE_MONOIDS, window_settings, emit, ops)
