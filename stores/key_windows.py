@@ -24,8 +24,10 @@ Semantics (KIP-450 sliding windows, generalised to out-of-order data and several
   of the later windows it also falls in are not sent again.
 * Retention: entries with ``t < S - R`` are dropped. For the key being touched this happens at
   once (``bulk_evict``, lazily); idle keys are cleaned by ``sweep()``, which finds them through a
-  ``SortedList`` of ``(oldest time, key)``. Queries never see entries older than ``S - R``, so
-  results do not depend on when the sweep last ran.
+  ``SortedList`` of ``(time, key)``, the time a lower bound of the key's oldest time: lazy
+  eviction leaves it behind (no index update per event), an insert before it lowers it, and a
+  sweep visiting a key indexes it at its oldest time again. Queries never see entries older
+  than ``S - R``, so results do not depend on when the sweep last ran.
 
 Each key has ONE aggregator over a composed monoid (every configured aggregation plus the
 event count); every window size is answered from it (window sharing, seed 000 §4): by the O(1)
@@ -48,8 +50,9 @@ Costs, with ``d`` the distance of an insert from the younger end of its key's wi
 entries a call evicts, ``W`` the number of windows and ``K`` the number of keys: ``accept`` is
 O(log d + log m + W) combines amortized for an insert within the kept windows' margins
 (otherwise O(log b) more per window, b <= n; see ``stores.window_suffixes``), plus O(log K)
-when the key's oldest time changes;
-``sweep`` is O(log m + log K) per cleaned key; ``query_range`` is O(log n).
+when it inserts before the key's indexed time;
+``sweep`` is O(log m + log K) per cleaned key, and O(log K) per key that lazy eviction cleaned
+since it was indexed; ``query_range`` is O(log n).
 """
 
 from __future__ import annotations
@@ -284,6 +287,9 @@ class KeyWindows:
         self._type = window_type
         self._windows: dict[str, FiBA] = {}
         self._oldest: dict[str, int] = {}
+        """Per key, its oldest time (``_NEVER`` while its new window is empty)."""
+        self._indexed: dict[str, int] = {}
+        """Per key, its time in ``_by_oldest``: at most its oldest time."""
         self._by_oldest: SortedList = SortedList()
         self._last_emitted: dict[str, tuple] = {}
         self._suffixes: dict[str, list[WindowSuffix | None]] = {}
@@ -339,6 +345,7 @@ class KeyWindows:
             window.clear()
         self._windows.clear()
         self._oldest.clear()
+        self._indexed.clear()
         self._by_oldest.clear()
         self._last_emitted.clear()
         self._suffixes.clear()
@@ -347,7 +354,8 @@ class KeyWindows:
     def forget(self, key: str) -> None:
         """Drop ``key`` and its entries, its tree freed at once (``FiBA.clear``); the stream
         time stays. O(nodes of the key's tree)."""
-        self._by_oldest.remove((self._oldest.pop(key), key))
+        del self._oldest[key]
+        self._by_oldest.remove((self._indexed.pop(key), key))
         self._windows.pop(key).clear()
         self._last_emitted.pop(key, None)
         self._suffixes.pop(key, None)
@@ -565,17 +573,24 @@ class KeyWindows:
     def sweep(self) -> list[tuple[str, tuple[int, ...]]]:
         """Evict every key's entries older than ``S - R``; keys left empty are forgotten.
 
-        Returns ``(key, evicted times)`` per cleaned key. Only keys whose oldest entry is
-        expired are visited (through the sorted index), O(log m + log K) each.
+        Returns ``(key, evicted times)`` per cleaned key. Only keys indexed at an expired time
+        are visited (through the sorted index): those whose oldest entry is expired, O(log m +
+        log K) each, and those that lazy eviction cleaned since they were indexed, O(log K)
+        each; every key visited and kept is indexed at its oldest time again.
         """
         if self.stream_time is None:
             return []
         horizon = self.stream_time - self.config.retention
-        cleaned = []
+        cleaned: list[tuple[str, tuple[int, ...]]] = []
         by_oldest = self._by_oldest
         while by_oldest and by_oldest[0][0] < horizon:
-            key = by_oldest[0][1]
-            cleaned.append((key, self._evict_expired(key)))
+            indexed, key = by_oldest[0]
+            evicted = self._evict_expired(key)
+            if evicted:
+                cleaned.append((key, evicted))
+            if key in self._indexed:  # kept: its oldest time is not expired
+                by_oldest.remove((indexed, key))
+                self._index(key, self._oldest[key])
         return cleaned
 
     def _evict_expired(self, key: str) -> tuple[int, ...]:
@@ -597,7 +612,7 @@ class KeyWindows:
             window.bulk_evict(horizon - 1)
         times = tuple(evicted)
         if len(window):
-            self._set_oldest(key, window.oldest())
+            self._oldest[key] = window.oldest()  # later: its index stays a lower bound
         else:
             self.forget(key)
         return times
@@ -627,14 +642,20 @@ class KeyWindows:
         if window is None:
             window = self._windows[key] = self._type(self.config.partial_monoid)
             self._oldest[key] = _NEVER
-            self._by_oldest.add((_NEVER, key))
+            self._index(key, _NEVER)
         return window
 
     def _set_oldest(self, key: str, t: int) -> None:
-        old = self._oldest.get(key)
-        if old is not None:
-            self._by_oldest.remove((old, key))
+        """``key``'s oldest time is now ``t``: earlier than before (an insert), or its first."""
         self._oldest[key] = t
+        indexed = self._indexed.get(key)
+        if indexed is None or t < indexed:
+            if indexed is not None:
+                self._by_oldest.remove((indexed, key))
+            self._index(key, t)
+
+    def _index(self, key: str, t: int) -> None:
+        self._indexed[key] = t
         self._by_oldest.add((t, key))
 
     # --- results ------------------------------------------------------------------------------

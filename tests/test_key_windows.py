@@ -17,6 +17,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sortedcontainers import SortedList
 
 from app.settings import Settings, WindowSpec
 from stores.fiba import FiBA, _Node
@@ -398,6 +399,36 @@ def test_sweep_visits_only_keys_with_expired_entries():
     assert [key for key, _ in windows.sweep()] == ["old"]
     assert CountingFiBA.calls == 1
     assert "old" not in windows
+
+
+class CountingSortedList(SortedList):
+    """SortedList counting its ``add`` and ``remove`` calls (``changes``)."""
+
+    changes = 0
+
+    def add(self, value):
+        self.changes += 1
+        super().add(value)
+
+    def remove(self, value):
+        self.changes += 1
+        super().remove(value)
+
+
+def test_lazy_eviction_leaves_the_sweep_index_alone():
+    """An event that evicts its key's expired entries moves the key's oldest time without
+    touching the sweep's index (a lower bound of it); a sweep then visits each such key once,
+    reports nothing for it and indexes it at its oldest time, so the next sweep visits none."""
+    windows = KeyWindows(WindowConfig.from_settings(SETTINGS))
+    windows._by_oldest = index = CountingSortedList()
+    for t in range(300):  # in order: from t = 101 on, every event evicts an entry of its key
+        for key in KEYS:
+            windows.accept(key, t, 1)
+    assert index.changes == 3 * 3  # per key: indexed empty, then at its first time
+    assert windows.sweep() == []
+    assert index.changes == 3 * 3 + 3 * 2  # each key visited once: moved to its oldest time
+    assert sorted(index) == sorted((windows.entries(key)[0][0], key) for key in KEYS)
+    assert windows.sweep() == [] and index.changes == 15
 
 
 class CallCountingFiBA(FiBA):
