@@ -287,6 +287,15 @@ def http_json(port: int, path: str) -> Any:
         return json.loads(response.read())
 
 
+def crash_report(log: Path, lines: int = 60) -> str:
+    """What a worker's ``log`` says about its exit: its first traceback (up to ``lines`` lines)
+    and its last lines (Faust logs its own shutdown after the error)."""
+    text = log.read_text(errors="replace").splitlines() if log.exists() else []
+    start = next((i for i, line in enumerate(text) if line.startswith("Traceback")), None)
+    first = [] if start is None else [*text[start : start + lines], "..."]
+    return "\n".join([*first, log_tail(log)])
+
+
 class Cluster:
     """The worker subprocesses of one run."""
 
@@ -331,7 +340,7 @@ class Cluster:
         offsets: dict[int, int] = {}
         for i, (s, proc) in enumerate(zip(self.settings, self.procs, strict=True)):
             if proc.poll() is not None:
-                raise RuntimeError(f"worker {i} exited:\n{log_tail(self.log(i))}")
+                raise RuntimeError(f"worker {i} exited:\n{crash_report(self.log(i))}")
             try:
                 stats = http_json(s.web_port, "/stats")
             except (OSError, urllib.error.URLError, ValueError):
