@@ -924,16 +924,23 @@ def _compensated_fields(
     a0: Any, a1: Any, a2: Any, b0: Any, b1: Any, b2: Any
 ) -> tuple[Any, Any, Any]:
     """``_compensated_combine`` of ``(a0, a1, a2)`` and ``(b0, b1, b2)``: on float sums and
-    float (or one int) compensations in machine arithmetic, as Python's float operations do
-    it (an int operand converted once, exactly as ``float + int`` does), else by the function
+    float or int compensations in machine arithmetic, as Python's float operations do it (an
+    int operand converted once, exactly as ``float + int`` does), else by the function
     itself. O(1)."""
     t2a, t2b = type(a2), type(b2)
     if (
         type(a1) is float
         and type(b1) is float
-        and ((t2a is float and (t2b is float or t2b is int)) or (t2a is int and t2b is float))
+        and (t2a is float or t2a is int)
+        and (t2b is float or t2b is int)
     ):
         r0 = a0 + b0  # first, as in the generated combine (the floats raise nothing)
+        if t2a is int and t2b is int:  # Python adds the ints first, exactly
+            a2, b2 = 0.0, float(a2 + b2)  # and 0.0 + float(n) is float(n), never -0.0
+        elif t2a is int:  # converted as float + int converts it (OverflowError if too large)
+            a2 = float(a2)
+        elif t2b is int:
+            b2 = float(b2)
         s, c = _compensated_floats(a1, b1, a2, b2)
         return r0, s, c
     r0, r1, r2 = _compensated_combine((a0, a1, a2), (b0, b1, b2))
@@ -942,7 +949,7 @@ def _compensated_fields(
 
 def _compensated_floats(a1: float, b1: float, a2: float, b2: float) -> tuple[float, float]:
     """``_compensated_combine``'s sum and compensation typed as floats: compiled, machine
-    arithmetic (an int ``a2`` or ``b2`` converted on the call, as ``float + int`` does)."""
+    arithmetic."""
     s = a1 + b1
     return s, a2 + b2 + ((a1 - s) + b1 if abs(a1) >= abs(b1) else (b1 - s) + a1)
 

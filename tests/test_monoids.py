@@ -465,7 +465,8 @@ def random_partials(data: st.DataObject, widths: list[int]) -> tuple[tuple, tupl
     drawn from ``FIELDS``, or, three times in four, spliced triples shaped as lifted numbers make
     them (an int count, a float, a float or int) to reach their float arithmetic."""
     floats = st.one_of(st.floats(-1e6, 1e6), st.floats())
-    shaped = st.tuples(st.integers(-3, 2**64), floats, st.one_of(floats, st.integers(-3, 2**64)))
+    ints = st.one_of(st.integers(-3, 2**64), st.sampled_from([2**53 + 1, 1 - 2**53, 10**400]))
+    shaped = st.tuples(ints, floats, st.one_of(floats, ints))
 
     def fields(width: int) -> st.SearchStrategy:
         if width and data.draw(st.integers(0, 3)):
