@@ -56,10 +56,12 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) -m bench all --quick
 
-# random SIGKILLs of workers, every output checked (KAFKA_BOOTSTRAP: that cluster); not in `test`
+# random SIGKILLs of workers in each emit mode, every output checked (KAFKA_BOOTSTRAP: that
+# cluster); not in `test`
 CHAOS_ARGS ?= --events 100000 --kills 20 --workers 2
 chaos: $(STAMP)
-	$(PY) -m bench.chaos $(CHAOS_ARGS)
+	$(PY) -m bench.chaos --emit event $(CHAOS_ARGS)
+	$(PY) -m bench.chaos --emit batch $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so stores/compiled.json

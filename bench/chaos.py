@@ -18,6 +18,10 @@ workers and checks every output topic against an oracle that shares no code with
 - aggregates (``emit=event``): the multiset of ``(key, event_ts, stream_time, windows)``
   against the oracle's record after each accepted event: ``lost`` records, ``repeated``
   (a correct record more than once: allowed under at-least-once) and ``wrong`` ones;
+  (``--emit batch``): each record against the oracle's state after the input record it
+  answers (its ``input_offset``, the key's last event in its batch) at the stream time it
+  reports, which must lie between that event and the key's next one: ``wrong`` records; a
+  key without a record answering its last accepted event: a ``lost`` one;
 - dead letters: one per rejected input record (source partition and offset, reason):
   ``dead letters missing``, ``wrong reason``;
 - answers: at least one per query: ``answers missing``, and ``repeated answers``.
@@ -49,6 +53,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -175,8 +180,13 @@ class Oracle:
 
     accepted: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
     """Per key, its accepted events ``(ts, value)`` in input order."""
+    offsets: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    """Per key, the input offsets of its accepted events (``accepted``'s order)."""
     stream_time: dict[int, int] = field(default_factory=dict)
+    times: dict[int, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
+    """Per partition, ``(offset, stream time after it)`` of every accepted event."""
     records: Counter[tuple] = field(default_factory=Counter)
+    """``emit=event``: the record expected after each accepted event."""
     rejected: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def feed(self, partition: int, offset: int, key: str, kind: str, value: dict | None) -> None:
@@ -193,21 +203,55 @@ class Oracle:
             self.rejected[(partition, offset)] = "future"
             return
         s = self.stream_time[partition] = ts if s is None else max(s, ts)
+        self.times[partition].append((offset, s))
+        self.accepted[key].append((ts, value["value"]))
+        self.offsets[key].append(offset)
+        self.records[(key, ts, s, self.windows(key, len(self.accepted[key]), s))] += 1
+
+    def windows(self, key: str, n: int, s: int) -> tuple:
+        """``(name, start, end, count, sum)`` of every window ``[s - w, s]`` over the first
+        ``n`` accepted events of ``key``."""
         events = self.accepted[key]
-        events.append((ts, value["value"]))
         windows = []
         for window in WINDOWS:
             start = s - window.size_ms
             inside = []
             # an accepted event is never ahead of its input time (futures are rejected), so
             # the events input before the window's start are all outside it
-            for t, v in reversed(events):
+            for i in range(n - 1, -1, -1):
+                t, v = events[i]
                 if input_time(v) < start:
                     break
                 if start <= t <= s:
                     inside.append(v)
             windows.append((window.name, start, s, len(inside), sum(inside)))
-        self.records[(key, ts, s, tuple(windows))] += 1
+        return tuple(windows)
+
+    def batch_record_error(self, record: tuple, partition: int, offset: int) -> str | None:
+        """Why an ``emit=batch`` record answering input ``offset`` of ``partition`` is wrong
+        (None: it is right). Its key's last event in the batch must be the accepted event at
+        ``offset``; its stream time one the partition had after that event and before the
+        key's next accepted one (the batch's end lies between); its windows those of the
+        key's events up to ``offset`` at that stream time."""
+        key, event_ts, s, windows = record
+        offsets = self.offsets.get(key, [])
+        n = bisect_right(offsets, offset)
+        if not n or offsets[n - 1] != offset:
+            return f"{key}: no accepted event at input offset {offset}"
+        if self.accepted[key][n - 1][0] != event_ts:
+            return f"{key}@{offset}: event_ts {event_ts}, expected {self.accepted[key][n - 1][0]}"
+        times = self.times[partition]
+        low = times[bisect_left(times, (offset,))][1]
+        if n < len(offsets):
+            high = times[bisect_left(times, (offsets[n],)) - 1][1]
+        else:
+            high = self.stream_time[partition]
+        if not low <= s <= high:
+            return f"{key}@{offset}: stream time {s} outside [{low}, {high}]"
+        expected = self.windows(key, n, s)
+        if windows != expected:
+            return f"{key}@{offset}: windows {windows}, expected {expected}"
+        return None
 
     def retained(self, key: str, partition: int) -> tuple[int, int]:
         """Count and sum of ``key``'s retained events (not older than stream time - R)."""
@@ -241,6 +285,15 @@ WINDOW_ORDER = {w.name: i for i, w in enumerate(WINDOWS)}
 def http_json(port: int, path: str) -> Any:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
         return json.loads(response.read())
+
+
+def crash_report(log: Path, lines: int = 60) -> str:
+    """What a worker's ``log`` says about its exit: its first traceback (up to ``lines`` lines)
+    and its last lines (Faust logs its own shutdown after the error)."""
+    text = log.read_text(errors="replace").splitlines() if log.exists() else []
+    start = next((i for i, line in enumerate(text) if line.startswith("Traceback")), None)
+    first = [] if start is None else [*text[start : start + lines], "..."]
+    return "\n".join([*first, log_tail(log)])
 
 
 class Cluster:
@@ -287,7 +340,7 @@ class Cluster:
         offsets: dict[int, int] = {}
         for i, (s, proc) in enumerate(zip(self.settings, self.procs, strict=True)):
             if proc.poll() is not None:
-                raise RuntimeError(f"worker {i} exited:\n{log_tail(self.log(i))}")
+                raise RuntimeError(f"worker {i} exited:\n{crash_report(self.log(i))}")
             try:
                 stats = http_json(s.web_port, "/stats")
             except (OSError, urllib.error.URLError, ValueError):
@@ -343,7 +396,7 @@ def run(
 ) -> Outcome:
     """One chaos run on the broker at ``bootstrap`` (worker files under ``root``; workers run
     as ``python -m <module>`` with ``extra_env``)."""
-    settings = chaos_settings(bootstrap, embedded, args.partitions, "event", args.guarantee)
+    settings = chaos_settings(bootstrap, embedded, args.partitions, args.emit, args.guarantee)
     asyncio.run(create_topics(settings))
     records = generate(args.events, args.keys, args.seed)
     kinds = {(key, value): kind for key, value, kind in records}
@@ -528,14 +581,15 @@ def wait_for_answers(settings: Settings, query_ids: set[str], timeout: float) ->
 
 
 def check_outputs(settings: Settings, oracle: Oracle, outcome: Outcome) -> None:
-    got = Counter(
-        record_tuple(json.loads(r.value))
-        for r in asyncio.run(read_to_end(settings, settings.aggregates_topic))
-    )
-    for record, n in oracle.records.items():
-        outcome.lost_outputs += max(0, n - got[record])
-        outcome.repeated += max(0, got[record] - n)
-    outcome.wrong_outputs += sum(n for record, n in got.items() if record not in oracle.records)
+    """The aggregate records (``check_event_records``, ``check_batch_records``) and the dead
+    letters against ``oracle``."""
+    objs = [
+        json.loads(r.value) for r in asyncio.run(read_to_end(settings, settings.aggregates_topic))
+    ]
+    if settings.emit == "batch":
+        check_batch_records(objs, oracle, outcome)
+    else:
+        check_event_records(objs, oracle, outcome)
     dead: Counter[tuple[int, int]] = Counter()
     for r in asyncio.run(read_to_end(settings, settings.dead_letter_topic)):
         headers = {name: data.decode() for name, data in r.headers}
@@ -547,6 +601,35 @@ def check_outputs(settings: Settings, oracle: Oracle, outcome: Outcome) -> None:
             outcome.wrong_reason += 1
     outcome.dead_letters_missing = sum(1 for source in oracle.rejected if not dead[source])
     outcome.dead_letters_repeated = sum(n - 1 for n in dead.values() if n > 1)
+
+
+def check_event_records(objs: list[dict], oracle: Oracle, outcome: Outcome) -> None:
+    """``emit=event``: one record per accepted event, each exactly the oracle's."""
+    got = Counter(record_tuple(obj) for obj in objs)
+    for record, n in oracle.records.items():
+        outcome.lost_outputs += max(0, n - got[record])
+        outcome.repeated += max(0, got[record] - n)
+    outcome.wrong_outputs += sum(n for record, n in got.items() if record not in oracle.records)
+
+
+def check_batch_records(objs: list[dict], oracle: Oracle, outcome: Outcome) -> None:
+    """``emit=batch``: every record right for the batch end it reports
+    (``Oracle.batch_record_error``; batches are not on the topic, so a replay after a kill may
+    cut them differently, each record still right), and for every key a record after its last
+    accepted event (missing: a lost output). A record seen twice counts as repeated."""
+    got = Counter((record_tuple(obj), obj["input_partition"], obj["input_offset"]) for obj in objs)
+    answered = set()
+    for (record, partition, offset), n in got.items():
+        outcome.repeated += n - 1
+        error = oracle.batch_record_error(record, partition, offset)
+        if error is None:
+            answered.add((record[0], offset))
+        else:
+            outcome.wrong_outputs += n
+            outcome.notes.append(error)
+    outcome.lost_outputs += sum(
+        1 for key, offsets in oracle.offsets.items() if (key, offsets[-1]) not in answered
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -584,6 +667,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--guarantee", choices=("at_least_once", "exactly_once"), default="at_least_once"
     )
+    parser.add_argument(
+        "--emit",
+        choices=("event", "batch"),
+        default="event",
+        help="the workers' emit mode (batch: each record checked against the batch end it reports)",
+    )
     parser.add_argument("--settle-timeout", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=1)
     return parser.parse_args(argv)
@@ -598,7 +687,8 @@ def main(argv: list[str] | None = None) -> int:
         if not bootstrap:
             bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap
         print(
-            f"chaos: {args.events:,} events, {args.kills} kills of {args.workers} workers, "
+            f"chaos: {args.events:,} events, emit={args.emit}, {args.kills} kills of "
+            f"{args.workers} workers, "
             f"{args.partitions} partitions, broker {bootstrap}"
             f" ({'KAFKA_BOOTSTRAP' if os.environ.get('KAFKA_BOOTSTRAP') else 'embedded'})",
             flush=True,

@@ -30,6 +30,7 @@ SLOWEST_FILES = (
     "tests/test_baselines_trees.py",
     "tests/test_readme.py",
     "tests/test_state_guards.py",
+    "tests/test_chaos.py",
     "tests/test_spark_schema.py",
     "tests/test_fiba.py",
     "tests/test_crash_recovery.py",
@@ -46,6 +47,7 @@ SPLIT_FILES = frozenset(
         "tests/test_spark_contract.py",
         "tests/test_kafka_broker.py",
         "tests/test_cli.py",
+        "tests/test_chaos.py",
     }
 )
 
