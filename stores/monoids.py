@@ -70,7 +70,8 @@ import math
 import operator
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import FunctionType
+from typing import Any, Final
 
 from stores.monoid_protocol import Monoid
 
@@ -614,8 +615,11 @@ def compose(parts: Mapping[str, Any]) -> FunctionMonoid:
     built directly, the parts' functions are bound as default arguments, and the bodies of the
     built-ins' own functions (``operator.add``, the min/max/mean/stddev combines, the identity
     lift/lower...) are written inline, recognised by identity, so a composed combine costs
-    about the sum of its parts' combines. The results are those of the parts' functions,
-    bit for bit, and a partial of the wrong length raises ``ValueError`` as with ``zip``.
+    about the sum of its parts' combines. In the compiled build the combine is a
+    :class:`FieldwiseCombine` instead (compiled code, with machine arithmetic on the floats of
+    the spliced parts), which gives the generated function's results. The results are those
+    of the parts' functions, bit for bit, and a partial of the wrong length raises
+    ``ValueError`` as with ``zip``.
     """
     if not parts:
         raise ValueError("compose needs at least one monoid")
@@ -631,7 +635,7 @@ def compose(parts: Mapping[str, Any]) -> FunctionMonoid:
         "compose(" + ",".join(names) + ")",
         tuple(identity),
         _generated_lift(monoids),
-        _generated_combine(monoids),
+        FieldwiseCombine(monoids) if _runs_compiled() else _generated_combine(monoids),
         _generated_lower(names, monoids),
         _generated_to_state(monoids),
         _generated_from_state(monoids),
@@ -642,9 +646,9 @@ def compose(parts: Mapping[str, Any]) -> FunctionMonoid:
 # Inline bodies of built-in functions, by identity. Expressions use {x} (the argument) or {a},
 # {b} (the two partials); statement blocks assign {r} and name their temporaries {t}*. Each is
 # the same arithmetic, in the same order, as the function it stands for. The parts whose
-# combine is in ``_SPLICED_COMBINES`` (fixed-size tuple partials: their width and block) are
-# spliced: written over their fields, {x0}, {x1}, ... (one partial), {a0}..., {b0}... (two
-# partials), {r0}... (the result).
+# combine has a spliced form in ``_COMBINE_FORMS`` (fixed-size tuple partials: their width and
+# block) are spliced: written over their fields, {x0}, {x1}, ... (one partial), {a0}..., {b0}...
+# (two partials), {r0}... (the result).
 _INLINE_LIFTS: dict[Any, str] = {
     _same: "{x}",
     _one: "1",
@@ -655,16 +659,31 @@ _INLINE_SPLICED_LIFTS: dict[Any, str] = {
     _mean_lift: "1, {x}, 0",
     _moments_lift: "1, float({x}), 0.0",
 }
-_INLINE_COMBINES: dict[Any, str] = {
-    operator.add: "{a} + {b}",
-    operator.or_: "{a} | {b}",
-    _min: "{b} if {a} is None else ({a} if {b} is None or not {b} < {a} else {b})",
-    _max: "{b} if {a} is None else ({a} if {b} is None or not {b} > {a} else {b})",
-    _first_combine: "{a} or {b}",
-    _last_combine: "{b} or {a}",
-}
-_SPLICED_COMBINES: dict[Any, tuple[int, tuple[str, ...]]] = {
+
+# The combines compose recognises, by identity: each one's operation code in the compiled
+# combine (``FieldwiseCombine``), its width (0: its partial is kept whole, else the number of
+# fields it is spliced into) and the generated combine's inline form (an expression over {a},
+# {b}, or a statement block). One table, so the compiled and the generated combine recognise
+# the same parts and splice them alike.
+_ADD: Final = 1
+_OR: Final = 2
+_MIN: Final = 3
+_MAX: Final = 4
+_FIRST: Final = 5
+_LAST: Final = 6
+_COMPENSATED: Final = 7
+_MOMENTS: Final = 8
+_CALL: Final = 0
+"""A part whose combine is not in ``_COMBINE_FORMS``: its own function is called."""
+_COMBINE_FORMS: dict[Any, tuple[int, int, tuple[str, ...]]] = {
+    operator.add: (_ADD, 0, ("{a} + {b}",)),
+    operator.or_: (_OR, 0, ("{a} | {b}",)),
+    _min: (_MIN, 0, ("{b} if {a} is None else ({a} if {b} is None or not {b} < {a} else {b})",)),
+    _max: (_MAX, 0, ("{b} if {a} is None else ({a} if {b} is None or not {b} > {a} else {b})",)),
+    _first_combine: (_FIRST, 0, ("{a} or {b}",)),
+    _last_combine: (_LAST, 0, ("{b} or {a}",)),
     _compensated_combine: (
+        _COMPENSATED,
         3,
         (
             "{r1} = {a1} + {b1}",
@@ -674,6 +693,7 @@ _SPLICED_COMBINES: dict[Any, tuple[int, tuple[str, ...]]] = {
         ),
     ),
     _moments_combine: (
+        _MOMENTS,
         3,
         (
             "if not {a0}:",
@@ -703,8 +723,8 @@ _GLOBALS = {"sqrt": math.sqrt}
 
 def _spliced_width(m: Any) -> int:
     """How many fields part ``m``'s partial is spliced into (0: it is kept whole)."""
-    spliced = _SPLICED_COMBINES.get(m.combine)
-    return 0 if spliced is None else spliced[0]
+    form = _COMBINE_FORMS.get(m.combine)
+    return 0 if form is None else form[1]
 
 
 def _fields(prefix: str, index: int, m: Any) -> list[str]:
@@ -766,14 +786,15 @@ def _generated_combine(monoids: tuple[Any, ...]) -> Callable[[Any, Any], tuple]:
     for i, m in enumerate(monoids):
         if _spliced_width(m):
             r_fields = _fields("r", i, m)
-            block = _SPLICED_COMBINES[m.combine][1]
+            block = _COMBINE_FORMS[m.combine][2]
             names = {"t": f"t{i}_"}
             for prefix, fields in (("a", a_fields[i]), ("b", b_fields[i]), ("r", r_fields)):
                 names.update({f"{prefix}{j}": field for j, field in enumerate(fields)})
             body += [line.format(**names) for line in block]
             items.extend(r_fields)
             continue
-        template = _INLINE_COMBINES.get(m.combine) or f"{_bind(bound, m.combine)}({{a}}, {{b}})"
+        form = _COMBINE_FORMS.get(m.combine)
+        template = form[2][0] if form else f"{_bind(bound, m.combine)}({{a}}, {{b}})"
         items.append(f"({template.format(a=a_fields[i][0], b=b_fields[i][0])})")
     return _generate("combine", "a, b", bound, [*body, f"return ({', '.join(items)},)"])
 
@@ -828,6 +849,143 @@ def _generated_from_state(monoids: tuple[Any, ...]) -> Callable[[list], tuple]:
         "return r",
     ]
     return _generate("from_state", "a", bound, body)
+
+
+class FieldwiseCombine:
+    """The composed monoid's combine as compiled code (what :func:`compose` uses in the
+    compiled build): one pass over the parts, in the generated combine's order (the spliced
+    parts first), each combined by its operation code in ``_COMBINE_FORMS``. Kept-whole parts
+    are combined by their operator (``+``, ``|``, ``or``) or own function (``_min``, ``_max``,
+    a part compose does not recognise); spliced parts by ``_compensated_fields`` /
+    ``_moments_fields``, in machine arithmetic when their fields have the types lifted numbers
+    give, else by their own function. The generated combine's results, bit for bit, or its
+    exception type (a partial of the wrong length: ``ValueError``). Interpreted it is slower
+    than the generated function, which the pure build keeps. O(fields) per call.
+    """
+
+    __slots__ = ("_functions", "_offsets", "_ops", "_width")
+
+    def __init__(self, monoids: tuple[Any, ...]) -> None:
+        offsets = []
+        offset = 0
+        for m in monoids:
+            offsets.append(offset)
+            offset += max(1, _spliced_width(m))
+        # the order the generated combine evaluates them in: the spliced parts' blocks first
+        order = sorted(range(len(monoids)), key=lambda k: not _spliced_width(monoids[k]))
+        forms = [_COMBINE_FORMS.get(monoids[k].combine) for k in order]
+        self._ops: list[int] = [_CALL if form is None else form[0] for form in forms]
+        self._offsets: list[int] = [offsets[k] for k in order]
+        self._functions: list[Any] = [monoids[k].combine for k in order]
+        self._width = offset
+
+    def __call__(self, a: Any, b: Any) -> tuple:
+        width = self._width
+        fa: tuple = a if type(a) is tuple else tuple(a)
+        if len(fa) != width:
+            raise ValueError(f"a partial of {len(fa)} fields, not {width}")
+        fb: tuple = b if type(b) is tuple else tuple(b)
+        if len(fb) != width:
+            raise ValueError(f"a partial of {len(fb)} fields, not {width}")
+        out: list[Any] = [None] * width
+        ops = self._ops
+        offsets = self._offsets
+        for k in range(len(ops)):
+            op = ops[k]
+            i = offsets[k]
+            x = fa[i]
+            y = fb[i]
+            if op == _ADD:
+                out[i] = x + y
+            elif op == _MAX:
+                out[i] = _max(x, y)
+            elif op == _COMPENSATED:
+                out[i], out[i + 1], out[i + 2] = _compensated_fields(
+                    x, fa[i + 1], fa[i + 2], y, fb[i + 1], fb[i + 2]
+                )
+            elif op == _MOMENTS:
+                out[i], out[i + 1], out[i + 2] = _moments_fields(
+                    x, fa[i + 1], fa[i + 2], y, fb[i + 1], fb[i + 2]
+                )
+            elif op == _MIN:
+                out[i] = _min(x, y)
+            elif op == _OR:
+                out[i] = x | y
+            elif op == _FIRST:
+                out[i] = x or y
+            elif op == _LAST:
+                out[i] = y or x
+            else:
+                out[i] = self._functions[k](x, y)
+        return tuple(out)
+
+
+def _compensated_fields(
+    a0: Any, a1: Any, a2: Any, b0: Any, b1: Any, b2: Any
+) -> tuple[Any, Any, Any]:
+    """``_compensated_combine`` of ``(a0, a1, a2)`` and ``(b0, b1, b2)``: on float sums and
+    float or int compensations in machine arithmetic, as Python's float operations do it (an
+    int operand converted once, exactly as ``float + int`` does), else by the function
+    itself. O(1)."""
+    t2a, t2b = type(a2), type(b2)
+    if (
+        type(a1) is float
+        and type(b1) is float
+        and (t2a is float or t2a is int)
+        and (t2b is float or t2b is int)
+    ):
+        r0 = a0 + b0  # first, as in the generated combine (the floats raise nothing)
+        if t2a is int and t2b is int:  # Python adds the ints first, exactly
+            a2, b2 = 0.0, float(a2 + b2)  # and 0.0 + float(n) is float(n), never -0.0
+        elif t2a is int:  # converted as float + int converts it (OverflowError if too large)
+            a2 = float(a2)
+        elif t2b is int:
+            b2 = float(b2)
+        s, c = _compensated_floats(a1, b1, a2, b2)
+        return r0, s, c
+    r0, r1, r2 = _compensated_combine((a0, a1, a2), (b0, b1, b2))
+    return r0, r1, r2
+
+
+def _compensated_floats(a1: float, b1: float, a2: float, b2: float) -> tuple[float, float]:
+    """``_compensated_combine``'s sum and compensation typed as floats: compiled, machine
+    arithmetic."""
+    s = a1 + b1
+    return s, a2 + b2 + ((a1 - s) + b1 if abs(a1) >= abs(b1) else (b1 - s) + a1)
+
+
+def _moments_fields(a0: Any, a1: Any, a2: Any, b0: Any, b1: Any, b2: Any) -> tuple[Any, Any, Any]:
+    """``_moments_combine`` of ``(a0, a1, a2)`` and ``(b0, b1, b2)``: on int counts and float
+    means and M2s of non-empty partials in machine arithmetic (the counts converted to float
+    where Python's ``float * int`` converts them), else by the function itself. O(1)."""
+    if (
+        type(a0) is int
+        and type(b0) is int
+        and a0
+        and b0
+        and type(a1) is float
+        and type(a2) is float
+        and type(b1) is float
+        and type(b2) is float
+    ):
+        return _moments_floats(a0, a1, a2, b0, b1, b2)
+    r0, r1, r2 = _moments_combine((a0, a1, a2), (b0, b1, b2))
+    return r0, r1, r2
+
+
+def _moments_floats(
+    a0: int, a1: float, a2: float, b0: int, b1: float, b2: float
+) -> tuple[int, float, float]:
+    """``_moments_combine`` of two non-empty partials typed as int counts and floats:
+    compiled, machine arithmetic (the counts converted where ``float * int`` converts them)."""
+    n = a0 + b0
+    d = b1 - a1
+    return n, a1 + d * b0 / n, a2 + b2 + d * d * a0 * b0 / n
+
+
+def _runs_compiled() -> bool:
+    """Whether this module runs compiled (mypyc): its functions are then no Python functions."""
+    return not isinstance(_same, FunctionType)
 
 
 def premap(inner: Any, transform: Callable[[Any], Any] | Hashable) -> FunctionMonoid:

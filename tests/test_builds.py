@@ -16,12 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import stores
 from app.settings import Settings, WindowSpec
 from stores import fiba, key_windows, monoids
+from tests.test_monoids import outcome, random_partials, same_outcome
 
 ROOT = Path(stores.__file__).resolve().parent.parent
 COMPILED = stores.build() == "compiled"
@@ -128,17 +129,66 @@ def _trace(module: object, partials: object, name: str, min_arity: int, ops: lis
         seen.append(
             repr((outcome, tree.query(), len(tree), tree.oldest(), tree.youngest(), list(tree)))
         )
-    tree.check_invariants()
+    if all(isinstance(x, int) for x in _values(ops)):
+        # check_invariants recomputes every cached fold from scratch, left to right: with
+        # floats (not associative) a fold the tree built in another order may differ in its
+        # last bit, so the invariants are checked on exact (integer) workloads only; the
+        # builds are compared bit for bit on every workload
+        tree.check_invariants()
     return seen
+
+
+def _values(ops: list) -> list:
+    """Every value that ``ops`` insert."""
+    values = []
+    for op, *args in ops:
+        if op == "insert":
+            values.append(args[1])
+        elif op == "bulk_insert":
+            values.extend(x for _, x in args[0])
+    return values
 
 
 @needs_compiled
 @settings(max_examples=60)
 @given(name=st.sampled_from(_MONOIDS), min_arity=st.integers(2, 5), ops=_OPS)
+@example(  # a float sum whose cached left-spine folds differ from a left fold in the last bit
+    name="sum",
+    min_arity=2,
+    ops=[
+        ("bulk_insert", [(0, -1), (3, 0)]),
+        ("bulk_insert", [(0, 7.7213), (3, 0)]),
+        ("insert", 0, 1),
+    ],
+)
 def test_both_builds_give_identical_results(name: str, min_arity: int, ops: list) -> None:
     assert not fiba.__file__.endswith(".py") and _PURE_FIBA.__file__.endswith(".py")
     compiled = _trace(fiba, monoids, name, min_arity, ops)
     assert compiled == _trace(_PURE_FIBA, _PURE_MONOIDS, name, min_arity, ops)
+
+
+_RECOGNISED = [
+    n for n in monoids.monoid_names() if monoids.monoid(n).combine in monoids._COMBINE_FORMS
+]
+
+
+@needs_compiled
+@settings(max_examples=60)
+@given(data=st.data())
+def test_both_builds_composed_combines_agree_on_random_partials(data: st.DataObject) -> None:
+    """The compiled build composes with ``FieldwiseCombine``, the pure one with the generated
+    function: the same results, bit for bit, or the same exception, on random partials. (Of
+    the parts whose arithmetic they write themselves: the others' own functions are called,
+    and, compiled, refuse ill-typed fields, as ``distinct_count`` a ``None``.)"""
+    names = data.draw(st.lists(st.sampled_from(_RECOGNISED), min_size=1, max_size=7))
+    compiled = monoids.compose({f"p{i}": monoids.monoid(n) for i, n in enumerate(names)})
+    pure = _PURE_MONOIDS.compose({f"p{i}": _PURE_MONOIDS.monoid(n) for i, n in enumerate(names)})
+    assert isinstance(compiled.combine, monoids.FieldwiseCombine)
+    assert not isinstance(pure.combine, _PURE_MONOIDS.FieldwiseCombine)
+    widths = [monoids._spliced_width(monoids.monoid(name)) for name in names]
+    for _ in range(10):
+        a, b = random_partials(data, widths)
+        assert same_outcome(outcome(compiled.combine, a, b), outcome(pure.combine, a, b))
 
 
 @pytest.mark.parametrize("pure", [False, True])

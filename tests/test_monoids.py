@@ -447,3 +447,102 @@ def test_identity_lift_and_lower_are_flagged() -> None:
             assert m.lift(3) == 3, name
         if lowers and sample is not None:
             assert m.lower(sample) == sample, name
+
+
+FIELDS = st.one_of(
+    st.none(),
+    st.integers(-3, 3),
+    st.integers(),
+    st.sampled_from([10**400, -(10**400), 2**53 + 1, -(2**63)]),  # beyond float, past 53 bits
+    st.floats(),  # NaN, ±inf, ±0.0, subnormals, huge
+    st.floats(-1e3, 1e3, allow_nan=False),
+)
+"""A field of a random partial: what lifted numbers give and the values that break them."""
+
+
+def random_partials(data: st.DataObject, widths: list[int]) -> tuple[tuple, tuple]:
+    """Two partials of parts whose spliced widths are ``widths`` (0: kept whole): fields
+    drawn from ``FIELDS``, or, three times in four, spliced triples shaped as lifted numbers make
+    them (an int count, a float, a float or int) to reach their float arithmetic."""
+    floats = st.one_of(st.floats(-1e6, 1e6), st.floats())
+    ints = st.one_of(st.integers(-3, 2**64), st.sampled_from([2**53 + 1, 1 - 2**53, 10**400]))
+    shaped = st.tuples(ints, floats, st.one_of(floats, ints))
+
+    def fields(width: int) -> st.SearchStrategy:
+        if width and data.draw(st.integers(0, 3)):
+            return shaped
+        return st.tuples(*[FIELDS] * max(1, width))
+
+    return tuple(
+        tuple(field for width in widths for field in data.draw(fields(width))) for _ in "ab"
+    )
+
+
+def outcome(combine: Callable[[Any, Any], Any], a: Any, b: Any) -> Any:
+    """``combine(a, b)``, or the type of the exception it raises."""
+    try:
+        return combine(a, b)
+    except Exception as exc:
+        return type(exc)
+
+
+def same_outcome(x: Any, y: Any) -> bool:
+    """Both the same exception type, or ``identical`` results."""
+    if isinstance(x, type) or isinstance(y, type):
+        return x is y
+    return identical(x, y)
+
+
+def parts_combine(monoids: list[Any]) -> Callable[[tuple, tuple], tuple]:
+    """The composed combine written with the parts' own functions: each part's fields packed
+    back into its partial (spliced parts), combined by its ``combine``, spliced again."""
+    import stores.monoids as module
+
+    widths = [module._spliced_width(m) for m in monoids]
+
+    def combine(a: tuple, b: tuple) -> tuple:
+        if len(a) != sum(max(1, w) for w in widths) or len(b) != len(a):
+            raise ValueError("wrong length")
+        out: list[Any] = []
+        i = 0
+        for m, w in zip(monoids, widths, strict=True):
+            if w:
+                out.extend(m.combine(a[i : i + w], b[i : i + w]))
+            else:
+                out.append(m.combine(a[i], b[i]))
+            i += max(1, w)
+        return tuple(out)
+
+    return combine
+
+
+@settings(max_examples=max(100, settings.default.max_examples))
+@given(data=st.data(), with_user_part=st.booleans())
+def test_fieldwise_combine_equals_the_generated_one_and_the_parts(
+    data: st.DataObject, with_user_part: bool
+) -> None:
+    """The compiled build's composed combine (interpreted in the pure build) against the
+    generated one, on random partials: results bit for bit, else the same exception; and
+    the parts' own functions wherever they give a result."""
+    import stores.monoids as module
+
+    names = data.draw(st.lists(st.sampled_from(monoid_names()), min_size=1, max_size=7))
+    monoids = [monoid(name) for name in names]
+    if with_user_part:
+        monoids.insert(data.draw(st.integers(0, len(monoids))), user_part())
+    fieldwise = module.FieldwiseCombine(tuple(monoids))
+    generated = module._generated_combine(tuple(monoids))
+    widths = [module._spliced_width(m) for m in monoids]
+    for _ in range(10):
+        a, b = random_partials(data, widths)
+        expected = outcome(generated, a, b)
+        assert same_outcome(outcome(fieldwise, a, b), expected), (a, b, expected)
+        by_parts = outcome(parts_combine(monoids), a, b)
+        if not isinstance(by_parts, type):  # (compiled, first and last take tuples only)
+            assert identical(expected, by_parts)
+        assert same_outcome(outcome(fieldwise, list(a), list(b)), expected)
+    a, b = random_partials(data, widths)
+    for wrong in ((*a, 0), a[:-1]):
+        for left, right in ((wrong, b), (a, wrong)):
+            assert outcome(generated, left, right) is ValueError
+            assert outcome(fieldwise, left, right) is ValueError
