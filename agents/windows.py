@@ -178,10 +178,11 @@ class WindowsPipeline:
         """Aggregate records queued during a chunk, handed over at its end."""
         self._encoder = (
             AggregateEncoder(config.aggregations, config.lowered_is_aggregates)
-            if fiba.settings.emit == "event"
+            if fiba.settings.emit != "changes"
             else None
         )
-        """``emit=event``'s encoder: each record's bytes straight from its windows."""
+        """``emit=event``'s and ``batch``'s encoder: each record's bytes straight from its
+        windows (``emit=changes`` builds the records, to compare them with the last ones)."""
         self._delivering = asyncio.Lock()
         """Held by ``deliver_outputs``: one delivery round at a time."""
         store.before_changelog = self.deliver_outputs
@@ -510,9 +511,19 @@ class WindowsPipeline:
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
         evicted = []
+        encode = self._encoder.encode  # type: ignore[union-attr]  # set unless emit=changes
+        partition = state.partition
         for key, (offset, event_ts) in last.items():
             evicted.append((key, windows.evict_expired(key)))
-            self._emit(windows.record_of(key, event_ts), key, state.partition, offset)
+            data = encode(
+                key,
+                event_ts,
+                windows.stream_time,  # type: ignore[arg-type]  # set by apply
+                windows.lowered_windows(key, event_ts),
+                partition,
+                offset,
+            )
+            self._queue_aggregate(key, data, event_ts, partition)
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
         done = 0
