@@ -18,7 +18,10 @@ the worker's input reader does (``agents.input_reader``: same fetch wait, partit
 records per ``getmany``), the rate the worker is measured against (issue 20's goals:
 ``emit=batch`` at least 1.0x of it, ``emit=event`` at least 0.5x); ``emit-floor`` — the same
 consumer that also encodes and produces one aggregate record per event as ``emit=event`` does,
-without any window work (the bound of ``emit=event``); ``bare`` — a Faust agent
+without any window work (the bound of ``emit=event``); ``batch-floor`` — everything
+``emit=batch`` does but the window work (``DurableFloor``: parse, lift, the window store's
+local writes and changelog records with one eviction per event, one aggregate record per key
+per batch; the bound of ``emit=batch``); ``bare`` — a Faust agent
 that only consumes the same topic (the framework's floor), ``bare-batch`` — the same with
 ``stream.take_events`` batches as ``emit=batch`` uses;
 ``event``/``batch`` — the worker with that ``emit`` mode at each occupancy, under each of
@@ -27,7 +30,7 @@ exactly-once's share of at-least-once's throughput per mode). Throughput is the
 accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). Every
 cell streams 90,000 events, so that every measured part lasts several seconds (at 30,000
 events, a ``batch`` run measured about 2 s and an ``event`` run 4-6 s, and a single pause of the
-machine moved a cell by 20%); ``--quick`` streams 24,000; ``floor`` and ``emit-floor`` ten
+machine moved a cell by 20%); ``--quick`` streams 24,000; the ``*floor`` scenarios ten
 times as many. One more
 run of each emit mode at occupancy 10^3 (``+ queries``) times range queries while the worker is
 loaded (kept out of the flatness figures, since its clients share the two cores): sequential
@@ -275,9 +278,13 @@ def backlogged_worker(
     ``child`` (a worker emit mode, or ``floor``/``bare``/``bare-batch``) in a subprocess on
     them for the ``with`` block: yields its settings, process and log file; terminates it
     afterwards."""
-    emit = {"bare": "event", "bare-batch": "batch", "floor": "batch", "emit-floor": "event"}.get(
-        child, child
-    )
+    emit = {
+        "bare": "event",
+        "bare-batch": "batch",
+        "floor": "batch",
+        "emit-floor": "event",
+        "batch-floor": "batch",
+    }.get(child, child)
     settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6], guarantee)
     asyncio.run(create_topics(settings))
     asyncio.run(produce(settings, event_stream(events)))
@@ -389,14 +396,17 @@ def run_bare(settings: Settings, batched: bool) -> None:
     faust.Worker(fiba.app, loglevel=settings.log_level, quiet=True).execute_from_commandline()
 
 
-def run_floor(settings: Settings, produce: bool = False) -> None:
+def run_floor(settings: Settings, produce: bool = False, durable: bool = False) -> None:
     """A bare aiokafka consumer that reads every partition of the input topic from its start
     and only counts the records, fetching as ``agents.input_reader.InputReader`` does; serves
     the count as ``GET /stats`` (``{"counts": {"accepted": n}}``) on ``web_port`` until
     SIGTERM. ``produce`` (the ``emit-floor`` scenario): also, per record, one aggregate record
     as ``emit=event`` writes it (``emit_floor_record``), queued as the worker queues it
     (``KeyedOutputs``) and, after each chunk, produced with the worker's producer settings
-    and its acknowledgement awaited: the least ``emit=event`` can cost."""
+    and its acknowledgement awaited: the least ``emit=event`` can cost. ``durable`` (the
+    ``batch-floor`` scenario): everything ``emit=batch`` does but the window work
+    (``DurableFloor``): the least ``emit=batch`` can cost while every accepted event is
+    durable."""
     import signal
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -444,6 +454,11 @@ def run_floor(settings: Settings, produce: bool = False) -> None:
             encode = emit_floor_encoder(settings)
             stop = asyncio.Event()
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+            if durable:
+                async with DurableFloor(settings, outputs, encode) as floor:
+                    while not stop.is_set():
+                        counts["accepted"] += await floor.next_batch(consumer)
+                return
             while not stop.is_set():
                 chunk = await consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=FETCH_CHUNK)
                 if produce:
@@ -460,6 +475,83 @@ def run_floor(settings: Settings, produce: bool = False) -> None:
             server.shutdown()
 
     asyncio.run(consume())
+
+
+class DurableFloor:
+    """The ``batch-floor`` scenario's work: ``emit=batch`` without the windows. Batches
+    gathered as the input reader gathers them (chunks of ``FETCH_CHUNK`` records up to
+    ``batch_max_records``), parsed (``EventParser.parse_many``) and lifted; per event the
+    window store's upsert (``WindowStore.record_many``: local write and changelog record) and
+    one eviction (``WindowStore.evict``: the entry one retention older, as a full window
+    evicts one entry per event); per key of a batch one aggregate record of the worker's
+    shape (``emit_floor_encoder``); then, as ``WindowsPipeline.hand_over`` does, the outputs'
+    acknowledgement awaited and the store's changes handed over."""
+
+    def __init__(self, settings: Settings, outputs: Any, encode: Any) -> None:
+        from agents.events import BadEvent, EventParser
+        from agents.kafka_changelog import KafkaChangelog
+        from stores.key_windows import WindowConfig
+        from stores.window_store import MarshalStateCodec, WindowStore
+
+        config = WindowConfig.from_settings(settings)
+        self.settings = settings
+        self.outputs = outputs
+        self.encode = encode
+        self.parser = EventParser(settings)
+        self.lift = config.lift
+        self.bad_event = BadEvent
+        self.store = WindowStore(
+            settings, MarshalStateCodec(config.composed), KafkaChangelog(settings)
+        )
+
+    async def __aenter__(self) -> DurableFloor:
+        await self.store.start()
+        for partition in range(self.settings.partitions):
+            await self.store.restore(partition)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.store.stop()
+
+    async def next_batch(self, consumer: AIOKafkaConsumer) -> int:
+        """Fetch, apply and hand over one batch; the number of events it accepted."""
+        from agents.input_reader import FETCH_CHUNK, FETCH_WAIT_MS
+
+        batch: dict[int, list[Any]] = {}
+        gathered = 0
+        while gathered < self.settings.batch_max_records:
+            chunk = await consumer.getmany(
+                timeout_ms=0 if gathered else FETCH_WAIT_MS, max_records=FETCH_CHUNK
+            )
+            if not chunk:
+                break
+            for tp, records in chunk.items():
+                batch.setdefault(tp.partition, []).extend(records)
+                gathered += len(records)
+        accepted = 0
+        retention = self.settings.retention
+        for partition, records in batch.items():
+            effects = []
+            last: dict[str, tuple[int, int]] = {}
+            expired: dict[str, list[int]] = {}
+            for record, event in zip(records, self.parser.parse_many(records), strict=True):
+                if isinstance(event, self.bad_event):
+                    continue
+                key, ts, value = event
+                effects.append((record.offset, key, ts, self.lift(value)))
+                last[key] = (record.offset, ts)
+                expired.setdefault(key, []).append(ts - retention)
+            self.store.record_many(partition, effects)
+            for key, times in expired.items():
+                self.store.evict(partition, key, times)
+            for key, (offset, ts) in last.items():
+                self.outputs.add(key.encode(), self.encode(key, ts, offset), ts, source=partition)
+            accepted += len(effects)
+        for delivery in await self.outputs.send():
+            await delivery
+        for partition in batch:
+            await self.store.send_changes(partition)
+        return accepted
 
 
 def emit_floor_encoder(settings: Settings) -> Any:
@@ -693,8 +785,12 @@ def main() -> None:
         return
     if args.command == "child":
         settings = load_settings()
-        if args.scenario in ("floor", "emit-floor"):
-            run_floor(settings, produce=args.scenario == "emit-floor")
+        if args.scenario in ("floor", "emit-floor", "batch-floor"):
+            run_floor(
+                settings,
+                produce=args.scenario == "emit-floor",
+                durable=args.scenario == "batch-floor",
+            )
         elif args.scenario.startswith("bare"):
             run_bare(settings, batched=args.scenario == "bare-batch")
         else:
@@ -814,6 +910,14 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"event, no window work): {rate[bound] / rate[floor]:.3f}x the floor, "
             f"{cpu[bound]:,.1f} CPU µs/event: the most emit=event can reach"
         )
+    durable = next((cell for cell in cells if cell[0] == "batch-floor"), None)
+    if floor is not None and durable is not None:
+        lines.append(
+            f"\nbatch-floor (the floor plus parsing, lifting, the window store's writes and "
+            f"changelog records, one eviction per event and one aggregate record per key per "
+            f"batch, no window work): {rate[durable] / rate[floor]:.3f}x the floor, "
+            f"{cpu[durable]:,.1f} CPU µs/event: the most emit=batch can reach"
+        )
     lines += _guarantee_ratios(cells, rate, cpu)
     for r in results:
         for kind in ("http_query_ms", "topic_query_ms"):
@@ -828,7 +932,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-FLOORS = ("floor", "emit-floor", "bare", "bare-batch")
+FLOORS = ("floor", "emit-floor", "batch-floor", "bare", "bare-batch")
 """The scenarios without a worker (no occupancy)."""
 
 GOALS = {"batch": 1.0, "event": 0.5}

@@ -8,9 +8,11 @@ speed: timings are only ever judged in ``bench/RESULTS.md``.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -207,6 +209,7 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
         {**row("event", 1000, 100, 1), "queries": True},  # own row, not in the flatness
         row("floor", 100, 4000, 1),
         row("emit-floor", 100, 400, 1),
+        row("batch-floor", 100, 800, 1),
     ]
     report = markdown(results)
     assert "| bare | - | 2,000 [1,000-3,000] | 100% | 500 | 100% |" in report
@@ -226,6 +229,12 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
     assert (
         "emit-floor (the floor plus encoding and producing one aggregate record per event, no "
         "window work): 0.100x the floor, 2,500.0 CPU µs/event: the most emit=event can reach"
+    ) in report
+    assert "| batch-floor | - | 800 | 40% | 1,250 | 40% |" in report
+    assert (
+        "batch-floor (the floor plus parsing, lifting, the window store's writes and changelog "
+        "records, one eviction per event and one aggregate record per key per batch, no window "
+        "work): 0.200x the floor, 1,250.0 CPU µs/event: the most emit=batch can reach"
     ) in report
 
 
@@ -260,6 +269,88 @@ def test_the_emit_floor_writes_aggregate_records_of_the_workers_shape(tmp_path) 
         window = obj["windows"][w.name]
         assert (window["start"], window["end"], window["count"]) == (T0 - w.size_ms, T0, 1000)
         assert list(window["aggregates"]) == list(settings.aggregations)
+
+
+def test_the_batch_floor_makes_every_event_durable_and_answers_every_key(
+    kafka_bootstrap: str, broker_kind: str, broker_profile: str, tmp_path
+) -> None:
+    """``batch-floor`` does the durable part of ``emit=batch``: after its batches, a store
+    restored from the changelog alone (no local copy) holds every event's entry at the last
+    offset of each partition, and the aggregates topic has a record per key of each batch."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    from agents.batched_send import KeyedOutputs
+    from agents.clients import client_options, read_to_end
+    from agents.kafka_changelog import KafkaChangelog
+    from app.topics import create_topics
+    from bench.bench_broker import BenchBroker
+    from bench.worker_pipeline import (
+        DurableFloor,
+        emit_floor_encoder,
+        event_stream,
+        produce,
+        scenario_settings,
+    )
+    from stores.key_windows import WindowConfig
+    from stores.window_store import MarshalStateCodec, WindowStore
+
+    broker = BenchBroker(kafka_bootstrap, broker_profile, broker_kind)
+    settings = scenario_settings(broker, 100, "batch", tmp_path / "floor")
+    records = event_stream(600)
+    asyncio.run(create_topics(settings))
+    asyncio.run(produce(settings, records))
+
+    async def run_floor() -> int:
+        consumer = AIOKafkaConsumer(
+            **client_options(settings), enable_auto_commit=False, auto_offset_reset="earliest"
+        )
+        producer = AIOKafkaProducer(**client_options(settings), acks="all")
+        await consumer.start()
+        await producer.start()
+        try:
+            tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, 0)
+            outputs = KeyedOutputs(lambda: producer, settings.aggregates_topic)
+            await outputs.start()
+            accepted = batches = 0
+            async with DurableFloor(settings, outputs, emit_floor_encoder(settings)) as floor:
+                while accepted < len(records):
+                    accepted += await floor.next_batch(consumer)
+                    batches += 1
+            return batches
+        finally:
+            await producer.stop()
+            await consumer.stop()
+
+    batches = asyncio.run(run_floor())
+
+    async def restored() -> dict[int, tuple[int, dict[str, list]]]:
+        fresh = replace(settings, state_dir=tmp_path / "restored")
+        codec = MarshalStateCodec(WindowConfig.from_settings(fresh).composed)
+        store = WindowStore(fresh, codec, KafkaChangelog(fresh))
+        await store.start()
+        try:
+            states = [await store.restore(p) for p in range(settings.partitions)]
+        finally:
+            await store.stop()
+        return {s.partition: (s.applied_offset, s.windows) for s in states}
+
+    states = asyncio.run(restored())
+    entries: dict[int, set[tuple[str, int]]] = {}
+    last_offset: dict[int, int] = {}
+    for record in asyncio.run(read_to_end(settings, settings.input_topic)):
+        ts = json.loads(record.value)["ts"]
+        entries.setdefault(record.partition, set()).add((record.key.decode(), ts))
+        last_offset[record.partition] = max(last_offset.get(record.partition, -1), record.offset)
+    for partition, (applied, windows) in states.items():
+        assert applied == last_offset[partition]
+        assert {(key, t) for key, pairs in windows.items() for t, _ in pairs} == entries[partition]
+    keys = {key for key, _ in records}
+    aggregates = asyncio.run(read_to_end(settings, settings.aggregates_topic))
+    assert {r.key for r in aggregates} == keys
+    assert len(keys) <= len(aggregates) <= len(keys) * batches
 
 
 def test_worker_pipeline_report_gives_exactly_once_share_of_at_least_once() -> None:
