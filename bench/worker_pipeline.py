@@ -288,6 +288,17 @@ def backlogged_worker(
     settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6], guarantee)
     asyncio.run(create_topics(settings))
     asyncio.run(produce(settings, event_stream(events)))
+    with child_process(settings, child, occupancy, workdir) as (worker, log_path):
+        yield settings, worker, log_path
+
+
+@contextlib.contextmanager
+def child_process(
+    settings: Settings, child: str, occupancy: int, workdir: Path
+) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """The ``child`` mode of this module (a scenario: a worker emit mode, or a floor) run on
+    ``settings`` (passed as ``FIBA_*`` variables) for the ``with`` block, its output in a log
+    file in ``workdir``: yields the process and the log's path; terminates it afterwards."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
     env.update(settings_environ(settings))
     command = [sys.executable, "-m", "bench.worker_pipeline", "child", child, str(occupancy)]
@@ -295,7 +306,7 @@ def backlogged_worker(
     with open(log_path, "wb") as log:
         worker = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        yield settings, worker, log_path
+        yield worker, log_path
     finally:
         stop_process(worker, 30)
 
