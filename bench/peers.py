@@ -43,10 +43,10 @@ from typing import Any
 
 from app.broker import free_port, stop_process
 from app.settings import Settings, WindowSpec
-from app.topics import DATA_TOPIC_CONFIGS, TopicSpec, create_topics
+from app.topics import TopicSpec, create_topics
 from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, results_path
 from bench.machine import describe_machine
-from bench.quix_job import AGGREGATIONS
+from bench.quix_job import AGGREGATIONS, OUTPUT_TOPIC_CONFIGS, PARTITIONS
 from bench.worker_pipeline import (
     MAX_LATENESS_MS,
     SPACING_MS,
@@ -59,10 +59,11 @@ from bench.worker_pipeline import (
 from stores.durations import format_duration
 
 RESULTS = Path(__file__).parent / "results" / "peers.json"
-QUIX_WORK = 4_000_000
+QUIX_WORK = 2_000_000
 """Quix reads ``QUIX_WORK // occupancy`` events (its cost per event is about linear in the
-occupancy), at least ``QUIX_MIN_EVENTS``; a quarter of that with ``--quick``."""
-QUIX_MIN_EVENTS = 2_000
+occupancy: about half a minute per cell on the project's machines), at least
+``QUIX_MIN_EVENTS``; a quarter of that with ``--quick``."""
+QUIX_MIN_EVENTS = 500
 TIMEOUT_S = 900
 
 
@@ -103,7 +104,7 @@ def quix_process(
     output topic created first. Yields the process, its log's path, its ``/stats`` port and
     its output topic; terminates it afterwards."""
     output = f"{input_topic}-quix-{uuid.uuid4().hex[:6]}"
-    spec = TopicSpec(output, 4, 1, DATA_TOPIC_CONFIGS)
+    spec = TopicSpec(output, PARTITIONS, 1, OUTPUT_TOPIC_CONFIGS)
     offline = replace(Settings(), broker=broker.bootstrap, broker_profile=broker.profile)
     asyncio.run(create_topics(offline, [spec]))
     port = free_port()

@@ -39,6 +39,10 @@ AGGREGATIONS = ("count", "sum", "max", "mean")
 PARTITIONS = 4
 """The input's partition count (``bench.worker_pipeline.scenario_settings``)."""
 
+OUTPUT_TOPIC_CONFIGS = {**DATA_TOPIC_CONFIGS, "retention.ms": "-1"}
+"""The output topic's configs (all explicit, for the embedded broker): its records' timestamps
+are their windows' starts, years old, which time retention would delete."""
+
 
 def prefill_events(n: int) -> list[tuple[int, float]]:
     """The ``(time, value)`` events every key's windows start with (``PREFILL`` = ``n``)."""
@@ -118,17 +122,19 @@ def run(
         consumer_extra_config=consumer_config,
         loglevel="WARNING",
     )
-    config = TopicConfig(
-        num_partitions=PARTITIONS, replication_factor=1, extra_config=dict(DATA_TOPIC_CONFIGS)
-    )
     source = app.topic(
         input_topic,
         value_deserializer="json",
         key_deserializer="bytes",
-        config=config,
+        config=TopicConfig(PARTITIONS, 1, extra_config=dict(DATA_TOPIC_CONFIGS)),
         timestamp_extractor=lambda value, headers, ts, ts_type: value["ts"],
     )
-    sink = app.topic(output_topic, value_serializer="json", key_serializer="bytes", config=config)
+    sink = app.topic(
+        output_topic,
+        value_serializer="json",
+        key_serializer="bytes",
+        config=TopicConfig(PARTITIONS, 1, extra_config=dict(OUTPUT_TOPIC_CONFIGS)),
+    )
     counts = {"accepted": 0}
 
     def count(value: Any) -> None:
