@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -105,8 +106,6 @@ def run(
     state_dir: str,
 ) -> None:
     """Run the job (see the module doc) until SIGTERM."""
-    import uuid
-
     from quixstreams import Application, message_context
     from quixstreams.dataframe.windows import Count, Max, Mean, Sum
     from quixstreams.models import TopicConfig
@@ -149,7 +148,9 @@ def run(
         windows = prefill_windows(window, prefill, duration)
         process = window.process_window
 
-        def process_with_prefill(value, key, timestamp_ms, headers, transaction):  # type: ignore[no-untyped-def]
+        def process_with_prefill(
+            value: Any, key: bytes, timestamp_ms: int, headers: Any, transaction: Any
+        ) -> Any:
             partition = message_context().partition
             if partition not in filled:
                 filled.add(partition)
