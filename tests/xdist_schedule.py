@@ -34,6 +34,7 @@ SLOWEST_FILES = (
     "tests/test_spark_schema.py",
     "tests/test_fiba.py",
     "tests/test_crash_recovery.py",
+    "tests/test_peers.py",
     "tests/test_key_windows.py",
     "tests/test_window_store.py",
     "tests/test_spark_source.py",
