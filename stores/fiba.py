@@ -652,19 +652,25 @@ class FiBA:
         combine = self._combine
         times = rf.times
         values = rf.values
-        new_values = values[mu + 1 :]
+        k = len(values) - mu - 1  # the new finger's entries
         new = self._spare
         if new is None:
-            new = _Node(parent, times[mu + 1 :], new_values, None)
-        else:  # the up leaf a refill merged away: its fields are all set below
+            new = _Node(parent, times[mu + 1 :], values[mu + 1 :], None)
+            new_values = new.values
+        else:  # the up leaf a refill merged away: its fields are all set below, its lists reused
             self._spare = None
             new.parent = parent
-            new.times = times[mu + 1 :]
-            new.values = new_values
+            new_times = new.times
+            new_values = new.values
+            _resize(new_times, k)
+            _resize(new_values, k)
+            for i in range(k):
+                new_times[i] = times[mu + 1 + i]
+                new_values[i] = values[mu + 1 + i]
         new_time = times[mu]
         separator = values[mu]
-        rf.times = times[:mu]  # (new lists: cheaper than a del in the compiled build)
-        rf.values = values = values[:mu]
+        _resize(times, mu)  # the finger keeps its lists (pops: no new lists, unlike slices)
+        _resize(values, mu)
         prefix = rf.prefix  # the folds of the finger's first entries, as far as cached
         if prefix:
             j = min(len(prefix), mu)
@@ -672,17 +678,19 @@ class FiBA:
         else:
             j = 1
             up = values[0]
+            prefix = [up]
         for i in range(j, mu):
             up = combine(up, values[i])
         rf.agg = up
         rf.cnt = mu
         rf.prefix = None
         rf.right_spine = False  # now an up node: neither spine holds a parent's last child
-        acc = new_values[0]  # the new finger's prefix folds: its fold, and most of the next up
-        prefix = [acc]
-        for i in range(1, len(new_values)):
+        _resize(prefix, k)  # the new finger's prefix folds, in the old finger's list: its
+        acc = new_values[0]  # fold, and most of the next up
+        prefix[0] = acc
+        for i in range(1, k):
             acc = combine(acc, new_values[i])
-            prefix.append(acc)
+            prefix[i] = acc
         new.prefix = prefix
         new.right_spine = True
         self._rf = new
@@ -717,9 +725,9 @@ class FiBA:
             right = _Node(grandparent, ptimes[mu + 1 :], pvalues[mu + 1 :], pchildren[mu + 1 :])
             new_time = ptimes[mu]
             separator = pvalues[mu]
-            del ptimes[mu:]
-            del pvalues[mu:]
-            del pchildren[mu + 1 :]
+            _resize(ptimes, mu)
+            _resize(pvalues, mu)
+            _resize(pchildren, mu + 1)
             last = pchildren[mu]
             up = combine(parent.prefix[mu - 1], last.agg)
             cnt = mu
@@ -2009,6 +2017,15 @@ def _entries(node: _Node, lf: _Node, start: int) -> tuple[list[Any], list[Any], 
     if node is not lf or not start:
         return node.times, node.values, suffix
     return node.times[start:], node.values[start:], None if suffix is None else suffix[start:]
+
+
+def _resize(items: list[Any], k: int) -> None:
+    """Make ``items`` hold ``k`` entries in place: pops from its end, or Nones appended to be
+    overwritten. (The compiled build's primitives: cheaper than a new list or a ``del``.)"""
+    while len(items) > k:
+        items.pop()
+    while len(items) < k:
+        items.append(None)
 
 
 def _fold(combine: Any, identity: Any, parts: list[Any]) -> Any:
