@@ -78,6 +78,7 @@ mypyc compiles to direct calls (typed locals, ``pop``, slices) rather than ``del
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from functools import reduce
@@ -175,6 +176,7 @@ class FiBA:
     """
 
     __slots__ = (
+        "_add",
         "_combine",
         "_identity",
         "_lf",
@@ -201,6 +203,7 @@ class FiBA:
         self._lift_is_identity = bool(getattr(monoid, "lift_is_identity", False))
         self._lower_is_identity = bool(getattr(monoid, "lower_is_identity", False))
         self._combine = monoid.combine
+        self._add = monoid.combine is operator.add
         self._lower = monoid.lower
         self._min_arity = min_arity
         self._min_entries = min_arity - 1
@@ -504,7 +507,12 @@ class FiBA:
     def query(self) -> Any:
         """The lowered aggregate of the whole window (lowered identity when empty). O(1)."""
         root = self._root
-        agg = root.agg if root.children is None else self._combine(self._lf.agg, self._rf.agg)
+        if root.children is None:
+            agg = root.agg
+        elif self._add:
+            agg = self._lf.agg + self._rf.agg
+        else:
+            agg = self._combine(self._lf.agg, self._rf.agg)
         return agg if self._lower_is_identity else self._lower(agg)
 
     def aggregate(self) -> Any:
@@ -595,7 +603,7 @@ class FiBA:
             if t > rtimes[-1]:  # in order: append at the right finger
                 rtimes.append(t)
                 rf.values.append(lifted)
-                rf.agg = self._combine(rf.agg, lifted)
+                rf.agg = rf.agg + lifted if self._add else self._combine(rf.agg, lifted)
                 rf.cnt += 1
                 if len(rtimes) > self._max_entries:
                     self._split_right_finger(rf)
@@ -650,6 +658,7 @@ class FiBA:
         mu = self._min_arity
         max_entries = self._max_entries
         combine = self._combine
+        add = self._add
         times = rf.times
         values = rf.values
         k = len(values) - mu - 1  # the new finger's entries
@@ -680,7 +689,7 @@ class FiBA:
             up = values[0]
             prefix = [up]
         for i in range(j, mu):
-            up = combine(up, values[i])
+            up = up + values[i] if add else combine(up, values[i])
         rf.agg = up
         rf.cnt = mu
         rf.prefix = None
@@ -689,7 +698,7 @@ class FiBA:
         acc = new_values[0]  # fold, and most of the next up
         prefix[0] = acc
         for i in range(1, k):
-            acc = combine(acc, new_values[i])
+            acc = acc + new_values[i] if add else combine(acc, new_values[i])
             prefix[i] = acc
         new.prefix = prefix
         new.right_spine = True
@@ -712,7 +721,8 @@ class FiBA:
                     self._refresh_left_spine(pchildren[0])
                     return
                 folds: list[Any] = parent.prefix  # type: ignore[assignment]
-                folds.append(combine(combine(folds[-1], up), separator))
+                acc = folds[-1]
+                folds.append(acc + up + separator if add else combine(combine(acc, up), separator))
                 parent.local_cnt += node.cnt + 1
                 self._refresh_right_spine(parent)
                 return
@@ -763,6 +773,7 @@ class FiBA:
         nodes below it from their (valid) prefix folds and counts: one combine per level, and
         the right finger's fold of its entries."""
         combine = self._combine
+        add = self._add
         parent: _Node = node.parent  # type: ignore[assignment]
         if parent.parent is None:  # a child of the root: no parent term
             if node.children is None:
@@ -775,11 +786,14 @@ class FiBA:
             node = node.children[-1]
         while node.children is not None:
             prefix = node.prefix  # type: ignore[assignment]
-            node.agg = combine(parent.agg, prefix[-1])
+            agg = parent.agg
+            node.agg = agg + prefix[-1] if add else combine(agg, prefix[-1])
             node.cnt = node.local_cnt + parent.cnt
             parent = node
             node = node.children[-1]
-        node.agg = combine(parent.agg, self._finger_fold(node))
+        agg = parent.agg
+        fold = self._finger_fold(node)
+        node.agg = agg + fold if add else combine(agg, fold)
         node.cnt = len(node.values) + parent.cnt
 
     def _finger_fold(self, rf: _Node) -> Any:
@@ -895,7 +909,8 @@ class FiBA:
                 self._refill_left_finger(lf, parent)
             else:
                 suffix: list[Any] = lf.suffix  # type: ignore[assignment]
-                lf.agg = self._combine(suffix[start], parent.agg)
+                agg = parent.agg
+                lf.agg = suffix[start] + agg if self._add else self._combine(suffix[start], agg)
                 lf.cnt -= 1
             return True
         self._settle()
@@ -1011,13 +1026,14 @@ class FiBA:
         aggregate). ``parent`` keeps stale aggregates, for the caller. The left finger's
         entries before ``_lf_start`` (evicted) keep their stale folds."""
         combine = self._combine
+        add = self._add
         separator = parent.values[0]
         svalues = sibling.values
         schildren = sibling.children
-        tail = combine(separator, sibling.agg)
+        tail = separator + sibling.agg if add else combine(separator, sibling.agg)
         suffix: list[Any] = node.suffix  # type: ignore[assignment]
         for i in range(self._lf_start if node.children is None else 0, len(suffix)):
-            suffix[i] = combine(suffix[i], tail)
+            suffix[i] = suffix[i] + tail if add else combine(suffix[i], tail)
         m = len(svalues)
         if schildren is None:  # the folds overwrite copies of the values (the last is its fold)
             base = len(suffix) + 1
@@ -1025,7 +1041,7 @@ class FiBA:
             suffix.extend(svalues)
             acc = svalues[-1]
             for i in range(m - 2, 0, -1):
-                acc = combine(svalues[i], acc)
+                acc = svalues[i] + acc if add else combine(svalues[i], acc)
                 suffix[base + i] = acc
             if m > 1:
                 suffix[base] = sibling.agg
@@ -1055,16 +1071,19 @@ class FiBA:
         nodes below it from their (valid) suffix folds and counts: one combine per level (the
         left finger's live entries start at ``_lf_start``)."""
         combine = self._combine
+        add = self._add
         parent: _Node = node.parent  # type: ignore[assignment]
         while node.children is not None:
             suffix: list[Any] = node.suffix  # type: ignore[assignment]
-            node.agg = combine(suffix[0], parent.agg)
+            agg = parent.agg
+            node.agg = suffix[0] + agg if add else combine(suffix[0], agg)
             node.cnt = node.local_cnt + parent.cnt
             parent = node
             node = node.children[0]
         start = self._lf_start
         suffix = node.suffix  # type: ignore[assignment]
-        node.agg = combine(suffix[start], parent.agg)
+        agg = parent.agg
+        node.agg = suffix[start] + agg if add else combine(suffix[start], agg)
         node.cnt = len(node.values) - start + parent.cnt
 
     def _evict_inner(self, node: _Node, i: int) -> None:
