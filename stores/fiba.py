@@ -68,12 +68,16 @@ window start from the finger and use the spines' folds. Subtrees cut off by ``bu
 released at once by reference counting (the papers' deferred free list exists to avoid O(m)
 deallocation calls; here that work is C-level and not a combine).
 
-In-order paths avoid list work at a node's front: an in-order evict only moves ``_lf_start``
-past the left finger's oldest entry (its suffix fold after it is the finger's new fold); a
-refill appends its sibling behind such entries, which are cut only once they exceed a node's
-worth, or when another operation reaches the finger (``_settle``). The leaf a refill merges
-away becomes the node of the next right-finger split. The hot paths use list primitives that
-mypyc compiles to direct calls (typed locals, ``pop``, slices) rather than ``del``.
+In-order paths avoid list work at a node's front and new lists: an in-order evict only moves
+``_lf_start`` past the left finger's oldest entry (its suffix fold after it is the finger's new
+fold); a refill that merges rewrites the finger in its own lists (its live entries to the front,
+over the evicted ones, then the separator and the sibling's), and any other operation that
+reaches the finger drops the evicted entries first (``_settle``). The leaf a refill merges away
+becomes the node of the next right-finger split, and its lists the up half's, so a split makes
+two lists, for the new finger. A monoid whose ``combine`` is :func:`operator.add` (``sum``,
+``count``) is combined with ``+`` on the in-order paths: the same operation and the same
+combines, without a call. The hot paths use list primitives that mypyc compiles to direct
+calls (typed locals, ``pop``, slices) rather than ``del``.
 """
 
 from __future__ import annotations
@@ -662,24 +666,30 @@ class FiBA:
         times = rf.times
         values = rf.values
         k = len(values) - mu - 1  # the new finger's entries
+        new_values = values[mu + 1 :]
         new = self._spare
         if new is None:
-            new = _Node(parent, times[mu + 1 :], values[mu + 1 :], None)
-            new_values = new.values
-        else:  # the up leaf a refill merged away: its fields are all set below, its lists reused
-            self._spare = None
+            new = _Node(parent, times[mu + 1 :], new_values, None)
+            new_time = times[mu]
+            separator = values[mu]
+            _resize(times, mu)  # (pops: cheaper than a del in the compiled build)
+            _resize(values, mu)
+        else:  # the up leaf a refill merged away: its fields are all set below, and its lists
+            self._spare = None  # take the finger's first entries (the finger's lists go)
             new.parent = parent
-            new_times = new.times
-            new_values = new.values
-            _resize(new_times, k)
-            _resize(new_values, k)
-            for i in range(k):
-                new_times[i] = times[mu + 1 + i]
-                new_values[i] = values[mu + 1 + i]
-        new_time = times[mu]
-        separator = values[mu]
-        _resize(times, mu)  # the finger keeps its lists (pops: no new lists, unlike slices)
-        _resize(values, mu)
+            up_times = new.times
+            up_values = new.values
+            _resize(up_times, mu)
+            _resize(up_values, mu)
+            for i in range(mu):
+                up_times[i] = times[i]
+                up_values[i] = values[i]
+            new.times = times[mu + 1 :]
+            new.values = new_values
+            new_time = times[mu]
+            separator = values[mu]
+            rf.times = up_times
+            rf.values = values = up_values
         prefix = rf.prefix  # the folds of the finger's first entries, as far as cached
         if prefix:
             j = min(len(prefix), mu)
@@ -885,8 +895,8 @@ class FiBA:
 
         An in-order evict at a left finger below the root moves ``_lf_start`` past the entry
         instead of deleting it from the front of three lists (its suffix folds still hold the
-        fold of the entries after it); the finger's lists are cut once, when it needs a refill
-        or another operation looks at it (:meth:`_settle`)."""
+        fold of the entries after it); the evicted entries are overwritten by the refill that
+        merges, or dropped when another operation looks at the finger (:meth:`_settle`)."""
         lf = self._lf
         ltimes = lf.times
         if not ltimes:  # (an empty leaf root: its start is 0)
@@ -904,8 +914,6 @@ class FiBA:
             start += 1
             self._lf_start = start
             if len(ltimes) - start < self._min_entries:
-                if start > self._max_entries:  # bound the entries held after their evict
-                    self._settle()
                 self._refill_left_finger(lf, parent)
             else:
                 suffix: list[Any] = lf.suffix  # type: ignore[assignment]
@@ -943,7 +951,7 @@ class FiBA:
         stimes = sibling.times
         total = len(lf.times) - self._lf_start + 1 + len(stimes)
         if total <= self._max_entries and not sibling.right_spine:
-            self._merge_up_left_spine(lf, parent)  # (appends: the finger keeps its start)
+            self._merge_up_left_spine(lf, parent)  # (in the finger's lists: start back to 0)
             return
         self._settle()
         if total <= self._max_entries:
@@ -1023,8 +1031,10 @@ class FiBA:
         into its first child, the left-spine ``node``, extending ``node``'s suffix folds (and
         ``local_cnt`` if inner): each old fold gains ``separator + up(sibling)``, and the
         sibling's entries get theirs from the right (the first one of a leaf is its stored up
-        aggregate). ``parent`` keeps stale aggregates, for the caller. The left finger's
-        entries before ``_lf_start`` (evicted) keep their stale folds."""
+        aggregate). ``parent`` keeps stale aggregates, for the caller. The left finger (a leaf
+        ``node``) is rewritten in its own lists: its entries after ``_lf_start`` move to the
+        front (the evicted ones are overwritten), the separator and the sibling's entries
+        follow, and ``_lf_start`` becomes 0."""
         combine = self._combine
         add = self._add
         separator = parent.values[0]
@@ -1032,20 +1042,40 @@ class FiBA:
         schildren = sibling.children
         tail = separator + sibling.agg if add else combine(separator, sibling.agg)
         suffix: list[Any] = node.suffix  # type: ignore[assignment]
-        for i in range(self._lf_start if node.children is None else 0, len(suffix)):
-            suffix[i] = suffix[i] + tail if add else combine(suffix[i], tail)
         m = len(svalues)
-        if schildren is None:  # the folds overwrite copies of the values (the last is its fold)
-            base = len(suffix) + 1
-            suffix.append(tail)
-            suffix.extend(svalues)
-            acc = svalues[-1]
-            for i in range(m - 2, 0, -1):
-                acc = svalues[i] + acc if add else combine(svalues[i], acc)
+        if schildren is None:  # the left finger
+            times = node.times
+            values = node.values
+            start = self._lf_start
+            live = len(times) - start
+            for i in range(live):
+                times[i] = times[start + i]
+                values[i] = values[start + i]
+                fold = suffix[start + i]
+                suffix[i] = fold + tail if add else combine(fold, tail)
+            base = live + 1
+            size = base + m
+            _resize(times, size)
+            _resize(values, size)
+            _resize(suffix, size)
+            times[live] = parent.times[0]
+            values[live] = separator
+            suffix[live] = tail
+            stimes = sibling.times
+            acc = svalues[m - 1]  # the sibling's folds: the last is its value, the first its up
+            for i in range(m - 1, -1, -1):
+                value = svalues[i]
+                times[base + i] = stimes[i]
+                values[base + i] = value
+                if 0 < i < m - 1:
+                    acc = value + acc if add else combine(value, acc)
                 suffix[base + i] = acc
             if m > 1:
                 suffix[base] = sibling.agg
+            self._lf_start = 0
         else:
+            for i in range(len(suffix)):
+                suffix[i] = suffix[i] + tail if add else combine(suffix[i], tail)
             folds = [tail] * (m + 1)
             acc = combine(svalues[-1], schildren[-1].agg)
             folds[m] = acc
@@ -1054,13 +1084,14 @@ class FiBA:
                 folds[i + 1] = acc
             for child in schildren:
                 child.parent = node
-            node.children.extend(schildren)
+            children: list[_Node] = node.children  # type: ignore[assignment]
+            children.extend(schildren)
             node.local_cnt += 1 + sibling.cnt
             suffix.extend(folds)
-        node.times.append(parent.times[0])
-        node.times.extend(sibling.times)
-        node.values.append(separator)
-        node.values.extend(svalues)
+            node.times.append(parent.times[0])
+            node.times.extend(sibling.times)
+            node.values.append(separator)
+            node.values.extend(svalues)
         siblings: list[_Node] = parent.children  # type: ignore[assignment]
         parent.times.pop(0)  # (primitives of the compiled build, unlike del)
         parent.values.pop(0)
