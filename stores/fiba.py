@@ -679,8 +679,9 @@ class FiBA:
             new.parent = parent
             up_times = new.times
             up_values = new.values
-            _resize(up_times, mu)
-            _resize(up_values, mu)
+            if len(up_times) != mu:  # (a steady sliding window: never)
+                _resize(up_times, mu)
+                _resize(up_values, mu)
             for i in range(mu):
                 up_times[i] = times[i]
                 up_values[i] = values[i]
@@ -704,8 +705,9 @@ class FiBA:
         rf.cnt = mu
         rf.prefix = None
         rf.right_spine = False  # now an up node: neither spine holds a parent's last child
-        _resize(prefix, k)  # the new finger's prefix folds, in the old finger's list: its
-        acc = new_values[0]  # fold, and most of the next up
+        if len(prefix) != k:  # the new finger's prefix folds, in the old finger's list: its
+            _resize(prefix, k)  # fold, and most of the next up
+        acc = new_values[0]
         prefix[0] = acc
         for i in range(1, k):
             acc = acc + new_values[i] if add else combine(acc, new_values[i])
@@ -1055,9 +1057,10 @@ class FiBA:
                 suffix[i] = fold + tail if add else combine(fold, tail)
             base = live + 1
             size = base + m
-            _resize(times, size)
-            _resize(values, size)
-            _resize(suffix, size)
+            if len(times) != size:  # (a steady sliding window: never)
+                _resize(times, size)
+                _resize(values, size)
+                _resize(suffix, size)
             times[live] = parent.times[0]
             values[live] = separator
             suffix[live] = tail
