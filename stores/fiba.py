@@ -672,8 +672,8 @@ class FiBA:
             new = _Node(parent, times[mu + 1 :], new_values, None)
             new_time = times[mu]
             separator = values[mu]
-            _resize(times, mu)  # (pops: cheaper than a del in the compiled build)
-            _resize(values, mu)
+            rf.times = times[:mu]  # (new lists, of a leaf's size)
+            rf.values = values = values[:mu]
         else:  # the up leaf a refill merged away: its fields are all set below, and its lists
             self._spare = None  # take the finger's first entries (the finger's lists go)
             new.parent = parent
