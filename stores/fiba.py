@@ -68,16 +68,21 @@ window start from the finger and use the spines' folds. Subtrees cut off by ``bu
 released at once by reference counting (the papers' deferred free list exists to avoid O(m)
 deallocation calls; here that work is C-level and not a combine).
 
-In-order paths avoid list work at a node's front: an in-order evict only moves ``_lf_start``
-past the left finger's oldest entry (its suffix fold after it is the finger's new fold); a
-refill appends its sibling behind such entries, which are cut only once they exceed a node's
-worth, or when another operation reaches the finger (``_settle``). The leaf a refill merges
-away becomes the node of the next right-finger split. The hot paths use list primitives that
-mypyc compiles to direct calls (typed locals, ``pop``, slices) rather than ``del``.
+In-order paths avoid list work at a node's front and new lists: an in-order evict only moves
+``_lf_start`` past the left finger's oldest entry (its suffix fold after it is the finger's new
+fold); a refill that merges rewrites the finger in its own lists (its live entries to the front,
+over the evicted ones, then the separator and the sibling's), and any other operation that
+reaches the finger drops the evicted entries first (``_settle``). The leaf a refill merges away
+becomes the node of the next right-finger split, and its lists the up half's, so a split makes
+two lists, for the new finger. A monoid whose ``combine`` is :func:`operator.add` (``sum``,
+``count``) is combined with ``+`` on the in-order paths: the same operation and the same
+combines, without a call. The hot paths use list primitives that mypyc compiles to direct
+calls (typed locals, ``pop``, slices) rather than ``del``.
 """
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from functools import reduce
@@ -175,6 +180,7 @@ class FiBA:
     """
 
     __slots__ = (
+        "_add",
         "_combine",
         "_identity",
         "_lf",
@@ -201,6 +207,7 @@ class FiBA:
         self._lift_is_identity = bool(getattr(monoid, "lift_is_identity", False))
         self._lower_is_identity = bool(getattr(monoid, "lower_is_identity", False))
         self._combine = monoid.combine
+        self._add = monoid.combine is operator.add
         self._lower = monoid.lower
         self._min_arity = min_arity
         self._min_entries = min_arity - 1
@@ -504,7 +511,12 @@ class FiBA:
     def query(self) -> Any:
         """The lowered aggregate of the whole window (lowered identity when empty). O(1)."""
         root = self._root
-        agg = root.agg if root.children is None else self._combine(self._lf.agg, self._rf.agg)
+        if root.children is None:
+            agg = root.agg
+        elif self._add:
+            agg = self._lf.agg + self._rf.agg
+        else:
+            agg = self._combine(self._lf.agg, self._rf.agg)
         return agg if self._lower_is_identity else self._lower(agg)
 
     def aggregate(self) -> Any:
@@ -595,7 +607,7 @@ class FiBA:
             if t > rtimes[-1]:  # in order: append at the right finger
                 rtimes.append(t)
                 rf.values.append(lifted)
-                rf.agg = self._combine(rf.agg, lifted)
+                rf.agg = rf.agg + lifted if self._add else self._combine(rf.agg, lifted)
                 rf.cnt += 1
                 if len(rtimes) > self._max_entries:
                     self._split_right_finger(rf)
@@ -650,21 +662,35 @@ class FiBA:
         mu = self._min_arity
         max_entries = self._max_entries
         combine = self._combine
+        add = self._add
         times = rf.times
         values = rf.values
+        k = len(values) - mu - 1  # the new finger's entries
         new_values = values[mu + 1 :]
         new = self._spare
         if new is None:
             new = _Node(parent, times[mu + 1 :], new_values, None)
-        else:  # the up leaf a refill merged away: its fields are all set below
-            self._spare = None
+            new_time = times[mu]
+            separator = values[mu]
+            rf.times = times[:mu]  # (new lists, of a leaf's size)
+            rf.values = values = values[:mu]
+        else:  # the up leaf a refill merged away: its fields are all set below, and its lists
+            self._spare = None  # take the finger's first entries (the finger's lists go)
             new.parent = parent
+            up_times = new.times
+            up_values = new.values
+            if len(up_times) != mu:  # (a steady sliding window: never)
+                _resize(up_times, mu)
+                _resize(up_values, mu)
+            for i in range(mu):
+                up_times[i] = times[i]
+                up_values[i] = values[i]
             new.times = times[mu + 1 :]
             new.values = new_values
-        new_time = times[mu]
-        separator = values[mu]
-        rf.times = times[:mu]  # (new lists: cheaper than a del in the compiled build)
-        rf.values = values = values[:mu]
+            new_time = times[mu]
+            separator = values[mu]
+            rf.times = up_times
+            rf.values = values = up_values
         prefix = rf.prefix  # the folds of the finger's first entries, as far as cached
         if prefix:
             j = min(len(prefix), mu)
@@ -672,17 +698,20 @@ class FiBA:
         else:
             j = 1
             up = values[0]
+            prefix = [up]
         for i in range(j, mu):
-            up = combine(up, values[i])
+            up = up + values[i] if add else combine(up, values[i])
         rf.agg = up
         rf.cnt = mu
         rf.prefix = None
         rf.right_spine = False  # now an up node: neither spine holds a parent's last child
-        acc = new_values[0]  # the new finger's prefix folds: its fold, and most of the next up
-        prefix = [acc]
-        for i in range(1, len(new_values)):
-            acc = combine(acc, new_values[i])
-            prefix.append(acc)
+        if len(prefix) != k:  # the new finger's prefix folds, in the old finger's list: its
+            _resize(prefix, k)  # fold, and most of the next up
+        acc = new_values[0]
+        prefix[0] = acc
+        for i in range(1, k):
+            acc = acc + new_values[i] if add else combine(acc, new_values[i])
+            prefix[i] = acc
         new.prefix = prefix
         new.right_spine = True
         self._rf = new
@@ -704,7 +733,8 @@ class FiBA:
                     self._refresh_left_spine(pchildren[0])
                     return
                 folds: list[Any] = parent.prefix  # type: ignore[assignment]
-                folds.append(combine(combine(folds[-1], up), separator))
+                acc = folds[-1]
+                folds.append(acc + up + separator if add else combine(combine(acc, up), separator))
                 parent.local_cnt += node.cnt + 1
                 self._refresh_right_spine(parent)
                 return
@@ -717,9 +747,9 @@ class FiBA:
             right = _Node(grandparent, ptimes[mu + 1 :], pvalues[mu + 1 :], pchildren[mu + 1 :])
             new_time = ptimes[mu]
             separator = pvalues[mu]
-            del ptimes[mu:]
-            del pvalues[mu:]
-            del pchildren[mu + 1 :]
+            _resize(ptimes, mu)
+            _resize(pvalues, mu)
+            _resize(pchildren, mu + 1)
             last = pchildren[mu]
             up = combine(parent.prefix[mu - 1], last.agg)
             cnt = mu
@@ -755,6 +785,7 @@ class FiBA:
         nodes below it from their (valid) prefix folds and counts: one combine per level, and
         the right finger's fold of its entries."""
         combine = self._combine
+        add = self._add
         parent: _Node = node.parent  # type: ignore[assignment]
         if parent.parent is None:  # a child of the root: no parent term
             if node.children is None:
@@ -767,11 +798,14 @@ class FiBA:
             node = node.children[-1]
         while node.children is not None:
             prefix = node.prefix  # type: ignore[assignment]
-            node.agg = combine(parent.agg, prefix[-1])
+            agg = parent.agg
+            node.agg = agg + prefix[-1] if add else combine(agg, prefix[-1])
             node.cnt = node.local_cnt + parent.cnt
             parent = node
             node = node.children[-1]
-        node.agg = combine(parent.agg, self._finger_fold(node))
+        agg = parent.agg
+        fold = self._finger_fold(node)
+        node.agg = agg + fold if add else combine(agg, fold)
         node.cnt = len(node.values) + parent.cnt
 
     def _finger_fold(self, rf: _Node) -> Any:
@@ -863,8 +897,8 @@ class FiBA:
 
         An in-order evict at a left finger below the root moves ``_lf_start`` past the entry
         instead of deleting it from the front of three lists (its suffix folds still hold the
-        fold of the entries after it); the finger's lists are cut once, when it needs a refill
-        or another operation looks at it (:meth:`_settle`)."""
+        fold of the entries after it); the evicted entries are overwritten by the refill that
+        merges, or dropped when another operation looks at the finger (:meth:`_settle`)."""
         lf = self._lf
         ltimes = lf.times
         if not ltimes:  # (an empty leaf root: its start is 0)
@@ -882,12 +916,11 @@ class FiBA:
             start += 1
             self._lf_start = start
             if len(ltimes) - start < self._min_entries:
-                if start > self._max_entries:  # bound the entries held after their evict
-                    self._settle()
                 self._refill_left_finger(lf, parent)
             else:
                 suffix: list[Any] = lf.suffix  # type: ignore[assignment]
-                lf.agg = self._combine(suffix[start], parent.agg)
+                agg = parent.agg
+                lf.agg = suffix[start] + agg if self._add else self._combine(suffix[start], agg)
                 lf.cnt -= 1
             return True
         self._settle()
@@ -920,7 +953,7 @@ class FiBA:
         stimes = sibling.times
         total = len(lf.times) - self._lf_start + 1 + len(stimes)
         if total <= self._max_entries and not sibling.right_spine:
-            self._merge_up_left_spine(lf, parent)  # (appends: the finger keeps its start)
+            self._merge_up_left_spine(lf, parent)  # (in the finger's lists: start back to 0)
             return
         self._settle()
         if total <= self._max_entries:
@@ -1000,28 +1033,52 @@ class FiBA:
         into its first child, the left-spine ``node``, extending ``node``'s suffix folds (and
         ``local_cnt`` if inner): each old fold gains ``separator + up(sibling)``, and the
         sibling's entries get theirs from the right (the first one of a leaf is its stored up
-        aggregate). ``parent`` keeps stale aggregates, for the caller. The left finger's
-        entries before ``_lf_start`` (evicted) keep their stale folds."""
+        aggregate). ``parent`` keeps stale aggregates, for the caller. The left finger (a leaf
+        ``node``) is rewritten in its own lists: its entries after ``_lf_start`` move to the
+        front (the evicted ones are overwritten), the separator and the sibling's entries
+        follow, and ``_lf_start`` becomes 0."""
         combine = self._combine
+        add = self._add
         separator = parent.values[0]
         svalues = sibling.values
         schildren = sibling.children
-        tail = combine(separator, sibling.agg)
+        tail = separator + sibling.agg if add else combine(separator, sibling.agg)
         suffix: list[Any] = node.suffix  # type: ignore[assignment]
-        for i in range(self._lf_start if node.children is None else 0, len(suffix)):
-            suffix[i] = combine(suffix[i], tail)
         m = len(svalues)
-        if schildren is None:  # the folds overwrite copies of the values (the last is its fold)
-            base = len(suffix) + 1
-            suffix.append(tail)
-            suffix.extend(svalues)
-            acc = svalues[-1]
-            for i in range(m - 2, 0, -1):
-                acc = combine(svalues[i], acc)
+        if schildren is None:  # the left finger
+            times = node.times
+            values = node.values
+            start = self._lf_start
+            live = len(times) - start
+            for i in range(live):
+                times[i] = times[start + i]
+                values[i] = values[start + i]
+                fold = suffix[start + i]
+                suffix[i] = fold + tail if add else combine(fold, tail)
+            base = live + 1
+            size = base + m
+            if len(times) != size:  # (a steady sliding window: never)
+                _resize(times, size)
+                _resize(values, size)
+                _resize(suffix, size)
+            times[live] = parent.times[0]
+            values[live] = separator
+            suffix[live] = tail
+            stimes = sibling.times
+            acc = svalues[m - 1]  # the sibling's folds: the last is its value, the first its up
+            for i in range(m - 1, -1, -1):
+                value = svalues[i]
+                times[base + i] = stimes[i]
+                values[base + i] = value
+                if 0 < i < m - 1:
+                    acc = value + acc if add else combine(value, acc)
                 suffix[base + i] = acc
             if m > 1:
                 suffix[base] = sibling.agg
+            self._lf_start = 0
         else:
+            for i in range(len(suffix)):
+                suffix[i] = suffix[i] + tail if add else combine(suffix[i], tail)
             folds = [tail] * (m + 1)
             acc = combine(svalues[-1], schildren[-1].agg)
             folds[m] = acc
@@ -1030,13 +1087,14 @@ class FiBA:
                 folds[i + 1] = acc
             for child in schildren:
                 child.parent = node
-            node.children.extend(schildren)
+            children: list[_Node] = node.children  # type: ignore[assignment]
+            children.extend(schildren)
             node.local_cnt += 1 + sibling.cnt
             suffix.extend(folds)
-        node.times.append(parent.times[0])
-        node.times.extend(sibling.times)
-        node.values.append(separator)
-        node.values.extend(svalues)
+            node.times.append(parent.times[0])
+            node.times.extend(sibling.times)
+            node.values.append(separator)
+            node.values.extend(svalues)
         siblings: list[_Node] = parent.children  # type: ignore[assignment]
         parent.times.pop(0)  # (primitives of the compiled build, unlike del)
         parent.values.pop(0)
@@ -1047,16 +1105,19 @@ class FiBA:
         nodes below it from their (valid) suffix folds and counts: one combine per level (the
         left finger's live entries start at ``_lf_start``)."""
         combine = self._combine
+        add = self._add
         parent: _Node = node.parent  # type: ignore[assignment]
         while node.children is not None:
             suffix: list[Any] = node.suffix  # type: ignore[assignment]
-            node.agg = combine(suffix[0], parent.agg)
+            agg = parent.agg
+            node.agg = suffix[0] + agg if add else combine(suffix[0], agg)
             node.cnt = node.local_cnt + parent.cnt
             parent = node
             node = node.children[0]
         start = self._lf_start
         suffix = node.suffix  # type: ignore[assignment]
-        node.agg = combine(suffix[start], parent.agg)
+        agg = parent.agg
+        node.agg = suffix[start] + agg if add else combine(suffix[start], agg)
         node.cnt = len(node.values) - start + parent.cnt
 
     def _evict_inner(self, node: _Node, i: int) -> None:
@@ -2009,6 +2070,15 @@ def _entries(node: _Node, lf: _Node, start: int) -> tuple[list[Any], list[Any], 
     if node is not lf or not start:
         return node.times, node.values, suffix
     return node.times[start:], node.values[start:], None if suffix is None else suffix[start:]
+
+
+def _resize(items: list[Any], k: int) -> None:
+    """Make ``items`` hold ``k`` entries in place: pops from its end, or Nones appended to be
+    overwritten. (The compiled build's primitives: cheaper than a new list or a ``del``.)"""
+    while len(items) > k:
+        items.pop()
+    while len(items) < k:
+        items.append(None)
 
 
 def _fold(combine: Any, identity: Any, parts: list[Any]) -> Any:

@@ -409,30 +409,92 @@ def test_identity_lift_and_lower_are_not_called() -> None:
     fiba.check_invariants()
 
 
+class _CalledSum:
+    """``sum`` whose ``combine`` is a function of its own, not :func:`operator.add`."""
+
+    identity = 0
+    lift_is_identity = True
+    lower_is_identity = True
+
+    @staticmethod
+    def combine(a: Any, b: Any) -> Any:
+        return a + b
+
+    @staticmethod
+    def lift(x: Any) -> Any:
+        return x
+
+    lower = lift
+
+
+def _nodes(fiba: FiBA) -> list[tuple[Any, ...]]:
+    """Every node's entries, aggregate, count and cached folds, in depth-first order."""
+    fiba._settle()
+    rows = []
+    stack = [fiba._root]
+    while stack:
+        node = stack.pop()
+        rows.append((node.times, node.values, node.agg, node.cnt, node.suffix, node.prefix))
+        stack.extend(node.children or [])
+    return rows
+
+
 @pytest.mark.parametrize("min_arity", [2, 4])
-def test_in_order_refills_keep_evicted_entries_and_hand_the_merged_leaf_to_the_next_split(
+def test_a_combine_that_is_operator_add_is_applied_with_plus(min_arity: int) -> None:
+    """``sum`` (``combine`` is :func:`operator.add`: ``+`` on the in-order paths, no call)
+    gives the same nodes, aggregates and folds as the same sum combined by calls, through a
+    growing, sliding and shrinking window with some out-of-order inserts."""
+    added, called = FiBA(SUM, min_arity), FiBA(_CalledSum(), min_arity)
+    assert added._add and not called._add
+    rng = random.Random(min_arity)
+    t = 0
+    for size_change in [+300, 0, -250, +200, -240]:
+        for _ in range(abs(size_change) or 300):
+            late = t - rng.randrange(min(t, 40) + 1)
+            for fiba in (added, called):
+                if size_change >= 0:
+                    fiba.insert(t, t % 101)
+                    if t % 7 == 0:
+                        fiba.insert(late, 1)
+                if size_change <= 0 and len(fiba):
+                    fiba.evict(fiba.oldest())
+            t += 1
+            assert added.query() == called.query()
+        assert _nodes(added) == _nodes(called)
+        added.check_invariants()
+
+
+@pytest.mark.parametrize("min_arity", [2, 4])
+def test_in_order_refills_rewrite_the_finger_in_place_and_hand_the_merged_leaf_to_the_next_split(
     min_arity: int,
 ) -> None:
-    """In a sliding window, a refill of the left finger appends its sibling behind the entries
-    evicted lazily (no cut while they are fewer than a node holds), and the leaf it merged
-    away becomes the node of the next right-finger split instead of a new one."""
+    """In a sliding window, a refill of the left finger that merges rewrites the finger's
+    entries in its own lists (its live entries to the front, over the entries evicted lazily,
+    which leaves no evicted entry), and the leaf it merged away becomes the next right-finger
+    split's new finger, its lists the up half's, instead of new ones."""
     fiba = FiBA(SUM, min_arity)
     for t in range(300):
         fiba.insert(t, t)
-    kept_through_refill = reused = 0
+    rewritten = reused = 0
     for t in range(300, 900):
         lf = fiba._lf
-        before = len(lf.times) - fiba._lf_start
-        fiba.evict(t - 300)
-        if fiba._lf is lf and len(lf.times) - fiba._lf_start > before and fiba._lf_start:
-            kept_through_refill += 1
+        lists = (lf.times, lf.values)
         spare = fiba._spare
+        fiba.evict(t - 300)
+        if fiba._spare is not spare:  # a refill merged a leaf into the finger
+            assert fiba._lf is lf and not fiba._lf_start
+            assert all(a is b for a, b in zip(lists, (lf.times, lf.values), strict=True))
+            rewritten += 1
+        spare = fiba._spare
+        spare_times = None if spare is None else spare.times
+        rf = fiba._rf
         fiba.insert(t, t)
         if spare is not None and fiba._rf is spare:
+            assert rf.times is spare_times
             reused += 1
         fiba.check_invariants()
         assert fiba.query() == sum(range(t - 299, t + 1))
-    assert kept_through_refill > 20 and reused > 20, (kept_through_refill, reused)
+    assert rewritten > 20 and reused > 20, (rewritten, reused)
 
 
 @pytest.mark.parametrize("min_arity", [2, 3, 4])
