@@ -394,7 +394,7 @@ def worker(settings: Settings) -> None:
 
 
 @cli.command()
-@click.argument("file", type=click.File("r"), required=False)
+@click.argument("file", type=click.File("rb"), required=False)
 @click.option("--generate", "count", type=click.IntRange(min=0), help="generate N events")
 @click.option("--keys", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option(
@@ -424,7 +424,7 @@ def worker(settings: Settings) -> None:
 @with_settings(*CONNECTION_SETTINGS, *INPUT_FORMAT_SETTINGS)
 def produce(
     settings: Settings,
-    file: IO[str] | None,
+    file: IO[bytes] | None,
     count: int | None,
     keys: int,
     ooo_fraction: float,
@@ -439,7 +439,8 @@ def produce(
     A FILE line is a JSON object whose key field (the key_field setting, else "key") is the
     Kafka key; with key_field unset, "key" is removed from the value. Generated events are
     {"<ts_field>": ms, "<value_field>": int} keyed key-0..key-K-1, a fraction of them out of
-    order (app.generator); their Kafka timestamp is the event time.
+    order (app.generator). A record's Kafka timestamp is its integer event time, or this
+    machine's clock for a time ahead of it (Apache Kafka refuses one more than an hour ahead).
     """
     from app.generator import generate_events
     from app.kafka_io import BadInputLine, event_record, file_records, send_records

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -283,6 +284,53 @@ def test_produce_file_stops_at_a_non_finite_number_and_says_what_was_sent(broker
         "tail", "--topic", "input", "--from-beginning", "--idle-timeout", "3s", env=broker_env
     )
     assert len(tailed.stdout.splitlines()) == 2
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        (b'{"key": "a", "ts": 2, "value": "\xff"}', "line 2: not UTF-8 text"),
+        (b'{"key": "\\ud800", "ts": 2, "value": 1}', "line 2: the 'key' is not valid Unicode"),
+    ],
+)
+def test_produce_file_stops_at_a_line_that_is_no_utf8_or_whose_key_is_no_unicode(
+    broker_env, tmp_path, line, says
+):
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"key": "a", "ts": 1, "value": 1}\n' + line + b"\n")
+    result = fiba("produce", str(path), env=broker_env)
+    assert result.exit_code == 1
+    last = result.stderr.splitlines()[-1]  # after the progress bar
+    assert last.startswith(f"fiba: {path}: {says}"), last
+    assert "1 records before it were sent" in last
+
+
+@pytest.mark.kafka
+def test_produce_sends_event_times_ahead_of_the_clock_or_beyond_64_bits(broker_env, tmp_path):
+    """Apache Kafka refuses a record timestamp more than an hour ahead of its clock, and no
+    broker takes one beyond 64 bits: such a record gets the clock's time as its Kafka timestamp,
+    its value unchanged (the worker judges the event time: future or bad_timestamp)."""
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    now = int(time.time() * 1000)
+    times = [now - 60_000, now + 2 * 3_600_000, 10**20]
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps({"key": "a", "ts": t, "value": 1}) + "\n" for t in times))
+    produced = fiba("produce", str(path), env=broker_env)
+    assert produced.exit_code == 0, produced.stderr
+    after = int(time.time() * 1000)
+    generated = fiba("produce", "--generate", "2", "--start", str(now + 7_200_000), env=broker_env)
+    assert generated.exit_code == 0, generated.stderr
+
+    records = tail_json("--topic", "input", "--from-beginning", "--limit", "5", env=broker_env)
+    from_file = [r for r in records if r["key"] == "a"]
+    assert [r["value"]["ts"] for r in from_file] == times
+    assert from_file[0]["timestamp"] == times[0]
+    assert all(now <= r["timestamp"] <= after for r in from_file[1:])
+    generated_records = [r for r in records if r["key"] != "a"]
+    assert len(generated_records) == 2
+    assert all(r["timestamp"] < now + 3_600_000 for r in generated_records)
 
 
 @pytest.mark.kafka
