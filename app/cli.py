@@ -363,7 +363,7 @@ def worker(settings: Settings) -> None:
     """Run a stream-processing worker (topics must exist: `fiba topics create`)."""
     from app.topics import missing_or_mismatched
     from app.worker import claim_local_state, run_worker
-    from stores.state_lock import StateDirBusy
+    from stores.state_lock import StateDirBusy, StateDirUnusable
     from stores.state_shape import StateMismatch
 
     require_free_port(settings.web_host, settings.web_port, "the worker's HTTP server")
@@ -380,7 +380,7 @@ def worker(settings: Settings) -> None:
         raise CliFailure("; ".join(problems) + " (run `fiba topics create` with these settings)")
     try:
         lock = claim_local_state(settings)  # held while the worker runs
-    except (StateDirBusy, StateMismatch) as refused:
+    except (StateDirBusy, StateDirUnusable, StateMismatch) as refused:
         raise CliFailure(str(refused), 2) from None
     try:
         run_worker(settings)
