@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -532,6 +533,33 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             fail("aggregations", str(exc))
     if s.sasl_mechanism and s.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
         fail("sasl_mechanism", "needs security_protocol SASL_PLAINTEXT or SASL_SSL")
+    if s.security_protocol in ("SSL", "SASL_SSL"):
+        problem = _tls_files_problem(s)
+        if problem is not None:
+            fail(*problem)
     for name in ("ts_field", "value_field"):
         if not getattr(s, name):
             fail(name, "must not be empty")
+
+
+def _tls_files_problem(s: Settings) -> tuple[str, str] | None:
+    """The setting among ``ssl_cafile``, ``ssl_certfile`` and ``ssl_keyfile`` whose file cannot
+    be read or loaded as PEM (as the clients load them: CA certificates, then the client
+    certificate with its key), and why; None when all given ones load."""
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        path = getattr(s, name)
+        if path is not None and not Path(path).is_file():
+            return name, f"{path!r} is not a file"
+    try:
+        context = ssl.create_default_context(cafile=s.ssl_cafile)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        return "ssl_cafile", f"cannot load CA certificates (PEM) from {s.ssl_cafile!r}: {exc}"
+    if s.ssl_certfile is not None:
+        try:
+            context.load_cert_chain(s.ssl_certfile, s.ssl_keyfile)
+        except (OSError, ValueError) as exc:
+            return "ssl_certfile", (
+                f"cannot load the client certificate {s.ssl_certfile!r}"
+                f" with key {s.ssl_keyfile or s.ssl_certfile!r} (PEM): {exc}"
+            )
+    return None

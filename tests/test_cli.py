@@ -73,6 +73,29 @@ def broker_env(kafka_bootstrap, embedded_profile) -> dict[str, str]:
         (["produce", "--generate", "1", "--broker-profile", "fast"], {}, "'fast' is not one"),
         (["tail", "--config", "/nonexistent/fiba.toml"], {}, "cannot read config file"),
         (["worker"], {"FIBA_WINDOW": "5m"}, "unknown setting(s) FIBA_WINDOW"),
+        (
+            ["tail", "--security-protocol", "SSL"],
+            {"FIBA_SSL_CAFILE": "/nonexistent/ca.pem"},
+            "environment FIBA_SSL_CAFILE: '/nonexistent/ca.pem' is not a file",
+        ),
+        (
+            ["worker", "--security-protocol", "SASL_SSL", "--sasl-mechanism", "PLAIN"],
+            {"FIBA_SSL_CAFILE": __file__},  # not PEM
+            "environment FIBA_SSL_CAFILE: cannot load CA certificates (PEM)",
+        ),
+        (
+            [
+                "produce",
+                "--generate",
+                "1",
+                "--security-protocol",
+                "SSL",
+                "--ssl-certfile",
+                __file__,
+            ],
+            {},
+            "--ssl-certfile: cannot load the client certificate",
+        ),
     ],
 )
 def test_a_config_error_is_one_line_on_stderr_with_exit_code_2(args, env, fragment):
