@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -209,13 +210,33 @@ async def seek_to_end(consumer: AIOKafkaConsumer, settings: Settings) -> None:
         consumer.seek(tp, offset)
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number's float; ``ValueError`` beyond the double range (``1e400``)."""
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{text} is beyond the double range")
+    return number
+
+
+def _no_constant(name: str) -> float:
+    """``ValueError`` for ``NaN``, ``Infinity`` and ``-Infinity``, which JSON does not have."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def record_as_dict(record: ConsumerRecord) -> dict[str, Any]:
     """A consumed record as a JSON-friendly dict: partition, offset, timestamp, key, value and,
-    when present, headers. A value that is not JSON stays a (UTF-8, replaced) string."""
+    when present, headers. A value that is not strict JSON (not JSON, ``NaN``, ``Infinity``, a
+    number beyond the double range) or JSON nested too deeply for the decoder stays a (UTF-8,
+    replaced) string: a dead letter's original bytes may be anything, and the dict must dump
+    as strict JSON."""
     value = record.value
     try:
-        shown: Any = json.loads(value) if value is not None else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        shown: Any = (
+            None
+            if value is None
+            else json.loads(value, parse_float=_finite_float, parse_constant=_no_constant)
+        )
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError: a ValueError
         shown = value.decode("utf-8", "replace")
     out: dict[str, Any] = {
         "partition": record.partition,

@@ -383,6 +383,44 @@ def test_tail_shows_dead_letters_with_their_reason_headers(broker_env):
 
 
 @pytest.mark.kafka
+def test_tail_prints_any_value_as_strict_json(broker_env):
+    """Input records (so dead letters too) may hold anything: JSON nested deeper than the
+    decoder goes, NaN, 1e400, an integer of 5000 digits are shown as their text, the line
+    still strict JSON; a plain object as itself."""
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    values = [
+        b'{"ts": 1, "value": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"ts": 1, "value": NaN}',
+        b'{"ts": 1, "value": 1e400}',
+        b'{"ts": 1, "value": ' + b"9" * 5000 + b"}",
+        b'{"ts": 1, "value": 2.5}',
+    ]
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker_env["FIBA_BROKER"])
+        await producer.start()
+        try:
+            for value in values:
+                await producer.send_and_wait(
+                    broker_env["FIBA_INPUT_TOPIC"], value, key=b"k", partition=0
+                )
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+    result = fiba("tail", "--topic", "input", "--from-beginning", "--limit", "5", env=broker_env)
+    assert result.exit_code == 0, result.stderr
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in fiba tail's output")
+
+    shown = [
+        json.loads(line, parse_constant=refuse)["value"] for line in result.stdout.splitlines()
+    ]
+    assert shown == [*(value.decode() for value in values[:4]), {"ts": 1, "value": 2.5}]
+
+
+@pytest.mark.kafka
 def test_tail_of_a_missing_topic_is_a_clear_error(broker_env):
     result = fiba("tail", "--topic", "answers", "--limit", "1", env=broker_env)
     assert result.exit_code == 1
