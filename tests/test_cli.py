@@ -539,9 +539,15 @@ def test_config_file_before_or_after_the_command_and_precedence(tmp_path):
 def test_the_readme_configuration_table_lists_every_setting_once():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    lines = section.splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("| `")]
+    rows = [lines[i] for i in at]
     names = [row.split("`")[1] for row in rows]
     assert names == list(SETTINGS_HELP)
+    # one Markdown table: its header and rows on consecutive lines (a blank line ends a table,
+    # and the rows after it would show as a paragraph of pipes)
+    assert at == list(range(at[0], at[0] + len(at)))
+    assert lines[at[0] - 2].startswith("| setting") and lines[at[0] - 1].startswith("| ---")
     for name, row in zip(names, rows, strict=True):
         assert f"`FIBA_{name.upper()}`" in row
         assert f"`--{name.replace('_', '-')}`" in row
