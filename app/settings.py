@@ -133,6 +133,13 @@ class Settings:
         return parse_bootstrap_servers(self.broker)
 
     @property
+    def web_url(self) -> str:
+        """The base URL of this worker's HTTP server, ``http://web_host:web_port`` (an IPv6
+        address in brackets: ``http://[::1]:6066``)."""
+        host = f"[{self.web_host}]" if ":" in self.web_host else self.web_host
+        return f"http://{host}:{self.web_port}"
+
+    @property
     def faust_broker(self) -> str:
         """``broker`` in Faust's URL form: ``kafka://h1:9092;h2:9092``."""
         return "kafka://" + ";".join(self.bootstrap_servers)
