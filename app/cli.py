@@ -294,7 +294,12 @@ def main() -> None:
     show_default=True,
     help="embedded: Tansu, in memory; kafka: Apache Kafka (KRaft, log on disk)",
 )
-@click.option("--port", type=int, default=None, help="port (default: the port of --broker)")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="port (default: the port of --broker; 0: a free one)",
+)
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False),

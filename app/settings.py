@@ -53,7 +53,8 @@ _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{
 def parse_bootstrap_servers(value: str) -> tuple[str, ...]:
     """``host:port`` entries of a broker string: ``kafka://h1:9092,h2:9092`` or ``h1:9092;h2``.
 
-    The ``kafka://`` scheme is optional; a missing port means 9092.
+    The ``kafka://`` scheme is optional; a missing port means 9092; a port outside 1-65535 is a
+    ``ValueError``.
     """
     text = value.strip()
     if text.startswith("kafka://"):
@@ -67,6 +68,9 @@ def parse_bootstrap_servers(value: str) -> tuple[str, ...]:
             raise ValueError(f"not a host:port: {entry!r}")
         if not re.search(r":\d+$", entry):
             entry = f"{entry}:9092"
+        port = int(entry.rpartition(":")[2])
+        if not 0 < port < 65536:
+            raise ValueError(f"not a TCP port (1-65535): {port} in {entry!r}")
         servers.append(entry)
     if not servers:
         raise ValueError(f"no broker address in {value!r}")

@@ -73,6 +73,8 @@ def broker_env(kafka_bootstrap, embedded_profile) -> dict[str, str]:
         (["produce", "--generate", "1", "--broker-profile", "fast"], {}, "'fast' is not one"),
         (["tail", "--config", "/nonexistent/fiba.toml"], {}, "cannot read config file"),
         (["worker"], {"FIBA_WINDOW": "5m"}, "unknown setting(s) FIBA_WINDOW"),
+        (["broker"], {"FIBA_BROKER": "127.0.0.1:70000"}, "not a TCP port (1-65535): 70000"),
+        (["tail", "--broker", "h1:9092,h2:0"], {}, "--broker: not a TCP port (1-65535): 0"),
         (
             ["tail", "--security-protocol", "SSL"],
             {"FIBA_SSL_CAFILE": "/nonexistent/ca.pem"},
@@ -106,6 +108,13 @@ def test_a_config_error_is_one_line_on_stderr_with_exit_code_2(args, env, fragme
     assert len(lines) == 1
     assert lines[0].startswith("fiba: ")
     assert fragment in lines[0]
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_fiba_broker_refuses_a_port_out_of_range(port):
+    result = fiba("broker", "--port", port)
+    assert result.exit_code == 2
+    assert f"Invalid value for '--port': {port} is not in the range 0<=x<=65535" in result.stderr
 
 
 def test_a_config_file_error_names_the_file(tmp_path):
