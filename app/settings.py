@@ -373,7 +373,7 @@ def _optional_text(value: Any) -> str | None:
 
 
 def _int(value: Any) -> int:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"expected an integer, got {value!r}")
     if isinstance(value, int):
         return value
@@ -381,6 +381,13 @@ def _int(value: Any) -> int:
         return int(_text(value))
     except ValueError:
         raise ValueError(f"expected an integer, got {value!r}") from None
+
+
+def _path(value: Any) -> Path:
+    text = _text(value)
+    if "\0" in text:
+        raise ValueError(f"a path cannot hold a NUL character: {value!r}")
+    return Path(text)
 
 
 def _optional_duration(value: Any) -> int | None:
@@ -471,7 +478,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "timestamp_source": _choice(TIMESTAMP_SOURCES),
     "max_key_bytes": _int,
     "max_value_bytes": _int,
-    "state_dir": lambda value: Path(_text(value)),
+    "state_dir": _path,
     "web_host": _text,
     "web_port": _int,
     "sweep_interval": parse_duration,
@@ -551,6 +558,8 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
     for name in ("ts_field", "value_field"):
         if not getattr(s, name):
             fail(name, "must not be empty")
+    if not s.web_host:
+        fail("web_host", "must not be empty (0.0.0.0 listens on every interface)")
 
 
 def _tls_files_problem(s: Settings) -> tuple[str, str] | None:

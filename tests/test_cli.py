@@ -74,6 +74,7 @@ def broker_env(kafka_bootstrap, embedded_profile) -> dict[str, str]:
         (["tail", "--config", "/nonexistent/fiba.toml"], {}, "cannot read config file"),
         (["worker"], {"FIBA_WINDOW": "5m"}, "unknown setting(s) FIBA_WINDOW"),
         (["broker"], {"FIBA_BROKER": "127.0.0.1:70000"}, "not a TCP port (1-65535): 70000"),
+        (["worker"], {"FIBA_WEB_HOST": ""}, "FIBA_WEB_HOST: must not be empty"),
         (["tail", "--broker", "h1:9092,h2:0"], {}, "--broker: not a TCP port (1-65535): 0"),
         (
             ["tail", "--security-protocol", "SSL"],
