@@ -441,6 +441,23 @@ def test_tail_of_a_missing_topic_is_a_clear_error(broker_env):
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["spark-read", "--topic", "no-such-topic"],
+        ["spark-join", "--batch", "rows.parquet", "--window", "5m", "--out", "out.parquet"],
+    ],
+)
+def test_spark_commands_stop_at_a_missing_topic_before_spark_starts(broker_env, args):
+    """No topic was created: one line, as ``fiba tail`` says it, not a traceback out of
+    Spark's planning."""
+    result = fiba(*args, env=broker_env)
+    assert result.exit_code == 1
+    topic = "no-such-topic" if args[0] == "spark-read" else broker_env["FIBA_AGGREGATES_TOPIC"]
+    assert result.stderr == f"fiba: topic {topic!r} does not exist (run `fiba topics create`)\n"
+
+
+@pytest.mark.kafka
 def test_query_sends_a_keyed_range_query_and_times_out_without_a_worker(broker_env):
     assert fiba("topics", "create", env=broker_env).exit_code == 0
     result = fiba(
