@@ -294,7 +294,12 @@ def main() -> None:
     show_default=True,
     help="embedded: Tansu, in memory; kafka: Apache Kafka (KRaft, log on disk)",
 )
-@click.option("--port", type=int, default=None, help="port (default: the port of --broker)")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="port (default: the port of --broker; 0: a free one)",
+)
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False),
@@ -363,7 +368,7 @@ def worker(settings: Settings) -> None:
     """Run a stream-processing worker (topics must exist: `fiba topics create`)."""
     from app.topics import missing_or_mismatched
     from app.worker import claim_local_state, run_worker
-    from stores.state_lock import StateDirBusy
+    from stores.state_lock import StateDirBusy, StateDirUnusable
     from stores.state_shape import StateMismatch
 
     require_free_port(settings.web_host, settings.web_port, "the worker's HTTP server")
@@ -380,7 +385,7 @@ def worker(settings: Settings) -> None:
         raise CliFailure("; ".join(problems) + " (run `fiba topics create` with these settings)")
     try:
         lock = claim_local_state(settings)  # held while the worker runs
-    except (StateDirBusy, StateMismatch) as refused:
+    except (StateDirBusy, StateDirUnusable, StateMismatch) as refused:
         raise CliFailure(str(refused), 2) from None
     try:
         run_worker(settings)
@@ -394,7 +399,7 @@ def worker(settings: Settings) -> None:
 
 
 @cli.command()
-@click.argument("file", type=click.File("r"), required=False)
+@click.argument("file", type=click.File("rb"), required=False)
 @click.option("--generate", "count", type=click.IntRange(min=0), help="generate N events")
 @click.option("--keys", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option(
@@ -424,7 +429,7 @@ def worker(settings: Settings) -> None:
 @with_settings(*CONNECTION_SETTINGS, *INPUT_FORMAT_SETTINGS)
 def produce(
     settings: Settings,
-    file: IO[str] | None,
+    file: IO[bytes] | None,
     count: int | None,
     keys: int,
     ooo_fraction: float,
@@ -439,7 +444,8 @@ def produce(
     A FILE line is a JSON object whose key field (the key_field setting, else "key") is the
     Kafka key; with key_field unset, "key" is removed from the value. Generated events are
     {"<ts_field>": ms, "<value_field>": int} keyed key-0..key-K-1, a fraction of them out of
-    order (app.generator); their Kafka timestamp is the event time.
+    order (app.generator). A record's Kafka timestamp is its integer event time, or this
+    machine's clock for a time ahead of it (Apache Kafka refuses one more than an hour ahead).
     """
     from app.generator import generate_events
     from app.kafka_io import BadInputLine, event_record, file_records, send_records

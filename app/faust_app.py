@@ -84,6 +84,8 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         # Faust listens on web_bind (default 0.0.0.0, every interface), not on web_host
         "web_bind": settings.web_host,
         "web_port": settings.web_port,
+        # Faust's default, f"http://{web_host}:{web_port}", is no URL for an IPv6 web_host
+        "canonical_url": settings.web_url,
         "web_enabled": True,
         "datadir": str(settings.state_dir / "faust"),
         "topic_partitions": settings.partitions,

@@ -189,7 +189,7 @@ def install(worker: Worker, health: WorkerHealth) -> None:
     @app.task
     async def announce_and_probe() -> None:
         logger.info("effective settings: %s", effective_settings_line(worker))
-        logger.info("HTTP on http://%s:%d", settings.web_host, settings.web_port)
+        logger.info("HTTP on %s", settings.web_url)
         await health.probe_loop_lag()
 
     @app.page("/live")

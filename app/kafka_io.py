@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -20,6 +21,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.structs import ConsumerRecord
 
+from agents.batched_send import kafka_timestamp
 from agents.clients import client_options, end_offsets, topic_partitions, topic_refused
 from agents.records import QUERY_ID, RangeQuery, dumps
 from app.generator import Event
@@ -57,16 +59,23 @@ def event_record(event: Event, settings: Settings) -> InputRecord:
     return event.key.encode(), dumps(value), event.ts
 
 
-def file_records(lines: Iterable[str], settings: Settings) -> Iterator[InputRecord]:
-    """Input records of JSON-lines text; blank lines are skipped.
+def file_records(lines: Iterable[bytes], settings: Settings) -> Iterator[InputRecord]:
+    """Input records of JSON-lines text (the lines as bytes, as read from a file opened in
+    binary mode); blank lines are skipped.
 
-    Each line is a JSON object whose key field (``key_field``, else ``"key"``) holds the
-    aggregation key as a string; with ``key_field`` unset that member is removed from the value.
-    An integer event time becomes the Kafka timestamp. Raises ``BadInputLine`` (with the line
-    number) at the first line that is not such an object.
+    Each line is UTF-8 text of a JSON object whose key field (``key_field``, else ``"key"``)
+    holds the aggregation key as a string; with ``key_field`` unset that member is removed from
+    the value. An integer event time becomes the Kafka timestamp (``send_records`` keeps it
+    within what a broker accepts). Raises ``BadInputLine`` (with the line number) at the first
+    line that is not such an object: not UTF-8, not JSON, no string key, a key that is no
+    Unicode text (a lone surrogate, ``"\\ud800"``), or a number that is not finite.
     """
     key_field = settings.key_field or "key"
-    for number, line in enumerate(lines, 1):
+    for number, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode()
+        except UnicodeDecodeError as exc:
+            raise BadInputLine(f"line {number}: not UTF-8 text ({exc.reason})") from None
         if not line.strip():
             continue
         try:
@@ -76,6 +85,10 @@ def file_records(lines: Iterable[str], settings: Settings) -> Iterator[InputReco
         if not isinstance(obj, dict) or not isinstance(obj.get(key_field), str):
             raise BadInputLine(f"line {number}: not a JSON object with a string {key_field!r}")
         key = obj[key_field] if settings.key_field else obj.pop(key_field)
+        try:
+            key_bytes = key.encode()
+        except UnicodeEncodeError:
+            raise BadInputLine(f"line {number}: the {key_field!r} is not valid Unicode") from None
         ts = obj.get(settings.ts_field)
         timestamp = ts if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0 else None
         try:
@@ -84,7 +97,7 @@ def file_records(lines: Iterable[str], settings: Settings) -> Iterator[InputReco
             raise BadInputLine(
                 f"line {number}: a number that is not finite (NaN, Infinity or beyond 1.8e308)"
             ) from None
-        yield key.encode(), value, timestamp
+        yield key_bytes, value, timestamp
 
 
 async def start_producer(settings: Settings) -> AIOKafkaProducer:
@@ -114,6 +127,10 @@ async def send_records(
 ) -> int:
     """Send ``records`` to ``topic`` (default: the input topic); returns how many were sent.
 
+    Each record's Kafka timestamp is its own made acceptable to any broker
+    (``agents.batched_send.kafka_timestamp``): a time ahead of this machine's clock is sent as
+    the clock's time (Apache Kafka refuses a batch with one more than an hour ahead, and a
+    time beyond 64 bits cannot be sent at all), a negative one or None as the producer's clock.
     ``rate`` caps the records per second; ``progress`` shows a tqdm bar on stderr.
     ``TopicAuthorizationFailedError`` before the first send when the ACLs deny ``topic``
     (checked outside the embedded profile). Deliveries
@@ -139,7 +156,9 @@ async def send_records(
                         if ahead > 0:
                             await asyncio.sleep(ahead)
                     pending.append(
-                        await producer.send(target, value, key=key, timestamp_ms=timestamp)
+                        await producer.send(
+                            target, value, key=key, timestamp_ms=kafka_timestamp(timestamp)
+                        )
                     )
                     sent += 1
                     if len(pending) >= chunk:
@@ -191,13 +210,33 @@ async def seek_to_end(consumer: AIOKafkaConsumer, settings: Settings) -> None:
         consumer.seek(tp, offset)
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number's float; ``ValueError`` beyond the double range (``1e400``)."""
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{text} is beyond the double range")
+    return number
+
+
+def _no_constant(name: str) -> float:
+    """``ValueError`` for ``NaN``, ``Infinity`` and ``-Infinity``, which JSON does not have."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def record_as_dict(record: ConsumerRecord) -> dict[str, Any]:
     """A consumed record as a JSON-friendly dict: partition, offset, timestamp, key, value and,
-    when present, headers. A value that is not JSON stays a (UTF-8, replaced) string."""
+    when present, headers. A value that is not strict JSON (not JSON, ``NaN``, ``Infinity``, a
+    number beyond the double range) or JSON nested too deeply for the decoder stays a (UTF-8,
+    replaced) string: a dead letter's original bytes may be anything, and the dict must dump
+    as strict JSON."""
     value = record.value
     try:
-        shown: Any = json.loads(value) if value is not None else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        shown: Any = (
+            None
+            if value is None
+            else json.loads(value, parse_float=_finite_float, parse_constant=_no_constant)
+        )
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError: a ValueError
         shown = value.decode("utf-8", "replace")
     out: dict[str, Any] = {
         "partition": record.partition,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -52,7 +53,8 @@ _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{
 def parse_bootstrap_servers(value: str) -> tuple[str, ...]:
     """``host:port`` entries of a broker string: ``kafka://h1:9092,h2:9092`` or ``h1:9092;h2``.
 
-    The ``kafka://`` scheme is optional; a missing port means 9092.
+    The ``kafka://`` scheme is optional; a missing port means 9092; a port outside 1-65535 is a
+    ``ValueError``.
     """
     text = value.strip()
     if text.startswith("kafka://"):
@@ -66,6 +68,9 @@ def parse_bootstrap_servers(value: str) -> tuple[str, ...]:
             raise ValueError(f"not a host:port: {entry!r}")
         if not re.search(r":\d+$", entry):
             entry = f"{entry}:9092"
+        port = int(entry.rpartition(":")[2])
+        if not 0 < port < 65536:
+            raise ValueError(f"not a TCP port (1-65535): {port} in {entry!r}")
         servers.append(entry)
     if not servers:
         raise ValueError(f"no broker address in {value!r}")
@@ -130,6 +135,13 @@ class Settings:
     def bootstrap_servers(self) -> tuple[str, ...]:
         """The ``host:port`` entries of ``broker`` (for aiokafka clients)."""
         return parse_bootstrap_servers(self.broker)
+
+    @property
+    def web_url(self) -> str:
+        """The base URL of this worker's HTTP server, ``http://web_host:web_port`` (an IPv6
+        address in brackets: ``http://[::1]:6066``)."""
+        host = f"[{self.web_host}]" if ":" in self.web_host else self.web_host
+        return f"http://{host}:{self.web_port}"
 
     @property
     def faust_broker(self) -> str:
@@ -361,7 +373,7 @@ def _optional_text(value: Any) -> str | None:
 
 
 def _int(value: Any) -> int:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"expected an integer, got {value!r}")
     if isinstance(value, int):
         return value
@@ -369,6 +381,13 @@ def _int(value: Any) -> int:
         return int(_text(value))
     except ValueError:
         raise ValueError(f"expected an integer, got {value!r}") from None
+
+
+def _path(value: Any) -> Path:
+    text = _text(value)
+    if "\0" in text:
+        raise ValueError(f"a path cannot hold a NUL character: {value!r}")
+    return Path(text)
 
 
 def _optional_duration(value: Any) -> int | None:
@@ -459,7 +478,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "timestamp_source": _choice(TIMESTAMP_SOURCES),
     "max_key_bytes": _int,
     "max_value_bytes": _int,
-    "state_dir": lambda value: Path(_text(value)),
+    "state_dir": _path,
     "web_host": _text,
     "web_port": _int,
     "sweep_interval": parse_duration,
@@ -532,6 +551,35 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             fail("aggregations", str(exc))
     if s.sasl_mechanism and s.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
         fail("sasl_mechanism", "needs security_protocol SASL_PLAINTEXT or SASL_SSL")
+    if s.security_protocol in ("SSL", "SASL_SSL"):
+        problem = _tls_files_problem(s)
+        if problem is not None:
+            fail(*problem)
     for name in ("ts_field", "value_field"):
         if not getattr(s, name):
             fail(name, "must not be empty")
+    if not s.web_host:
+        fail("web_host", "must not be empty (0.0.0.0 listens on every interface)")
+
+
+def _tls_files_problem(s: Settings) -> tuple[str, str] | None:
+    """The setting among ``ssl_cafile``, ``ssl_certfile`` and ``ssl_keyfile`` whose file cannot
+    be read or loaded as PEM (as the clients load them: CA certificates, then the client
+    certificate with its key), and why; None when all given ones load."""
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        path = getattr(s, name)
+        if path is not None and not Path(path).is_file():
+            return name, f"{path!r} is not a file"
+    try:
+        context = ssl.create_default_context(cafile=s.ssl_cafile)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        return "ssl_cafile", f"cannot load CA certificates (PEM) from {s.ssl_cafile!r}: {exc}"
+    if s.ssl_certfile is not None:
+        try:
+            context.load_cert_chain(s.ssl_certfile, s.ssl_keyfile)
+        except (OSError, ValueError) as exc:
+            return "ssl_certfile", (
+                f"cannot load the client certificate {s.ssl_certfile!r}"
+                f" with key {s.ssl_keyfile or s.ssl_certfile!r} (PEM): {exc}"
+            )
+    return None

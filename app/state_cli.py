@@ -32,7 +32,7 @@ import click
 
 from app.cli import CONNECTION_SETTINGS, TIME, CliFailure, require_broker, run_async, with_settings
 from app.settings import Settings
-from stores.state_lock import StateDirBusy, StateDirLock
+from stores.state_lock import StateDirBusy, StateDirLock, StateDirUnusable
 
 RECREATE_TIMEOUT_S = 60.0
 """Longest wait for the deleted changelog to be gone so that it can be created again."""
@@ -57,11 +57,12 @@ def state() -> None:
 
 
 def _locked(settings: Settings) -> StateDirLock:
-    """The ``state_dir`` lock, taken; exit code 2 while a worker holds it."""
+    """The ``state_dir`` lock, taken; exit code 2 while a worker holds it or when the directory
+    cannot be used."""
     lock = StateDirLock(settings.state_dir)
     try:
         lock.acquire()
-    except StateDirBusy as exc:
+    except (StateDirBusy, StateDirUnusable) as exc:
         raise CliFailure(str(exc), 2) from None
     return lock
 

@@ -23,7 +23,11 @@ As a subprocess (how the tests start workers)::
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +123,12 @@ def state_shape(settings: Settings) -> StateShape:
     return StateShape.of(settings, MarshalStateCodec.format)
 
 
+logger = logging.getLogger(__name__)
+
+THREAD_STOP_GRACE_S = 10.0
+"""How long a stopped worker waits for the threads Faust left running before it exits anyway."""
+
+
 def run_worker(settings: Settings) -> None:
     """Run a worker in the foreground until it is told to stop (SIGTERM/SIGINT)."""
     serve(build_worker(settings))
@@ -143,7 +153,38 @@ def serve(worker: Worker) -> None:
     worker.crash.stop_worker = lambda: faust_worker._schedule_shutdown(signal.SIGTERM)
     try:
         faust_worker.execute_from_commandline()
-    except SystemExit:
+    except SystemExit as stopped:
         if isinstance(worker.pipeline.failure, StateMismatch):
             raise worker.pipeline.failure from None
+        exit_past_stuck_threads(stopped.code)
         raise
+
+
+def exit_past_stuck_threads(code: int | str | None, grace_s: float = THREAD_STOP_GRACE_S) -> None:
+    """After Faust's shutdown closed the event loop: wait up to ``grace_s`` seconds for the
+    other non-daemon threads to end, then, if one still runs, log its name and end the process
+    at once with exit status ``code`` (``os._exit``). Faust's consumer thread does not end when
+    the broker was unreachable as the worker stopped (it keeps retrying, and rejoins the group
+    once the broker is back), and the interpreter would wait for it forever. Nothing is left to
+    flush by then: the store and the outputs were stopped on the event loop, and a worker's
+    state survives a SIGKILL at any point anyway. O(threads)."""
+    deadline = time.monotonic() + grace_s
+    others = [
+        thread
+        for thread in threading.enumerate()
+        if thread is not threading.current_thread() and not thread.daemon
+    ]
+    for thread in others:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [thread.name for thread in others if thread.is_alive()]
+    if not stuck:
+        return
+    logger.warning(
+        "thread(s) %s did not stop within %gs (the broker unreachable?); exiting anyway",
+        ", ".join(stuck),
+        grace_s,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    os._exit(status)

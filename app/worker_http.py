@@ -3,7 +3,7 @@
 ``http_ask(settings, query)`` sends ``?from=&to=`` (or ``?window=``, plus ``aggregations``) to
 the worker at ``web_host:web_port`` and returns the decoded answer object (the same shape as an
 answers-topic record, ``agents.records.Answer``). A worker listening on all interfaces
-(``0.0.0.0``/``::``) is asked on loopback.
+(``0.0.0.0``/``::``) is asked on loopback; an IPv6 ``web_host`` is written in brackets.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import replace
 from typing import Any
 
 from agents.records import AGGREGATIONS, FROM, TO, WINDOW, RangeQuery
@@ -35,9 +36,10 @@ def windows_url(settings: Settings, query: RangeQuery) -> str:
         params[FROM], params[TO] = query.from_ts, query.to_ts
     if query.aggregations:
         params[AGGREGATIONS] = ",".join(query.aggregations)
-    host = "127.0.0.1" if settings.web_host in ("0.0.0.0", "::", "") else settings.web_host
+    if settings.web_host in ("0.0.0.0", "::", ""):
+        settings = replace(settings, web_host="127.0.0.1")
     key = urllib.parse.quote(query.key, safe="")
-    return f"http://{host}:{settings.web_port}/windows/{key}?{urllib.parse.urlencode(params)}"
+    return f"{settings.web_url}/windows/{key}?{urllib.parse.urlencode(params)}"
 
 
 def http_ask(settings: Settings, query: RangeQuery, timeout: float = 30.0) -> dict[str, Any]:

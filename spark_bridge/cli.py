@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from app.cli import CONNECTION_SETTINGS, CliFailure, require_broker, with_settings
+from app.cli import CONNECTION_SETTINGS, CliFailure, require_broker, run_async, with_settings
 from app.settings import Settings
 from spark_bridge.read import ENGINES
 from spark_bridge.schema import AGGREGATES, ANSWERS
@@ -40,6 +40,23 @@ def source_options(settings: Settings, extra: tuple[str, ...] = ()) -> dict[str,
             raise CliFailure(f"--option must be NAME=VALUE, not {pair!r}", 2)
         out[name] = value
     return out
+
+
+def require_topics(settings: Settings, *topics: str) -> None:
+    """Stop with one line (exit code 1, as ``fiba tail``) when a topic to read does not exist,
+    before Spark starts: the read would fail inside Spark's planning with a Python traceback.
+    One metadata request per topic (``app.kafka_io.start_consumer``)."""
+    from app.kafka_io import MissingTopic, start_consumer
+
+    async def check(topic: str) -> None:
+        consumer = await start_consumer(settings, topic)
+        await consumer.stop()
+
+    for topic in topics:
+        try:
+            run_async(check(topic))
+        except MissingTopic as exc:
+            raise CliFailure(str(exc)) from None
 
 
 @contextmanager
@@ -140,6 +157,9 @@ def spark_join(
     from spark_bridge.read import read_aggregates, read_answers
 
     require_broker(settings)
+    require_topics(
+        settings, settings.aggregates_topic, *([settings.answers_topic] if with_answers else [])
+    )
     bootstrap = ",".join(settings.bootstrap_servers)
     options = source_options(settings, extra)
     names = [n.strip() for n in aggregations.split(",") if n.strip()] if aggregations else None
@@ -207,6 +227,7 @@ def spark_read(
 
     require_broker(settings)
     chosen = topic or settings.aggregates_topic
+    require_topics(settings, chosen)
     kind = records or (ANSWERS if chosen == settings.answers_topic else AGGREGATES)
     options = source_options(settings, extra)
     with session(master) as spark, spark_progress(spark, enabled=progress, desc="spark-read"):

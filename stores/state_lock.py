@@ -23,6 +23,11 @@ class StateDirBusy(Exception):
     """The state directory is locked by another process; ``str(exc)`` is one line."""
 
 
+class StateDirUnusable(Exception):
+    """The state directory cannot be created, or its lock file not opened (a path under a
+    file, no permission, a read-only file system); ``str(exc)`` is one line."""
+
+
 class StateDirLock:
     """The exclusive lock of one state directory (created if missing); see the module doc."""
 
@@ -32,9 +37,16 @@ class StateDirLock:
 
     def acquire(self) -> None:
         """Take the lock without waiting and write this process's pid into the lock file;
-        ``StateDirBusy`` if another process holds it."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        ``StateDirBusy`` if another process holds it, ``StateDirUnusable`` if the directory
+        cannot be created or the lock file not opened."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StateDirUnusable(
+                f"state_dir {self.path.parent} cannot be used: {exc.strerror}"
+                + (f" ({exc.filename})" if exc.filename else "")
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -72,6 +73,32 @@ def broker_env(kafka_bootstrap, embedded_profile) -> dict[str, str]:
         (["produce", "--generate", "1", "--broker-profile", "fast"], {}, "'fast' is not one"),
         (["tail", "--config", "/nonexistent/fiba.toml"], {}, "cannot read config file"),
         (["worker"], {"FIBA_WINDOW": "5m"}, "unknown setting(s) FIBA_WINDOW"),
+        (["broker"], {"FIBA_BROKER": "127.0.0.1:70000"}, "not a TCP port (1-65535): 70000"),
+        (["worker"], {"FIBA_WEB_HOST": ""}, "FIBA_WEB_HOST: must not be empty"),
+        (["tail", "--broker", "h1:9092,h2:0"], {}, "--broker: not a TCP port (1-65535): 0"),
+        (
+            ["tail", "--security-protocol", "SSL"],
+            {"FIBA_SSL_CAFILE": "/nonexistent/ca.pem"},
+            "environment FIBA_SSL_CAFILE: '/nonexistent/ca.pem' is not a file",
+        ),
+        (
+            ["worker", "--security-protocol", "SASL_SSL", "--sasl-mechanism", "PLAIN"],
+            {"FIBA_SSL_CAFILE": __file__},  # not PEM
+            "environment FIBA_SSL_CAFILE: cannot load CA certificates (PEM)",
+        ),
+        (
+            [
+                "produce",
+                "--generate",
+                "1",
+                "--security-protocol",
+                "SSL",
+                "--ssl-certfile",
+                __file__,
+            ],
+            {},
+            "--ssl-certfile: cannot load the client certificate",
+        ),
     ],
 )
 def test_a_config_error_is_one_line_on_stderr_with_exit_code_2(args, env, fragment):
@@ -82,6 +109,13 @@ def test_a_config_error_is_one_line_on_stderr_with_exit_code_2(args, env, fragme
     assert len(lines) == 1
     assert lines[0].startswith("fiba: ")
     assert fragment in lines[0]
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_fiba_broker_refuses_a_port_out_of_range(port):
+    result = fiba("broker", "--port", port)
+    assert result.exit_code == 2
+    assert f"Invalid value for '--port': {port} is not in the range 0<=x<=65535" in result.stderr
 
 
 def test_a_config_file_error_names_the_file(tmp_path):
@@ -286,6 +320,53 @@ def test_produce_file_stops_at_a_non_finite_number_and_says_what_was_sent(broker
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        (b'{"key": "a", "ts": 2, "value": "\xff"}', "line 2: not UTF-8 text"),
+        (b'{"key": "\\ud800", "ts": 2, "value": 1}', "line 2: the 'key' is not valid Unicode"),
+    ],
+)
+def test_produce_file_stops_at_a_line_that_is_no_utf8_or_whose_key_is_no_unicode(
+    broker_env, tmp_path, line, says
+):
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"key": "a", "ts": 1, "value": 1}\n' + line + b"\n")
+    result = fiba("produce", str(path), env=broker_env)
+    assert result.exit_code == 1
+    last = result.stderr.splitlines()[-1]  # after the progress bar
+    assert last.startswith(f"fiba: {path}: {says}"), last
+    assert "1 records before it were sent" in last
+
+
+@pytest.mark.kafka
+def test_produce_sends_event_times_ahead_of_the_clock_or_beyond_64_bits(broker_env, tmp_path):
+    """Apache Kafka refuses a record timestamp more than an hour ahead of its clock, and no
+    broker takes one beyond 64 bits: such a record gets the clock's time as its Kafka timestamp,
+    its value unchanged (the worker judges the event time: future or bad_timestamp)."""
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    now = int(time.time() * 1000)
+    times = [now - 60_000, now + 2 * 3_600_000, 10**20]
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps({"key": "a", "ts": t, "value": 1}) + "\n" for t in times))
+    produced = fiba("produce", str(path), env=broker_env)
+    assert produced.exit_code == 0, produced.stderr
+    after = int(time.time() * 1000)
+    generated = fiba("produce", "--generate", "2", "--start", str(now + 7_200_000), env=broker_env)
+    assert generated.exit_code == 0, generated.stderr
+
+    records = tail_json("--topic", "input", "--from-beginning", "--limit", "5", env=broker_env)
+    from_file = [r for r in records if r["key"] == "a"]
+    assert [r["value"]["ts"] for r in from_file] == times
+    assert from_file[0]["timestamp"] == times[0]
+    assert all(now <= r["timestamp"] <= after for r in from_file[1:])
+    generated_records = [r for r in records if r["key"] != "a"]
+    assert len(generated_records) == 2
+    assert all(r["timestamp"] < now + 3_600_000 for r in generated_records)
+
+
+@pytest.mark.kafka
 def test_tail_shows_dead_letters_with_their_reason_headers(broker_env):
     assert fiba("topics", "create", env=broker_env).exit_code == 0
 
@@ -312,6 +393,44 @@ def test_tail_shows_dead_letters_with_their_reason_headers(broker_env):
 
 
 @pytest.mark.kafka
+def test_tail_prints_any_value_as_strict_json(broker_env):
+    """Input records (so dead letters too) may hold anything: JSON nested deeper than the
+    decoder goes, NaN, 1e400, an integer of 5000 digits are shown as their text, the line
+    still strict JSON; a plain object as itself."""
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    values = [
+        b'{"ts": 1, "value": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"ts": 1, "value": NaN}',
+        b'{"ts": 1, "value": 1e400}',
+        b'{"ts": 1, "value": ' + b"9" * 5000 + b"}",
+        b'{"ts": 1, "value": 2.5}',
+    ]
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker_env["FIBA_BROKER"])
+        await producer.start()
+        try:
+            for value in values:
+                await producer.send_and_wait(
+                    broker_env["FIBA_INPUT_TOPIC"], value, key=b"k", partition=0
+                )
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+    result = fiba("tail", "--topic", "input", "--from-beginning", "--limit", "5", env=broker_env)
+    assert result.exit_code == 0, result.stderr
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in fiba tail's output")
+
+    shown = [
+        json.loads(line, parse_constant=refuse)["value"] for line in result.stdout.splitlines()
+    ]
+    assert shown == [*(value.decode() for value in values[:4]), {"ts": 1, "value": 2.5}]
+
+
+@pytest.mark.kafka
 def test_tail_of_a_missing_topic_is_a_clear_error(broker_env):
     result = fiba("tail", "--topic", "answers", "--limit", "1", env=broker_env)
     assert result.exit_code == 1
@@ -319,6 +438,23 @@ def test_tail_of_a_missing_topic_is_a_clear_error(broker_env):
 
 
 # --- query ---------------------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["spark-read", "--topic", "no-such-topic"],
+        ["spark-join", "--batch", "rows.parquet", "--window", "5m", "--out", "out.parquet"],
+    ],
+)
+def test_spark_commands_stop_at_a_missing_topic_before_spark_starts(broker_env, args):
+    """No topic was created: one line, as ``fiba tail`` says it, not a traceback out of
+    Spark's planning."""
+    result = fiba(*args, env=broker_env)
+    assert result.exit_code == 1
+    topic = "no-such-topic" if args[0] == "spark-read" else broker_env["FIBA_AGGREGATES_TOPIC"]
+    assert result.stderr == f"fiba: topic {topic!r} does not exist (run `fiba topics create`)\n"
 
 
 @pytest.mark.kafka
@@ -430,9 +566,15 @@ def test_config_file_before_or_after_the_command_and_precedence(tmp_path):
 def test_the_readme_configuration_table_lists_every_setting_once():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    lines = section.splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("| `")]
+    rows = [lines[i] for i in at]
     names = [row.split("`")[1] for row in rows]
     assert names == list(SETTINGS_HELP)
+    # one Markdown table: its header and rows on consecutive lines (a blank line ends a table,
+    # and the rows after it would show as a paragraph of pipes)
+    assert at == list(range(at[0], at[0] + len(at)))
+    assert lines[at[0] - 2].startswith("| setting") and lines[at[0] - 1].startswith("| ---")
     for name, row in zip(names, rows, strict=True):
         assert f"`FIBA_{name.upper()}`" in row
         assert f"`--{name.replace('_', '-')}`" in row

@@ -149,6 +149,10 @@ def test_session_timeout_reaches_faust_on_either_profile(
         ({"aggregations": "sum,median"}, "unknown aggregation 'median'"),
         ({"aggregations": "sum,sum"}, "duplicate aggregation"),
         ({"no-such-flag": 1}, "unknown setting --no-such-flag"),
+        ({"partitions": 4.5}, "partitions: expected an integer, got 4.5"),
+        ({"broker": "h1:9092,h2:70000"}, "not a TCP port (1-65535): 70000 in 'h2:70000'"),
+        ({"web_host": " "}, "--web-host: must not be empty"),
+        ({"state_dir": "data\0dir"}, "--state-dir: a path cannot hold a NUL character"),
     ],
 )
 def test_invalid_values_raise_one_clear_config_error(overrides, fragment):

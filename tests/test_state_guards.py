@@ -130,3 +130,19 @@ def test_a_state_without_shape_that_other_aggregations_cannot_read_stops_the_wor
         started=True,
     )
     assert "the state of partition 0 cannot be read with these settings" in line, line
+
+
+def test_a_state_dir_that_cannot_be_created_is_one_line_and_exit_2(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """A ``state_dir`` under a file (or without permission) is a configuration error: the
+    worker and the state commands stop with one line naming it, not a traceback."""
+    (tmp_path / "a-file").write_text("not a directory\n")
+    state_dir = tmp_path / "a-file" / "state"
+    settings = worker_settings(kafka_bootstrap, embedded_profile, state_dir, partitions=1)
+    asyncio.run(create_topics(settings))
+    line = refusal(run_fiba_worker(settings, 60))
+    assert line == f"fiba: state_dir {state_dir} cannot be used: Not a directory ({state_dir})"
+    result = CliRunner().invoke(cli, ["state", "reset", "--yes"], env=settings_environ(settings))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == line

@@ -200,3 +200,49 @@ def test_no_faust_false_alarm_after_a_rebalance(kafka_bootstrap, embedded_profil
     finally:
         for worker in workers:
             stop_worker(worker)
+
+
+def ipv6_loopback() -> bool:
+    """True when this machine can listen on ``::1``."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_a_worker_on_an_ipv6_web_host(kafka_bootstrap, embedded_profile, tmp_path):
+    """``web_host = "::1"``: the worker starts (Faust's URL of it has the address in brackets),
+    listens there, logs ``HTTP on http://[::1]:PORT`` and ``fiba query --http`` asks it."""
+    if not ipv6_loopback():
+        pytest.skip("no IPv6 loopback here")
+    from agents.records import RangeQuery
+    from app.worker_http import http_ask
+
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", "event")
+    settings = replace(settings, web_host="::1", web_port=free_port())
+    asyncio.run(create_topics(settings))
+    log = tmp_path / "worker.log"
+    worker = start_worker(settings, log)
+    port = settings.web_port
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert worker.poll() is None, "the worker exited"
+            assert time.monotonic() < deadline, "the worker never became ready"
+            try:
+                if get(port, "/ready", host="[::1]")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        query = RangeQuery("q", "k", BASE, BASE + 1, None, None)
+        answer = http_ask(settings, query, 10)
+        assert (answer["key"], answer["count"], answer["error"]) == ("k", 0, None)
+        assert f"HTTP on http://[::1]:{port}" in log.read_text(errors="replace")
+    except BaseException:
+        print(log.read_text(errors="replace")[-5000:])
+        raise
+    finally:
+        stop_worker(worker)
