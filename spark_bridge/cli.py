@@ -42,6 +42,24 @@ def source_options(settings: Settings, extra: tuple[str, ...] = ()) -> dict[str,
     return out
 
 
+def check_source_options(engine: str, options: dict[str, str]) -> None:
+    """Stop with one line (exit code 2) when ``engine``'s source would refuse ``options``
+    (``engine="auto"``: when both would), before anything touches the broker or starts Spark:
+    a bad option is reported as such, whether or not the topics exist. O(options)."""
+    from spark_bridge.jvm import jvm_kafka_options
+    from spark_bridge.source import check_options
+
+    checks = {"python": [check_options], "jvm": [jvm_kafka_options]}
+    errors = []
+    for check in checks.get(engine, [check_options, jvm_kafka_options]):
+        try:
+            check(options)
+            return
+        except ValueError as exc:
+            errors.append(exc)
+    raise CliFailure(str(errors[0]), 2)
+
+
 def require_topics(settings: Settings, *topics: str) -> None:
     """Stop with one line (exit code 1, as ``fiba tail``) when a topic to read does not exist,
     before Spark starts: the read would fail inside Spark's planning with a Python traceback.
@@ -157,11 +175,12 @@ def spark_join(
     from spark_bridge.read import read_aggregates, read_answers
 
     require_broker(settings)
+    options = source_options(settings, extra)
+    check_source_options(engine, options)
     require_topics(
         settings, settings.aggregates_topic, *([settings.answers_topic] if with_answers else [])
     )
     bootstrap = ",".join(settings.bootstrap_servers)
-    options = source_options(settings, extra)
     names = [n.strip() for n in aggregations.split(",") if n.strip()] if aggregations else None
     began = time.monotonic()
     with session(master) as spark, spark_progress(spark, enabled=progress, desc="spark-join"):
@@ -227,9 +246,10 @@ def spark_read(
 
     require_broker(settings)
     chosen = topic or settings.aggregates_topic
+    options = source_options(settings, extra)
+    check_source_options(engine, options)
     require_topics(settings, chosen)
     kind = records or (ANSWERS if chosen == settings.answers_topic else AGGREGATES)
-    options = source_options(settings, extra)
     with session(master) as spark, spark_progress(spark, enabled=progress, desc="spark-read"):
         try:
             df = read_records(
