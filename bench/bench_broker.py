@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app.brokers import BROKER_KINDS, make_broker
 
@@ -42,6 +45,15 @@ def bench_broker(kind: str) -> Iterator[BenchBroker]:
     """A fresh broker of ``kind`` for the ``with`` block, stopped afterwards."""
     with make_broker(kind) as broker:
         yield BenchBroker(broker.bootstrap, broker.profile, kind)
+
+
+def write_results(results: list[dict[str, Any]], path: Path, kind: str) -> None:
+    """End a broker benchmark's run: print the load average after it, then write ``results``
+    as JSON to ``results_path(path, kind)``."""
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"load average after (1, 5, 15 min): {load}")
+    path.parent.mkdir(exist_ok=True)
+    results_path(path, kind).write_text(json.dumps(results, indent=2) + "\n")
 
 
 def results_path(path: Path, kind: str) -> Path:

@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,7 @@ from typing import Any
 from app.broker import free_port, stop_process
 from app.settings import Settings, WindowSpec
 from app.topics import TopicSpec, create_topics
-from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, results_path
+from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, write_results
 from bench.machine import describe_machine
 from bench.quix_job import AGGREGATIONS, OUTPUT_TOPIC_CONFIGS, PARTITIONS
 from bench.worker_pipeline import (
@@ -229,10 +228,7 @@ def main() -> None:
         for occupancy in (int(x) for x in args.occupancies.split(",")):
             quix_n = quix_events(occupancy, events, args.quick)
             results += run_occupancy(broker, occupancy, events, quix_n, Path(tmp))
-    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"load average after (1, 5, 15 min): {load}")
-    RESULTS.parent.mkdir(exist_ok=True)
-    results_path(RESULTS, args.broker_kind).write_text(json.dumps(results, indent=2) + "\n")
+    write_results(results, RESULTS, args.broker_kind)
     print(markdown(results))
 
 

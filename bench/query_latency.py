@@ -38,7 +38,6 @@ import asyncio
 import http.client
 import json
 import multiprocessing
-import os
 import random
 import subprocess
 import sys
@@ -51,7 +50,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.clients import client_options
 from app.settings import Settings
-from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, results_path
+from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, write_results
 from bench.machine import describe_machine
 from bench.worker_pipeline import (
     KEYS,
@@ -336,10 +335,7 @@ def main() -> None:
             result = run_scenario(broker, scenario, args.seconds, Path(tmp))
             print(json.dumps(result), flush=True)
             results.append(result)
-    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"load average after (1, 5, 15 min): {load}")
-    RESULTS.parent.mkdir(exist_ok=True)
-    results_path(RESULTS, args.broker_kind).write_text(json.dumps(results, indent=2) + "\n")
+    write_results(results, RESULTS, args.broker_kind)
     print(markdown(results))
 
 

@@ -23,16 +23,13 @@ changelog). ``bench.quix_semantics`` gives what the job must emit, prefill inclu
 
 from __future__ import annotations
 
-import json
 import sys
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agents.batched_send import default_partition
 from app.topics import DATA_TOPIC_CONFIGS
-from bench.worker_pipeline import KEYS, SPACING_MS, T0
+from bench.worker_pipeline import KEYS, SPACING_MS, T0, serve_stats
 
 AGGREGATIONS = ("count", "sum", "max", "mean")
 """The job's aggregations (Quix's ``Count``, ``Sum``, ``Max``, ``Mean`` of ``value``)."""
@@ -72,26 +69,6 @@ def prefill_windows(window: Any, n: int, duration: int) -> list[tuple[int, int, 
         if j + 1 < n:
             windows.append((ts + 1, ts + 1 + duration, [last, suffix[j + 1]]))
     return windows
-
-
-def serve_stats(port: int, counts: dict[str, int]) -> ThreadingHTTPServer:
-    """``GET /stats`` -> ``{"counts": counts}`` on ``port``, in a daemon thread."""
-
-    class Stats(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps({"counts": counts}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Stats)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 def run(
@@ -165,7 +142,7 @@ def run(
 
         window.process_window = process_with_prefill  # type: ignore[method-assign]
     window.current().to_topic(sink)
-    server = serve_stats(port, counts)
+    server = serve_stats(port, {"counts": counts})
     try:  # Quix stops on SIGTERM itself
         app.run()
     finally:

@@ -66,6 +66,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,12 @@ from app.broker import free_port, stop_process
 from app.demo import settings_environ
 from app.settings import Settings, WindowSpec, load_settings
 from app.topics import create_topics
-from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, results_path
+from bench.bench_broker import (
+    BenchBroker,
+    add_broker_kind_option,
+    bench_broker,
+    write_results,
+)
 from bench.machine import describe_machine
 from stores.durations import format_duration
 
@@ -407,6 +413,28 @@ def run_bare(settings: Settings, batched: bool) -> None:
     faust.Worker(fiba.app, loglevel=settings.log_level, quiet=True).execute_from_commandline()
 
 
+def serve_stats(port: int, stats: dict[str, Any]) -> ThreadingHTTPServer:
+    """``GET /stats`` -> ``stats`` as JSON (as it is at each request: the caller updates its
+    counts in place) on loopback ``port``, in a daemon thread, for ``measure_rate``; the
+    worker-less scenarios' and peer jobs' stand-in for the worker's own endpoint."""
+
+    class Stats(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(stats).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Stats)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def run_floor(settings: Settings, produce: bool = False, durable: bool = False) -> None:
     """A bare aiokafka consumer that reads every partition of the input topic from its start
     and only counts the records, fetching as ``agents.input_reader.InputReader`` does; serves
@@ -419,28 +447,13 @@ def run_floor(settings: Settings, produce: bool = False, durable: bool = False) 
     (``DurableFloor``): the least ``emit=batch`` can cost while every accepted event is
     durable."""
     import signal
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from agents.batched_send import KeyedOutputs
     from agents.input_reader import FETCH_CHUNK, FETCH_PARTITION_BYTES, FETCH_WAIT_MS
     from app.faust_app import PRODUCER_MAX_BATCH_BYTES
 
     counts = {"accepted": 0}
-
-    class Stats(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps({"counts": counts, "assigned": [0]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", settings.web_port), Stats)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_stats(settings.web_port, {"counts": counts, "assigned": [0]})
 
     async def consume() -> None:
         consumer = AIOKafkaConsumer(
@@ -842,10 +855,7 @@ def main() -> None:
                 result["round"] = round_
                 print(json.dumps(result), flush=True)
                 results.append(result)
-    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"load average after (1, 5, 15 min): {load}")
-    RESULTS.parent.mkdir(exist_ok=True)
-    results_path(RESULTS, args.broker_kind).write_text(json.dumps(results, indent=2) + "\n")
+    write_results(results, RESULTS, args.broker_kind)
     print(markdown(results))
 
 
