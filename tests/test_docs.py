@@ -2,7 +2,9 @@
 
 A fenced block is ``python`` (executed here; the Faust example is ``examples/clicks.py``
 verbatim, which ``tests/test_sliding_e2e.py`` runs as a worker; the Spark example runs against
-the test broker), ``sh`` (each line a real command with options its parser accepts: ``fiba``
+the test broker), ``json`` (a record: an aggregate or an answer valid under its
+JSON Schema in ``schemas/``, a range query the worker's parser takes, an input event),
+``sh`` (each line a real command with options its parser accepts: ``fiba``
 commands through the CLI itself, ``make`` targets of the Makefile, ``docker compose`` services
 of ``docker-compose.yml``, ``spark-submit`` with the job's own options; the README's session is
 run end to end by ``tests/test_readme.py``), ``mermaid`` (the module graph, checked by
@@ -23,7 +25,7 @@ from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-KINDS = {"python", "sh", "mermaid", "text"}
+KINDS = {"python", "sh", "json", "mermaid", "text"}
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.DOTALL | re.MULTILINE)
 
 
@@ -122,6 +124,11 @@ def check_compose(args: list[str]) -> None:
 
 
 def check_command(argv: list[str]) -> None:
+    assignments = []
+    while argv and re.fullmatch(r"[A-Z_]+=.*", argv[0]):
+        assignments, argv = [*assignments, argv[0]], argv[1:]
+    for assignment in assignments:  # VAR=value before a command: each a real setting
+        check_command(["export", assignment])
     program, *args = argv
     if program == "fiba":
         check_fiba(args)
@@ -164,6 +171,25 @@ def test_a_wrong_command_or_option_is_caught():
     ):
         with pytest.raises(Exception):  # noqa: B017 (an AssertionError or a ConfigError)
             check_command(argv)
+
+
+# --- records ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("page, code", [(page, code) for page, _, code in blocks("json")])
+def test_json_block_is_a_valid_record(page, code):
+    from agents.queries import parse_query
+    from tests.test_output_schemas import validate
+
+    record = json.loads(code)
+    if "windows" in record:
+        validate("aggregate", record)
+    elif "result" in record:
+        validate("answer", record)
+    elif "query_id" in record:
+        assert parse_query(code.encode()).query_id == record["query_id"]
+    else:
+        assert set(record) == {"ts", "value"}, record  # an input event
 
 
 # --- links ---------------------------------------------------------------------------------
