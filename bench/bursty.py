@@ -1,4 +1,7 @@
-"""A bursty, out-of-order, time-stamped event stream (seed 003 §7.4 in spirit).
+"""A bursty, out-of-order, time-stamped event stream.
+
+In the spirit of §7.4 of *Out-of-Order Sliding-Window Aggregation with Efficient Bulk
+Evictions and Insertions*.
 
 Events are generated per second of simulated time (timestamps in milliseconds) with a Poisson
 count whose rate follows a daily cycle (quiet nights, busy afternoons), a slower multi-day
