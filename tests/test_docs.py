@@ -218,6 +218,26 @@ def test_module_docstrings_point_at_pages_that_exist():
     assert [(p, m) for p, m in named if not (ROOT / m).is_file()] == []
 
 
+MAX_MODULE_DOCSTRING_LINES = 20
+LEFT_TO_THE_WINDOWS_CORE = {"stores/key_windows.py", "stores/monoids.py"}
+"""Modules the native windows core rewrites (issue 30 item 4); their text is in docs/ already."""
+
+
+def test_module_docstrings_are_short():
+    """What a module is for, its semantics and costs; the essays live in docs/."""
+    import ast
+
+    long = []
+    for path in sorted(ROOT.glob("*/**/*.py")):
+        name = str(path.relative_to(ROOT))
+        if ".venv" in path.parts or "build" in path.parts or name in LEFT_TO_THE_WINDOWS_CORE:
+            continue
+        lines = len((ast.get_docstring(ast.parse(path.read_text())) or "").splitlines())
+        if lines > MAX_MODULE_DOCSTRING_LINES:
+            long.append((name, lines))
+    assert long == []
+
+
 # --- the Spark example ---------------------------------------------------------------------
 
 
