@@ -1,32 +1,14 @@
 """Range queries -> answers, over the query topic and over HTTP.
 
-A query (``agents.records.RangeQuery``) asks for the aggregates of one key's retained events
-with ``from <= t <= to`` (both inclusive; with panes, times are pane starts), or for one
-configured ``window`` at the partition's stream time, optionally restricted to some
-``aggregations``. It is answered from the same per-key FiBA as the windows (a range query,
-O(log n)). An unknown key answers count 0 with the aggregates of the empty window; an invalid
-query (from > to, unknown window or aggregation, missing bounds) answers with ``error`` set,
-never crashes.
-
-Query topic: co-partitioned with the input, keyed by the aggregation key, so the record reaches
-the worker owning that key's input partition; the answer goes to the answers topic (same key).
-The query partitions are read by ``QueryConsumer``, not by a Faust agent, so that queries are
-not queued behind the input backlog, and answers (and forwarded queries) are sent by an own
-producer without linger (``LatencyProducer``), not by the app's batching producer.
-A query record that is not a JSON object with a ``query_id`` and a ``key`` cannot be answered:
-it becomes a dead letter (``bad_query``). A query whose Kafka key is not its ``key`` would be
-answered by the wrong partition, so it gets an error answer.
-
-HTTP (Faust web views on the worker's ``web_port``):
-
-- ``GET /windows/{key}?from=&to=`` or ``?window=5m``, optional ``&aggregations=sum,max`` and
-  ``&query_id=`` (the key percent-encoded; any key, ``/`` and braces included): the
-  ``Answer`` JSON (status 200, or 400 with ``error`` set; also for parameters that do not
-  make a query). A worker that does not own the key's partition forwards the query through
-  the query topic to the owner and relays its answer (``AnswerForwarder``; 504 if none comes
-  within ``FORWARD_TIMEOUT_S``). This works on every broker; Faust's own ``topic_route``
-  needs the assignor's routing metadata, which stays empty on the embedded broker.
-- ``GET /stats``: the pipeline's counters (``WindowsPipeline.stats``).
+A query asks for the aggregates of one key's retained events with ``from <= t <= to`` (or one
+configured ``window`` at stream time), answered from the same per-key FiBA as the windows: one
+range query, O(log n). An unknown key answers count 0; an invalid query answers with ``error``
+set; a record that is not a query becomes a ``bad_query`` dead letter. The query topic is
+co-partitioned with the input and read by ``QueryConsumer`` (not queued behind the input
+backlog), answers are sent by a producer without linger (``LatencyProducer``). HTTP: ``GET
+/windows/{key}?from=&to=`` or ``?window=``, forwarded to the owner through the query topic when
+another worker owns the key (``AnswerForwarder``), and ``GET /stats``.
+Reference: docs/reference/http.md.
 """
 
 from __future__ import annotations

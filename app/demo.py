@@ -1,21 +1,11 @@
 """``fiba demo``: the whole job end to end on a broker it starts, checked by brute force.
 
-``run_demo(settings, broker_kind=...)`` starts a broker of that kind (``app.brokers``: the
-embedded Tansu by default, or Apache Kafka with ``"kafka"``, with its profile), creates the
-topics, starts one worker (``fiba worker`` in a subprocess, configured through ``FIBA_*``
-variables), produces a keyed out-of-order stream (``app.generator``) followed by a few bad
-records (malformed JSON, a missing field, a non-numeric value, a late and a future event), then
-reads the aggregates and the dead letters and asks a few range queries, over the query topic and
-over the worker's HTTP endpoint. It stops everything it started, also on error or Ctrl-C, and
-returns a ``DemoSummary``. ``fiba demo`` treats SIGTERM as Ctrl-C (``Termination``).
-
-The check: the last aggregate of each key must equal a brute-force recomputation over the
-produced events of that key (count, and sum/max when configured, of every window
-``[stream_time - w, stream_time]``), each bad record must come back as a dead letter with its
-reason, and each answer's count must equal the brute-force count over its range. Events are
-all within the retention and aggregated at exact times, so the recomputation is a plain filter;
-with a ``resolution`` (panes) only the presence of aggregates and answers is checked. The
-out-of-order events are at most ``min(max_lateness, retention / 2)`` late, so none is dropped.
+``run_demo(settings, broker_kind=...)`` starts a broker of that kind, creates the topics,
+starts one worker subprocess, produces a keyed out-of-order stream (``app.generator``) and five
+bad records, reads the aggregates and dead letters and asks a few range queries over the topic
+and over HTTP, then checks each against a brute-force recomputation and returns a
+``DemoSummary``. It stops everything it started, also on error, Ctrl-C or SIGTERM. Reference:
+docs/reference/cli.md.
 """
 
 from __future__ import annotations

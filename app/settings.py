@@ -1,19 +1,10 @@
 """The worker's configuration: one frozen ``Settings`` built from four layered sources.
 
-Precedence, lowest to highest::
-
-    defaults  <  TOML file  <  environment FIBA_<NAME>  <  CLI flags --<name-with-dashes>
-
-The TOML file is ``config_file`` or, when that is not given, the path in ``FIBA_CONFIG``; its
-keys sit at the top level or in a ``[fiba]`` table. Every setting has the same name everywhere:
-TOML key = lower-case env suffix = CLI flag with ``_`` spelled ``-`` (``SETTINGS_HELP`` lists
-them with their help text, for the CLI). CLI overrides whose value is ``None`` (a flag not
-given) are ignored.
-
-Durations are written ``"250ms"``, ``"10s"``, ``"5m"``, ``"1h"``, ``"1d"`` or as an integer
-number of milliseconds, and are stored as int milliseconds (``stores.durations``). Every
-validation failure raises ``ConfigError`` with one human-readable message naming the setting
-and its source.
+Precedence, lowest to highest: defaults, a TOML file (``--config`` or ``FIBA_CONFIG``; keys at
+the top level or in ``[fiba]``), environment variables ``FIBA_<NAME>``, CLI flags
+``--<name-with-dashes>``; every setting has the same name in all four (``SETTINGS_HELP``).
+Invalid values, unknown keys and inconsistent settings raise ``ConfigError`` naming the
+setting and the layer it came from. Every setting: docs/reference/configuration.md.
 """
 
 from __future__ import annotations

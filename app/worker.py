@@ -1,23 +1,12 @@
 """Assemble and run one stream-processing worker: ``run_worker(settings)`` (``fiba worker``).
 
-``build_worker(settings)`` wires the pieces: the Faust app and topics (``app.faust_app``), the
-durable window store (``stores.window_store``, its changelog sent through the Faust producer so
-that Faust's pre-commit flush covers it), the dead-letter sender, the windows pipeline and agent
-(``agents.windows``), the query agent and HTTP views (``agents.queries``), with
-``processing_guarantee = "exactly_once"`` the per-partition transactions that carry outputs,
-changelog and offsets together (``agents.transactions``), the health and
-metrics views (``app.health``: ``/live``, ``/ready``, ``/metrics``). ``run_worker`` runs
-it in the foreground until SIGTERM/SIGINT; on shutdown the store is flushed and checkpointed
-after the consumer stopped and before the producer is flushed.
-
-The topics must exist (``fiba topics create`` or ``app.topics.create_topics``).
-
-As a subprocess (how the tests start workers)::
-
-    FIBA_BROKER=127.0.0.1:9092 FIBA_BROKER_PROFILE=embedded FIBA_APP_ID=my-app \\
-    FIBA_INPUT_TOPIC=... FIBA_STATE_DIR=/tmp/w1 FIBA_WEB_PORT=6067 fiba worker
-
-(or ``fiba --config worker.toml worker``; every setting of ``app.settings`` works either way).
+``build_worker(settings)`` wires the Faust app and topics, the window store (its changelog sent
+through the Faust producer), the dead-letter sender, the windows pipeline, the query consumer
+and HTTP views, with ``exactly_once`` the per-partition transactions, and the health and
+metrics views (``app.health``). ``run_worker`` runs it in the foreground until SIGTERM/SIGINT;
+on shutdown the store is flushed and checkpointed after the consumer stopped and before the
+producer is flushed. The topics must exist (``fiba topics create``). Running and stopping a
+worker: docs/reference/operations.md.
 """
 
 from __future__ import annotations

@@ -563,9 +563,9 @@ def test_config_file_before_or_after_the_command_and_precedence(tmp_path):
     assert "window '2h' is longer than the retention" in result.stderr
 
 
-def test_the_readme_configuration_table_lists_every_setting_once():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+def test_the_configuration_reference_table_lists_every_setting_once():
+    page = Path(__file__).resolve().parent.parent / "docs" / "reference" / "configuration.md"
+    section = page.read_text().split("## Settings", 1)[1].split("\n## ", 1)[0]
     lines = section.splitlines()
     at = [i for i, line in enumerate(lines) if line.startswith("| `")]
     rows = [lines[i] for i in at]

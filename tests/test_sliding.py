@@ -231,11 +231,12 @@ def test_durations_are_read_as_the_worker_settings_read_them() -> None:
         load_settings(environ={"FIBA_RETENTION": "5 minutes"})
 
 
-def test_readme_example_is_the_tested_example_file() -> None:
-    """The README's Faust example is ``examples/clicks.py`` verbatim (which
+def test_the_documented_faust_example_is_the_tested_example_file() -> None:
+    """The library page's Faust example is ``examples/clicks.py`` verbatim (which
     ``tests/test_sliding_e2e.py`` runs as a worker)."""
     root = Path(__file__).resolve().parent.parent
-    section = (root / "README.md").read_text().split("## Sliding windows in your own Faust", 1)[1]
+    page = root / "docs" / "reference" / "library.md"
+    section = page.read_text().split("## Sliding windows in your own Faust", 1)[1]
     blocks = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], flags=re.DOTALL)
     assert blocks == [(root / "examples" / "clicks.py").read_text()]
 
