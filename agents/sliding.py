@@ -13,8 +13,10 @@
 Semantics. Times are ints (milliseconds, say; durations like ``"5m"`` are read as
 milliseconds). Each partition of the stream has a stream time ``S``: the largest time added on
 it. ``add(key, ts, value)`` adds ``value`` at ``ts`` (out of order is fine; equal times combine,
-older first) unless ``ts < S - retention`` (``LateEvent``) or ``ts > S + max_future_skew``
-(``FutureEvent``, when a skew is given), where nothing changes; then it evicts every
+older first) unless ``ts < S - retention`` (``LateEvent``) or, when a ``max_future_skew`` is
+given, ``ts`` is more than it after both ``S`` and the partition's previous ``add`` (whatever
+became of that one): ``FutureEvent``, a lone outlier (a pause in the stream costs at most the
+one event after it, never the later ones); the windows do not change then. Else it evicts every
 entry older than ``S - retention`` and returns every window of the key, the window of size
 ``w`` being the events of the key with ``S - w <= t <= S``. ``get(key, name)`` is one window,
 ``range(key, t_from, t_to)`` any span of the retained events, ``stream_time(key)`` the ``S``
@@ -125,7 +127,8 @@ class SlidingTable(faust.Table):
 class SlidingWindows:
     """Sliding windows ``windows`` (names: durations) over the last ``retention`` of each
     key, with ``aggregations``; see the module doc for the semantics and guarantees.
-    ``max_future_skew``: how far after the stream time an event may be (default: any).
+    ``max_future_skew``: how far after the stream time and the previous event an event may be
+    (default: any).
     ``partitions``: the table's partition count (default: the app's ``topic_partitions``),
     which must equal the source topic's."""
 
@@ -144,7 +147,8 @@ class SlidingWindows:
             w.strip() if isinstance(w, str) else f"{parse_duration(w)}ms": parse_duration(w)
             for w in windows
         }
-        skew = None if max_future_skew is None else parse_duration(max_future_skew)
+        off = max_future_skew is None or max_future_skew == "off"
+        skew = None if off else parse_duration(max_future_skew)
         self.state = SlidingState(
             composed_monoid(aggregations), sizes, parse_duration(retention), skew
         )

@@ -191,6 +191,9 @@ class Oracle:
     records: Counter[tuple] = field(default_factory=Counter)
     """``emit=event``: the record expected after each accepted event."""
     rejected: dict[tuple[int, int], str] = field(default_factory=dict)
+    previous: dict[int, int] = field(default_factory=dict)
+    """Per partition, the time of its last event that reached the windows, whatever became of
+    it (``max_future_skew`` measures against it too)."""
 
     def feed(self, partition: int, offset: int, key: str, kind: str, value: dict | None) -> None:
         """Apply one input record (in offset order per partition)."""
@@ -199,10 +202,12 @@ class Oracle:
             return
         assert value is not None
         ts, s = value["ts"], self.stream_time.get(partition)
+        previous = self.previous.get(partition, s)
+        self.previous[partition] = ts
         if s is not None and ts < s - RETENTION_MS:
             self.rejected[(partition, offset)] = "late"
             return
-        if s is not None and ts > s + MAX_FUTURE_SKEW_MS:
+        if s is not None and ts > s + MAX_FUTURE_SKEW_MS and ts > previous + MAX_FUTURE_SKEW_MS:
             self.rejected[(partition, offset)] = "future"
             return
         s = self.stream_time[partition] = ts if s is None else max(s, ts)
