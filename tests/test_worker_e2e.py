@@ -375,18 +375,38 @@ def check_queries(settings: Settings, models) -> None:
             Model(settings).aggregates([]),
         )
     )
-    bad = {"query_id": "inverted", "key": KEYS[0], "from": 10, "to": 5}
+    k0 = KEYS[0]
+    # every query with a usable id gets one answer, an error one when it is bad; the
+    # malformed ones (bad_query) a dead letter as well, and one without an id only that
+    errors = {
+        "inverted": ({"query_id": "inverted", "key": k0, "from": 10, "to": 5}, False),
+        "both": ({"query_id": "both", "key": k0, "window": "5s", "from": 1}, False),
+        "bad-from": ({"query_id": "bad-from", "key": k0, "from": "x", "to": 5}, True),
+        "no-key": ({"query_id": "no-key", "from": 1, "to": 5}, True),
+        "7": ({"query_id": 7, "key": k0, "window": ["5s"]}, True),
+    }
     to_send = [(q["key"].encode(), json.dumps(q).encode()) for q, _ in queries]
-    to_send.append((bad["key"].encode(), json.dumps(bad).encode()))
+    to_send += [(k0.encode(), json.dumps(q).encode()) for q, _ in errors.values()]
+    to_send.append((k0.encode(), json.dumps({"key": k0, "window": "5s"}).encode()))  # no id
     asyncio.run(produce(settings, settings.queries_topic, to_send))
     deadline = time.monotonic() + 60
     answers: dict[str, dict] = {}
-    while len(answers) < len(to_send) and time.monotonic() < deadline:
+    received: Counter[str] = Counter()
+    while len(answers) < len(to_send) - 1 and time.monotonic() < deadline:
+        received.clear()
         for r in asyncio.run(read_to_end(settings, settings.answers_topic)):
             answer = json.loads(r.value)
             answers[answer["query_id"]] = answer
+            received[answer["query_id"]] += 1
         time.sleep(0.5)
-    assert answers["inverted"]["error"] and answers["inverted"]["count"] == 0
+    assert set(received.values()) == {1} and len(received) == len(to_send) - 1
+    for query_id in errors:
+        assert answers[query_id]["error"] and answers[query_id]["count"] == 0, query_id
+    assert answers["no-key"]["key"] == k0  # the record's Kafka key
+    assert "not both" in answers["both"]["error"]
+    dead = asyncio.run(read_to_end(settings, settings.dead_letter_topic))
+    bad_queries = [r for r in dead if dict(r.headers)[DLQ_REASON] == b"bad_query"]
+    assert len(bad_queries) == 1 + sum(d for _, d in errors.values())
     for query, (count, aggregates) in queries:
         answer = answers[query["query_id"]]
         assert answer["error"] is None
@@ -400,6 +420,8 @@ def check_queries(settings: Settings, models) -> None:
         assert via_http["result"] == answer["result"]
     status, inverted = http_get(settings, f"/windows/{KEYS[0]}?from=10&to=5")
     assert status == 400 and inverted["error"]
+    status, both = http_get(settings, f"/windows/{KEYS[0]}?window=5s&from=1")
+    assert status == 400 and "not both" in both["error"]
     counts = Counter(a["error"] is None for a in answers.values())
     assert counts[True] == len(queries)
 
