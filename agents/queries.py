@@ -64,6 +64,7 @@ from agents.records import (
     dumps,
     encode_json,
 )
+from agents.retention_watch import RetentionCheck
 from agents.supervision import OnFailure, watched
 from agents.transactions import NotOwned, Transactions
 from agents.windows import WindowsPipeline
@@ -341,6 +342,8 @@ class QueryService:
         self.transactions: Transactions | None = None
         """Exactly-once: each fetched chunk of a query partition is answered in one
         transaction of the partition (``QueryConsumer``)."""
+        self.answers_retention = RetentionCheck(fiba.settings.answers_topic, "answers")
+        """The answers' timestamps (their query records') against the topic's retention."""
 
     def owns(self, partition: int) -> bool:
         """True when the input partition is assigned to this worker right now (its partition
@@ -379,6 +382,7 @@ class QueryService:
             if exc.query_id is not None:
                 key = exc.key if exc.key is not None else _text_of(message.key)
                 failure = failed(exc.query_id, key, str(exc))
+                self.answers_retention.check(kafka_timestamp(message.timestamp))
                 await send(key.encode(), encode_json(failure), message.timestamp)
                 self.pipeline.counts["query_errors"] += 1
                 self.pipeline.counts["answers"] += 1
@@ -400,6 +404,7 @@ class QueryService:
             result = answer(state.windows, query)
         if result.error:
             self.pipeline.counts["query_errors"] += 1
+        self.answers_retention.check(kafka_timestamp(message.timestamp))
         await send(query.key.encode(), encode_json(result.to_json()), message.timestamp)
         self.pipeline.counts["answers"] += 1
         self.answered("topic", began)
