@@ -84,14 +84,14 @@ class RetentionCheck:
         self.oldest_kept = NO_CHECK
         age = time.time_ns() // 1_000_000 - timestamp
         logger.warning(
-            "records written to topic %s are older than its retention.ms (%s; one is %s old): "
-            "Apache Kafka deletes them at its next retention check, since output records carry "
-            "their event time as timestamp. Give the topic a longer retention.ms, or "
+            "records written to topic %s are older than its retention.ms (%s; one is %.1f days "
+            "old): Apache Kafka deletes them at its next retention check, since output records "
+            "carry their event time as timestamp. Give the topic a longer retention.ms, or "
             "message.timestamp.type=LogAppendTime (timestamps become append times: read the "
             "event time from the value). Said once; metric fiba_output_older_than_retention",
             self.topic,
             format_duration(self.retention_ms or 0),
-            format_duration(age),
+            age / 86_400_000,
         )
 
 
