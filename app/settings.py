@@ -405,7 +405,12 @@ def _is_off(value: Any) -> bool:
 
 def _duration_or_off(value: Any) -> int | None:
     """A limit: a duration, or ``off`` (None: no limit)."""
-    return None if _is_off(value) else parse_duration(value)
+    if _is_off(value):
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}, or off for no limit") from None
 
 
 def _names(value: Any) -> tuple[str, ...]:
