@@ -19,6 +19,8 @@ from typing import Any, NamedTuple
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
+from agents.retention_watch import RetentionCheck
+
 ALL_SOURCES: Any = object()
 """``KeyedOutputs.send``'s default: the records of every source."""
 
@@ -142,11 +144,16 @@ class KeyedOutputs:
     ``agents.transactions``) and per partition (of their key under Kafka's default partitioner,
     as ``producer.send`` without a partition would pick, or given), handed over by ``send``:
     per record O(1) (a memoised partition and a list append), per ``send`` one
-    ``send_output_records`` per partition with records."""
+    ``send_output_records`` per partition with records. ``retention`` checks each record's
+    timestamp against the topic's ``retention.ms`` (``agents.retention_watch``; ``name``
+    labels it)."""
 
-    def __init__(self, producer: Callable[[], AIOKafkaProducer], topic: str) -> None:
+    def __init__(
+        self, producer: Callable[[], AIOKafkaProducer], topic: str, name: str | None = None
+    ) -> None:
         self._producer = producer
         self.topic = topic
+        self.retention = RetentionCheck(topic, name or topic)
         self._partition_of: KeyPartitioner | None = None
         self._queued: dict[Hashable, dict[int, list[OutputRecord]]] = {}
 
@@ -179,7 +186,10 @@ class KeyedOutputs:
         queued = by_target.get(target)
         if queued is None:
             queued = by_target[target] = []
-        queued.append((key, value, kafka_timestamp(timestamp), headers))
+        ts = kafka_timestamp(timestamp)
+        if ts is not None and ts < self.retention.oldest_kept:
+            self.retention.exceeded(ts)
+        queued.append((key, value, ts, headers))
 
     async def send(
         self, source: Hashable = ALL_SOURCES, producer: AIOKafkaProducer | None = None

@@ -4,7 +4,8 @@
 windows; ``add(key, ts, value)``, called while iterating a stream partitioned by ``key``,
 inserts the value at ``ts`` (out of order is fine) and returns every window ``[S - w, S]`` of
 the key at its partition's stream time ``S``; ``LateEvent`` (older than ``S - retention``) and
-``FutureEvent`` (beyond ``max_future_skew``) change nothing. ``get`` and ``range`` read one
+``FutureEvent`` (only with a ``max_future_skew``: beyond it after both ``S`` and the previous
+``add``, so a pause costs at most one event) change nothing. ``get`` and ``range`` read one
 window or any span. State: a Faust table of ``(key, t) -> partial`` entries (one changelog
 record per ``add`` plus a tombstone per eviction), one FiBA per key in its store
 (``stores.faust_sliding``); guarantee at-least-once, as any Faust table. Costs: ``add``
@@ -93,7 +94,8 @@ class SlidingTable(faust.Table):
 class SlidingWindows:
     """Sliding windows ``windows`` (names: durations) over the last ``retention`` of each
     key, with ``aggregations``; see the module doc for the semantics and guarantees.
-    ``max_future_skew``: how far after the stream time an event may be (default: any).
+    ``max_future_skew``: how far after the stream time and the previous event an event may be
+    (default: any).
     ``partitions``: the table's partition count (default: the app's ``topic_partitions``),
     which must equal the source topic's."""
 
@@ -112,7 +114,8 @@ class SlidingWindows:
             w.strip() if isinstance(w, str) else f"{parse_duration(w)}ms": parse_duration(w)
             for w in windows
         }
-        skew = None if max_future_skew is None else parse_duration(max_future_skew)
+        off = max_future_skew is None or max_future_skew == "off"
+        skew = None if off else parse_duration(max_future_skew)
         self.state = SlidingState(
             composed_monoid(aggregations), sizes, parse_duration(retention), skew
         )

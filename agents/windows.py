@@ -129,7 +129,9 @@ class WindowsPipeline:
         self.turns = LoopTurns()
         self.young_collections = PacedYoungCollections()
         """Young collections after every few hundred records, at hand-overs (see there)."""
-        self.aggregates = KeyedOutputs(fiba.kafka_producer, fiba.settings.aggregates_topic)
+        self.aggregates = KeyedOutputs(
+            fiba.kafka_producer, fiba.settings.aggregates_topic, "aggregates"
+        )
         """Aggregate records queued during a chunk, handed over at its end."""
         self._encoder = (
             AggregateEncoder(config.aggregations, config.lowered_is_aggregates)

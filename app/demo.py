@@ -47,7 +47,7 @@ from app.broker import free_port, stop_process
 from app.brokers import make_broker, options_keeping_old_records
 from app.generator import Event, generate_events
 from app.kafka_io import ask, event_record, record_as_dict, send_records, start_consumer
-from app.settings import SETTINGS_HELP, Settings
+from app.settings import OFF_SETTINGS, SETTINGS_HELP, Settings
 from app.topics import create_topics
 from app.worker_http import BadWorkerAnswer, WorkerUnreachable, http_ask
 
@@ -112,7 +112,7 @@ def settings_environ(settings: Settings) -> dict[str, str]:
     env = {}
     for name in SETTINGS_HELP:
         value = getattr(settings, name)
-        if value is None and name == "max_wall_clock_skew":
+        if value is None and name in OFF_SETTINGS:
             value = "off"  # unset would mean its default
         if value is None:
             continue
@@ -130,20 +130,27 @@ def bad_records(events: Sequence[Event], settings: Settings) -> list[tuple[bytes
     """Records the worker must reject, as (key, value, expected dead-letter reason).
 
     The late and future events use the key of the newest event, whose partition's stream time
-    is therefore the stream's newest time when they arrive.
+    is therefore the stream's newest time when they arrive. The future one is beyond
+    ``max_future_skew`` when that is set, else a day past ``max_wall_clock_skew`` from now; with
+    both off no time is future, and there is none.
     """
     newest = max(events, key=lambda e: e.ts)
     key = newest.key.encode()
     ts, value = settings.ts_field, settings.value_field
     late = newest.ts - settings.retention - 60_000
-    future = newest.ts + settings.max_future_skew + 60_000
-    return [
+    bad = [
         (key, b'{"' + ts.encode() + b'": 1, "broken', REASON_MALFORMED_JSON),
         (key, dumps({ts: newest.ts}), REASON_MISSING_FIELD),
         (key, dumps({ts: newest.ts, value: "many"}), REASON_BAD_VALUE),
         (key, dumps({ts: late, value: 1}), REASON_LATE),
-        (key, dumps({ts: future, value: 1}), REASON_FUTURE),
     ]
+    if settings.max_future_skew is not None:
+        future = newest.ts + settings.max_future_skew + 60_000
+    elif settings.max_wall_clock_skew is not None:
+        future = max(newest.ts, int(time.time() * 1000)) + settings.max_wall_clock_skew + 86_400_000
+    else:
+        return bad
+    return [*bad, (key, dumps({ts: future, value: 1}), REASON_FUTURE)]
 
 
 def expected_windows(

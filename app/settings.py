@@ -100,7 +100,7 @@ class Settings:
         WindowSpec("1h", 3_600_000),
     )
     aggregations: tuple[str, ...] = ("count", "sum", "max", "mean", "pop_stddev")
-    max_future_skew: int = 300_000
+    max_future_skew: int | None = None
     max_wall_clock_skew: int | None = 86_400_000
     resolution: int | None = None
     emit: str = "event"
@@ -218,7 +218,9 @@ SETTINGS_HELP: dict[str, str] = {
     "windows": "comma-separated window sizes, each <= retention (e.g. 1m,5m,1h)",
     "aggregations": "comma-separated aggregations: built-in names (stores.monoids), "
     "package.module:attribute import paths or fiba_stream.monoids entry points",
-    "max_future_skew": "events further than this ahead of stream time are rejected (duration)",
+    "max_future_skew": "an event further than this ahead of stream time AND of the "
+    "partition's previous event is rejected: a lone outlier, never a whole stream resuming "
+    "after a pause (duration; off: never)",
     "max_wall_clock_skew": "events further than this ahead of the worker's clock are rejected "
     "(duration; off: never, for replays)",
     "resolution": "pane size: event times are rounded down to it (duration; unset = exact)",
@@ -262,14 +264,14 @@ def setting_text(name: str, value: Any) -> str:
     """``value`` of setting ``name`` written as it would be configured (durations with a unit,
     lists comma-separated, ``unset`` for None, secrets masked)."""
     if value is None:
-        return "unset"
+        return "off" if _PARSERS[name] is _duration_or_off else "unset"
     if name in SECRET_SETTINGS:
         return "****"
     if name == "windows":
         return ",".join(w.name for w in value)
     if isinstance(value, tuple):
         return ",".join(value)
-    if _PARSERS[name] in (parse_duration, _optional_duration):
+    if _PARSERS[name] in (parse_duration, _optional_duration, _duration_or_off):
         return format_duration(value)
     return str(value)
 
@@ -392,6 +394,16 @@ def _is_off(value: Any) -> bool:
     return isinstance(value, str) and value.strip().lower() == "off"
 
 
+def _duration_or_off(value: Any) -> int | None:
+    """A limit: a duration, or ``off`` (None: no limit)."""
+    if _is_off(value):
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}, or off for no limit") from None
+
+
 def _names(value: Any) -> tuple[str, ...]:
     items = value if isinstance(value, list | tuple) else _text(value).split(",")
     names = tuple(_text(item) for item in items)
@@ -455,8 +467,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "retention": parse_duration,
     "windows": _windows,
     "aggregations": _names,
-    "max_future_skew": parse_duration,
-    "max_wall_clock_skew": lambda value: None if _is_off(value) else parse_duration(value),
+    "max_future_skew": _duration_or_off,
+    "max_wall_clock_skew": _duration_or_off,
     "resolution": _optional_duration,
     "emit": _choice(EMIT_MODES),
     "window_end": _choice(WINDOW_ENDS),
@@ -476,6 +488,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "standby_replicas": _int,
     "log_level": _choice(LOG_LEVELS),
 }
+OFF_SETTINGS = frozenset(name for name, parse in _PARSERS.items() if parse is _duration_or_off)
+"""The limits that take ``off`` (None: switched off, written ``off``)."""
 
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 

@@ -22,13 +22,14 @@ from typing import Any
 
 import faust
 
-from agents import queries, windows
+from agents import queries, retention_watch, windows
 from agents.batched_send import KeyedOutputs
 from agents.clients import throttle_failed_metadata_updates
 from agents.dead_letters import DeadLetters
 from agents.input_reader import InputReader
 from agents.kafka_changelog import FaustChangelog
 from agents.queries import QueryService
+from agents.retention_watch import RetentionCheck
 from agents.supervision import WorkerCrash
 from agents.transactions import PartitionTransactions
 from agents.windows import WindowsPipeline
@@ -54,6 +55,16 @@ class Worker:
     reader: InputReader
     crash: WorkerCrash
 
+    @property
+    def retention_checks(self) -> list[RetentionCheck]:
+        """The output topics' checks against their ``retention.ms`` (``agents.retention_watch``):
+        aggregates, dead letters, answers."""
+        return [
+            self.pipeline.aggregates.retention,
+            self.pipeline.dead_letters.outputs.retention,
+            self.queries.answers_retention,
+        ]
+
 
 def build_worker(settings: Settings) -> Worker:
     """Create the app and register every agent, timer, view and lifecycle hook (and pace the
@@ -67,7 +78,9 @@ def build_worker(settings: Settings) -> Worker:
     store = WindowStore(
         settings, MarshalStateCodec(config.composed), transactions or FaustChangelog(fiba)
     )
-    dead_letters = DeadLetters(KeyedOutputs(fiba.kafka_producer, settings.dead_letter_topic))
+    dead_letters = DeadLetters(
+        KeyedOutputs(fiba.kafka_producer, settings.dead_letter_topic, "dead_letters")
+    )
     pipeline = WindowsPipeline(fiba, store, dead_letters, config)
     crash = WorkerCrash(fiba, pipeline)
     service = QueryService(fiba, pipeline, crash)
@@ -83,6 +96,10 @@ def build_worker(settings: Settings) -> Worker:
     checks = WorkerHealth(worker)
     service.on_answered = checks.observe_query
     health.install(worker, checks)
+
+    @fiba.app.task
+    async def watch_output_retention() -> None:
+        await retention_watch.watch(settings, worker.retention_checks)
 
     @fiba.app.on_before_shutdown.connect
     async def stop_store(sender: Any, **kwargs: Any) -> None:

@@ -196,6 +196,12 @@ def test_config_show_prints_each_setting_with_its_layer(tmp_path):
     assert rows["web_host"] == "127.0.0.1  (default)"
     assert rows["sasl_password"] == f"****  ({config}: sasl_password)"
     assert "hunter2" not in result.stdout
+    assert rows["max_wall_clock_skew"] == "1d  (default)"
+    assert rows["max_future_skew"] == "off  (default)"
+    assert fiba("config", "show", "--max-future-skew", "off").exit_code == 0
+    help_text = " ".join(fiba("worker", "-h").stdout.split())
+    assert "FIBA_MAX_WALL_CLOCK_SKEW; default: 1d]" in help_text
+    assert "FIBA_MAX_FUTURE_SKEW; default: off]" in help_text
 
 
 def test_help_lists_every_command():
