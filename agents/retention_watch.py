@@ -1,25 +1,18 @@
 """Saying once when the records a worker writes are older than their topic's ``retention.ms``.
 
-Every output record carries the event time it stands for as its Kafka timestamp (Kafka
-Streams' rule, ``agents.batched_send.kafka_timestamp``), so an output topic's time-based
-retention (``retention.ms``, ``cleanup.policy=delete``) follows event time: Apache Kafka deletes
-a segment whose newest timestamp is older than ``retention.ms`` at its next retention check
-(every 5 minutes by default), and the outputs of a replay of last month's events into topics
-keeping 7 days vanish minutes after they were written. The worker must not rewrite the
-timestamps; it says so, once per topic and process: one WARNING line and the gauge
-``fiba_output_older_than_retention{topic}`` at 1 (``app.health``). The ways out: a longer
-``retention.ms`` on the output topics, or ``message.timestamp.type=LogAppendTime`` on them (the
-broker then stamps each record with its append time, so retention counts from the writing;
-consumers relying on the event-time timestamp must read the event time from the value, e.g.
-an aggregate's ``event_ts``).
+Every output record carries the event time it stands for as its Kafka timestamp, so an output
+topic's time-based retention follows event time: a replay of last month's events into topics
+keeping 7 days loses its outputs at Kafka's next retention check. The worker does not rewrite
+timestamps; it says so once per topic and process: one WARNING line and the gauge
+``fiba_output_older_than_retention{topic}`` at 1. The ways out (a longer ``retention.ms``, or
+``message.timestamp.type=LogAppendTime`` on the output topics): docs/reference/records.md.
 
 ``RetentionCheck`` is one topic's check: the writer compares each record's timestamp with
-``oldest_kept`` (O(1); ``-1``, never passed, while nothing is to be checked) and calls
-``exceeded`` for an older one. ``watch`` reads the topics' ``retention.ms`` (DescribeConfigs)
-when the worker starts and moves ``oldest_kept`` with the clock every ``REFRESH_S``. A broker
-that returns only the configs set explicitly (Tansu) and a topic with ``retention.ms = -1``
-leave a topic unchecked; so does a failed DescribeConfigs (logged once: advice, never a reason
-to stop).
+``oldest_kept`` (O(1); ``-1`` while nothing is to be checked) and calls ``exceeded`` for an
+older one. ``watch`` reads the topics' ``retention.ms`` (DescribeConfigs) at start and moves
+``oldest_kept`` with the clock every ``REFRESH_S``. A topic whose ``retention.ms`` the broker
+does not return (Tansu returns only explicit configs), ``-1``, or a failed DescribeConfigs
+(logged once) leave a topic unchecked: advice, never a reason to stop.
 """
 
 from __future__ import annotations
