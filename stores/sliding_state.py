@@ -5,20 +5,18 @@ in time order. Each partition ``p`` has its own stream time ``S_p``, the largest
 it. ``add`` rejects a time older than ``S_p - retention`` (``LateEvent``, nothing changes),
 refuses one more than ``max_future_skew`` after ``S_p`` *and* after ``P_p``, the time of the
 partition's previous ``add`` whatever became of it (``FutureEvent``; none when None: a pause
-costs at most one event); then it inserts the lifted value
-(equal times combine, older first), advances ``S_p`` and evicts every entry of the partition
-with ``t < S_p - retention``, returning the evicted ``(key, t)`` so that a changelog can delete
-them. The window of size ``w`` of a key is ``[S_p - w, S_p]`` (both bounds inclusive);
-``range`` is any ``[t_from, t_to]`` of the retained
-entries (``t >= S_p - retention``). ``put``/``remove`` set or delete one entry as a changelog
-record does (replacing, not combining), so replaying a changelog in order rebuilds the state
-whatever it held before. Design: docs/design/faust-api.md.
+costs at most one event); then it inserts the lifted value (equal times combine, older first),
+advances ``S_p`` and evicts every entry of the partition with ``t < S_p - retention``,
+returning the evicted ``(key, t)`` so that a changelog can delete them. The window of size
+``w`` of a key is ``[S_p - w, S_p]`` (both bounds inclusive); ``range`` is any span of the
+retained entries. ``put``/``remove`` set or delete one entry as a changelog record does
+(replacing), so replaying a changelog in order rebuilds the state. Design:
+docs/design/faust-api.md.
 
 Costs (``d``: distance of an insert from the young end of its key's tree; ``n_w``: entries of
 a window; ``K``: keys of the partition): ``add`` O(log d + sum over windows of log n_w) combines
-amortized, plus O(log K) when a key's oldest time changes and O(log K) per key cleaned by the
-retention; evictions O(1) amortized per entry; ``put``/``remove`` O(log d); ``window``
-O(log n_w); ``range`` O(log n).
+amortized, plus O(log K) per key whose oldest time changes or is cleaned; evictions O(1)
+amortized per entry; ``put``/``remove`` O(log d); ``window`` O(log n_w); ``range`` O(log n).
 """
 
 from __future__ import annotations
