@@ -21,7 +21,8 @@ lost, nothing counted twice. For monitoring only, each partition's progress (app
 + 1) is committed every ``COMMIT_INTERVAL_S`` under the consumer group ``<app_id>-input``
 (``Settings.input_progress_group``; exactly-once: inside the partition's transactions,
 ``agents.transactions``), which no consumer ever joins, so that the usual tools show
-the input lag (``kafka-consumer-groups --describe --group <app_id>-input``); the committed
+the input lag (``kafka-consumer-groups --describe --group <app_id>-input``); each commit's
+metadata is the worker's ``web_url`` (who applied it, for ``fiba status``). The committed
 offsets are never read back. The commits go through a second consumer that never fetches
 (its partitions are paused): one with a group would position the reading consumer's
 partitions at their committed offsets itself, racing the reader's own seeks.
@@ -284,7 +285,7 @@ class InputReader:
             for partition in sorted(self._reading):
                 position = self.pipeline.applied_offset(partition) + 1
                 if position > 0 and self._committed.get(partition) != position:
-                    offsets[TopicPartition(topic, partition)] = position
+                    offsets[TopicPartition(topic, partition)] = (position, self.settings.web_url)
             if not offsets:
                 continue
             try:
@@ -296,7 +297,7 @@ class InputReader:
             except Exception:
                 logger.exception("committing the input progress failed")
                 continue
-            for tp, position in offsets.items():
+            for tp, (position, _) in offsets.items():
                 self._committed[tp.partition] = position
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:

@@ -46,6 +46,8 @@ TIMESTAMP_SOURCES = ("field", "kafka")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
+WORKER_CLIENT_ID_PREFIX = "fiba-worker@"
+"""Prefix of a worker's Kafka client id (``Settings.worker_client_id``)."""
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 
@@ -172,6 +174,12 @@ class Settings:
         same as ``read_uncommitted`` where no transaction is used); the embedded profile reads
         ``read_uncommitted`` (its broker has no transactions)."""
         return "read_uncommitted" if self.embedded else "read_committed"
+
+    @property
+    def worker_client_id(self) -> str:
+        """The Kafka client id of the worker's Faust clients, ``fiba-worker@<web_url>``:
+        DescribeGroups shows it, and ``fiba status`` asks that URL's ``/stats``."""
+        return WORKER_CLIENT_ID_PREFIX + self.web_url
 
     @property
     def changelog_topic(self) -> str:
