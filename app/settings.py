@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from stores import PURE_PYTHON_SWITCH
-from stores.aggregations import AggregationError, validated_monoid
+from stores.aggregations import AggregationError, aggregation_names, named, validated_monoid
 from stores.durations import format_duration, parse_duration
 from stores.key_windows import WindowSpec
 
@@ -234,7 +234,8 @@ SETTINGS_HELP: dict[str, str] = {
     "retention": "R: how far behind stream time events are kept (duration)",
     "windows": "comma-separated window sizes, each <= retention (e.g. 1m,5m,1h)",
     "aggregations": "comma-separated aggregations: built-in names (stores.monoids), "
-    "package.module:attribute import paths or fiba_stream.monoids entry points",
+    "package.module:attribute import paths or fiba_stream.monoids entry points; "
+    "name=aggregation gives one a name (spread=mymodule:SPREAD)",
     "max_future_skew": "events further than this ahead of stream time are rejected (duration)",
     "max_wall_clock_skew": "events further than this ahead of the worker's clock are rejected "
     "(duration; off: never, for replays)",
@@ -550,11 +551,15 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             fail("windows", f"window {w.name!r} must be longer than 0 ms")
         if w.size_ms > s.retention:
             fail("windows", f"window {w.name!r} is longer than the retention ({s.retention} ms)")
-    if len(set(s.aggregations)) != len(s.aggregations):
-        fail("aggregations", f"duplicate aggregation in {', '.join(s.aggregations)}")
-    for name in s.aggregations:
+    try:
+        names = aggregation_names(s.aggregations)
+    except AggregationError as exc:
+        fail("aggregations", str(exc))
+    if len(set(names)) != len(names):
+        fail("aggregations", f"duplicate aggregation name in {', '.join(s.aggregations)}")
+    for entry in s.aggregations:
         try:
-            validated_monoid(name, name)
+            validated_monoid(named(entry)[1], entry)
         except AggregationError as exc:
             fail("aggregations", str(exc))
     if s.sasl_mechanism and s.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):

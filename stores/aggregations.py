@@ -3,7 +3,9 @@
 An entry of the ``aggregations`` setting names a monoid (``stores.monoids``) in one of three
 ways, tried in this order: a built-in name (``sum``); an import path ``package.module:attr``
 (``attr`` may be dotted: ``mod:Class.MONOID``); the name of an entry point of the group
-``fiba_stream.monoids`` (``importlib.metadata``). The object found must have the monoid members
+``fiba_stream.monoids`` (``importlib.metadata``). An entry ``name=spec`` gives the aggregation
+``spec`` the name ``name`` (``spread=mymodule:SPREAD``): outputs, queries and Spark columns use
+it instead of the spec (``named``). The object found must have the monoid members
 (``identity``, ``lift``, ``combine``, ``lower``); it is used as it is, with its optional
 ``to_state``/``from_state`` for the stored partials.
 
@@ -26,8 +28,11 @@ import json
 import marshal
 import math
 import random
+import re
+from collections.abc import Iterable
 from importlib.metadata import entry_points
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 from stores.monoids import monoid, monoid_names
@@ -35,10 +40,38 @@ from stores.monoids import monoid, monoid_names
 ENTRY_POINT_GROUP = "fiba_stream.monoids"
 MONOID_MEMBERS = ("identity", "lift", "combine", "lower")
 SAMPLE_TRIPLES = 300
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+"""What a name given to an aggregation (``name=spec``) may be."""
 
 
 class AggregationError(ValueError):
     """An aggregation that cannot be used; ``str(exc)`` is one line naming it."""
+
+
+def named(entry: str) -> tuple[str, str]:
+    """``(name, spec)`` of an ``aggregations`` entry: ``name=spec`` gives the aggregation
+    ``spec`` the name ``name`` in the output records, queries and Spark columns
+    (``spread=mymon:SPREAD``); a bare ``spec`` is named by itself. ``AggregationError`` for a
+    name that is not ``NAME`` (letters, digits, ``_``, ``-``; not starting with a digit or
+    ``-``) or that is a built-in's name for another aggregation. O(len(entry))."""
+    name, sep, spec = entry.partition("=")
+    if not sep:
+        return entry, entry
+    if not NAME.fullmatch(name):
+        raise AggregationError(
+            f"{entry!r}: the name {name!r} must be letters, digits, '_' or '-', not starting"
+            " with a digit or '-' (write name=aggregation, e.g. spread=mymodule:SPREAD)"
+        )
+    if not spec:
+        raise AggregationError(f"{entry!r} names no aggregation (write name=aggregation)")
+    if is_builtin(name) and spec != name:
+        raise AggregationError(f"{entry!r}: {name!r} is a built-in aggregation's name")
+    return name, spec
+
+
+def aggregation_names(entries: Iterable[str]) -> tuple[str, ...]:
+    """The names of ``aggregations`` entries (``named``), in order."""
+    return tuple(named(entry)[0] for entry in entries)
 
 
 def is_builtin(name: str) -> bool:
@@ -95,8 +128,9 @@ def _imported(path: str) -> Any:
     try:
         found: Any = importlib.import_module(module_name)
     except Exception as exc:  # any error of the user's module is a config error
+        hint = _not_on_path(module_name, exc)
         raise AggregationError(
-            f"cannot import {path!r}: {type(exc).__name__}: {exc}".replace("\n", " ")
+            f"cannot import {path!r}: {type(exc).__name__}: {exc}{hint}".replace("\n", " ")
         ) from None
     for part in attribute.split("."):
         try:
@@ -106,10 +140,30 @@ def _imported(path: str) -> Any:
     return found
 
 
+def _not_on_path(module_name: str, exc: Exception) -> str:
+    """A hint when ``module_name`` was not found but sits in the current directory, which is
+    not on the module search path (the ``fiba`` command's is its own folder): it must be
+    importable. Empty otherwise."""
+    top = module_name.split(".", 1)[0]
+    if not isinstance(exc, ModuleNotFoundError) or exc.name not in (top, module_name):
+        return ""
+    cwd = Path.cwd()
+    if not ((cwd / f"{top}.py").is_file() or (cwd / top).is_dir()):
+        return ""
+    return (
+        f" ({top} is in the current directory, which is not on the module search path: make"
+        f" it importable, e.g. PYTHONPATH={cwd} or pip install your package)"
+    )
+
+
 def stored_name(name: str) -> str:
-    """How the state shape (``stores.state_shape``) names aggregation ``name``: itself, or for
-    an entry point ``name=module:attribute`` (its target), so that a package that points the
-    name elsewhere is a changed shape, not state silently read by another monoid."""
+    """How the state shape (``stores.state_shape``) names aggregation entry ``name``: itself,
+    or for an entry point ``name=module:attribute`` (its target), so that a package that points
+    the name elsewhere is a changed shape, not state silently read by another monoid; a named
+    entry ``name=spec`` as ``name=`` and the stored name of ``spec``."""
+    label, spec = named(name)
+    if label != spec:
+        return f"{label}={stored_name(spec)}"
     if is_builtin(name) or ":" in name:
         return name
     matches = entry_points(group=ENTRY_POINT_GROUP, name=name)
