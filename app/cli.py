@@ -784,6 +784,12 @@ def _delegate(name: str, target: str, short_help: str) -> click.Command:
         try:
             real: click.Command = getattr(importlib.import_module(module), attr)
         except ImportError as exc:
+            if name == "bench" and (exc.name or "").partition(".")[0] == "bench":
+                raise CliFailure(
+                    "`fiba bench` runs the benchmarks of a checkout of the repository, which"
+                    " are not installed: in its root run `python -m bench ...` (or `make bench`)",
+                    2,
+                ) from None
             extra = EXTRAS[name]
             raise CliFailure(
                 f"`fiba {name}` needs the [{extra}] extra ({exc.name} is missing):"
