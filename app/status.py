@@ -189,7 +189,7 @@ async def read_status(settings: Settings, workers: Iterable[str] = ()) -> GroupS
             "committed": None if progress is None else progress - 1,
         }
         member = next((m for m in members if tp.partition in m.partitions), None)
-        _find_owner(row, stats, member, committer)
+        find_owner(row, stats, member, committer)
         for source in ("worker", "changelog", "committed"):
             if row.applied.get(source) is not None:
                 row.applied_offset, row.applied_from = row.applied[source], source
@@ -198,7 +198,7 @@ async def read_status(settings: Settings, workers: Iterable[str] = ()) -> GroupS
     return GroupStatus(settings.app_id, state, members, rows)
 
 
-def _find_owner(
+def find_owner(
     row: PartitionStatus,
     stats: dict[str, dict[str, Any]],
     member: Member | None,

@@ -148,3 +148,29 @@ def test_topics_list_describe_and_tail_of_any_topic(
     assert "topic 'no-such-topic' does not exist" in gone.stderr
     still = fiba("topics", "list", *connection(settings, profile))
     assert "no-such-topic" not in still.stdout  # neither command created it
+
+
+@pytest.mark.parametrize(
+    ("stats", "member", "committer", "expected"),
+    [
+        # the answering worker with the partition assigned and loaded
+        ({"http://w1": {"assigned": [0], "partitions": {"0": {"applied_offset": 9}}}}, None,
+         None, ("http://w1", "worker", True, "restored", 9)),
+        # assigned, its state not loaded yet
+        ({"http://w1": {"assigned": [0], "partitions": {}}}, None, None,
+         ("http://w1", "worker", True, "restoring", None)),
+        # no answering worker has it: the group's member, else the last committer
+        ({"http://w2": {"assigned": [1], "partitions": {}}}, "http://w1", "http://w3",
+         ("http://w1", "group", False, "owner not answering", None)),
+        ({}, None, "http://w3", ("http://w3", "committed", False, "owner not answering", None)),
+        ({}, None, None, (None, None, False, "no owner", None)),
+    ],
+)  # fmt: skip
+def test_the_owner_and_restore_state_of_a_partition(stats, member, committer, expected):
+    from app.status import Member, PartitionStatus, find_owner
+
+    row = PartitionStatus(0, end_offset=10)
+    group_member = None if member is None else Member("m-1", "127.0.0.1", member, frozenset({0}))
+    find_owner(row, stats, group_member, committer)
+    got = (row.owner, row.owner_from, row.owner_answers, row.restore, row.applied.get("worker"))
+    assert got == expected
