@@ -42,6 +42,8 @@ RUN mkdir -p /usr/share/man/man1 \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
     && rm -rf /var/lib/apt/lists/*
 RUN pip install '.[spark,bench]'
+# the benchmarks are not installed (pyproject.toml): `fiba bench` finds them in /opt/fiba
+ENV PYTHONPATH=/opt/fiba
 USER fiba
 
 # The default image (the last stage): the worker, small.

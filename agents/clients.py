@@ -159,12 +159,21 @@ async def end_offsets(
 ) -> dict[TopicPartition, int]:
     """The end offset (offset of the next record to be written) of each assigned partition.
 
-    With the embedded profile: seek the partitions to their beginning and fetch until every
-    high watermark is known (records fetched on the way are discarded; the caller seeks
-    afterwards). Raises ``TimeoutError`` when a high watermark stays unknown for ``timeout``.
+    With the embedded profile: ``high_watermarks`` (the embedded broker's ListOffsets is wrong).
     """
     if not settings.embedded:
         return dict(await consumer.end_offsets(list(partitions)))
+    return await high_watermarks(consumer, partitions, timeout)
+
+
+async def high_watermarks(
+    consumer: AIOKafkaConsumer, partitions: Sequence[TopicPartition], timeout: float = 10.0
+) -> dict[TopicPartition, int]:
+    """The high watermark of each assigned partition, from Fetch responses (correct on every
+    broker): seek the partitions to their beginning and fetch until every high watermark is
+    known (records fetched on the way are discarded; the caller seeks afterwards). Raises
+    ``TimeoutError`` when one stays unknown for ``timeout`` seconds. One fetch per partition
+    when the broker answers at once."""
     await consumer.seek_to_beginning(*partitions)
     deadline = time.monotonic() + timeout
     while any(consumer.highwater(tp) is None for tp in partitions):

@@ -53,6 +53,9 @@ class WorkerSettings(Protocol):
     def input_progress_group(self) -> str: ...
 
     @property
+    def web_url(self) -> str: ...
+
+    @property
     def assignment_topic(self) -> str: ...
 
     @property

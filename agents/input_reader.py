@@ -6,7 +6,8 @@ assignor (through the empty assignment topic ``<app_id>-assignment``, co-partiti
 input), rebalance signals, timers and the producer. Each newly owned partition is restored in
 the background and then read from the record after its state's applied offset, so every
 restart or takeover resumes exactly where the durable state ends. Progress is committed under
-``<app_id>-input`` for monitoring only, never read back. Revoked partitions stop at once
+``<app_id>-input`` for monitoring only (metadata: the worker's ``web_url``, for ``fiba
+status``), never read back. Revoked partitions stop at once
 (epochs keep records of an earlier assignment from being applied); a failed restore is
 retried, one refused for its shape stops the worker. Cost per record: the aiokafka fetch and a
 list slot. Design: docs/design/delivery.md.
@@ -253,7 +254,7 @@ class InputReader:
             for partition in sorted(self._reading):
                 position = self.pipeline.applied_offset(partition) + 1
                 if position > 0 and self._committed.get(partition) != position:
-                    offsets[TopicPartition(topic, partition)] = position
+                    offsets[TopicPartition(topic, partition)] = (position, self.settings.web_url)
             if not offsets:
                 continue
             try:
@@ -265,7 +266,7 @@ class InputReader:
             except Exception:
                 logger.exception("committing the input progress failed")
                 continue
-            for tp, position in offsets.items():
+            for tp, (position, _) in offsets.items():
                 self._committed[tp.partition] = position
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:

@@ -24,6 +24,7 @@ from faust.streams import current_event
 
 from agents.faust_recovery import seek_before_resume
 from stores.aggregations import AggregationError, validated_monoid
+from stores.aggregations import named as entry_name
 from stores.durations import parse_duration
 from stores.faust_sliding import SlidingStore
 from stores.monoids import compose
@@ -42,14 +43,17 @@ __all__ = [
 def composed_monoid(aggregations: Sequence[str | Any] | Mapping[str, str | Any]) -> Any:
     """One monoid for ``aggregations``: what the worker's ``aggregations`` setting accepts
     (built-in names, ``module:attribute`` import paths, ``fiba_stream.monoids`` entry points,
-    each named by itself) or monoid objects (named by their ``name``), or a mapping of result
-    names to either. Each is checked as the worker checks it
+    each named by itself or by ``name=`` before it) or monoid objects (named by their
+    ``name``), or a mapping of result names to either. Each is checked as the worker checks it
     (``stores.aggregations.validated_monoid``: a custom monoid is spot-checked for
     associativity); ``AggregationError`` (a ``ValueError``) names a bad one."""
     if isinstance(aggregations, Mapping):
         named = list(aggregations.items())
     else:
-        named = [(a if isinstance(a, str) else getattr(a, "name", None), a) for a in aggregations]
+        named = [
+            entry_name(a) if isinstance(a, str) else (getattr(a, "name", None), a)
+            for a in aggregations
+        ]
     parts: dict[str, Any] = {}
     for name, spec in named:
         label = name if isinstance(name, str) and name else repr(spec)

@@ -272,6 +272,6 @@ class PartitionTransactions:
             return
         tp = TopicPartition(self.settings.input_topic, partition)
         await producer.send_offsets_to_transaction(
-            {tp: position}, self.settings.input_progress_group
+            {tp: (position, self.settings.web_url)}, self.settings.input_progress_group
         )
         self._progress_at[partition] = now

@@ -82,7 +82,8 @@ TAIL_TOPICS = {
     "answers": "answers_topic",
     "dead-letters": "dead_letter_topic",
 }
-"""``fiba tail --topic`` choices -> the setting naming that topic."""
+"""``fiba tail --topic`` short names -> the setting naming that topic (any other name is a
+topic's own)."""
 
 DELEGATED_COMMANDS = {
     "bench": ("bench.cli:bench", "Run the benchmarks (see `fiba bench --help`)."),
@@ -345,19 +346,120 @@ def topics() -> None:
 
 
 @topics.command("create")
+@click.option(
+    "--topic",
+    "names",
+    multiple=True,
+    metavar="NAME",
+    help="create only this topic (repeatable), e.g. the topics of a Faust app of your own;"
+    " the app's topics when none is given",
+)
+@click.option(
+    "--compacted",
+    "compacted",
+    multiple=True,
+    metavar="NAME",
+    help="create this compacted topic, never expired, like a table's changelog (repeatable)",
+)
 @with_settings(*TOPIC_CREATION_SETTINGS)
-def topics_create(settings: Settings) -> None:
-    """Create every topic explicitly (idempotent; a partition-count mismatch is an error)."""
-    from app.topics import TopicError, create_topics
+def topics_create(settings: Settings, names: tuple[str, ...], compacted: tuple[str, ...]) -> None:
+    """Create every topic of the app explicitly, or only the --topic/--compacted ones, with
+    --partitions partitions (idempotent; a partition-count mismatch is an error)."""
+    from app.topics import TopicError, create_topics, named_topic_specs
 
     require_broker(settings)
+    specs = named_topic_specs(settings, names, compacted) if names or compacted else None
     try:
-        outcomes = run_async(create_topics(settings))
+        outcomes = run_async(create_topics(settings, specs))
     except TopicError as exc:
         raise CliFailure(str(exc)) from None
     for outcome in outcomes:
         state = "created" if outcome.created else "exists "
         click.echo(f"{state} {outcome.name} ({outcome.partitions} partitions)")
+
+
+@topics.command("list")
+@click.option("--internal", is_flag=True, help="also the broker's own __ topics")
+@with_settings(*CONNECTION_SETTINGS)
+def topics_list(settings: Settings, internal: bool) -> None:
+    """Print every topic on the broker with its partition count."""
+    from app.topic_info import list_topics
+
+    require_broker(settings)
+    for name, partitions in run_async(list_topics(settings, internal)).items():
+        click.echo(f"{name}  ({partitions} partitions)")
+
+
+@topics.command("describe")
+@click.argument("name")
+@click.option("--all-configs", is_flag=True, help="every config the broker returns")
+@with_settings(*CONNECTION_SETTINGS)
+def topics_describe(settings: Settings, name: str, all_configs: bool) -> None:
+    """Print a topic's partitions (leader, replicas, in-sync replicas, end offset: the Fetch
+    high watermark) and its retention and size configs (--all-configs: every one)."""
+    from app.topic_info import UnknownTopic, describe_topic
+
+    require_broker(settings)
+    try:
+        info = run_async(describe_topic(settings, name, all_configs))
+    except UnknownTopic as exc:
+        raise CliFailure(str(exc)) from None
+    click.echo(f"topic {info.name}: {len(info.partitions)} partitions, {info.records} records")
+    for p in info.partitions:
+        click.echo(
+            f"  partition {p.partition}  leader {p.leader}  replicas {list(p.replicas)}"
+            f"  isr {list(p.isr)}  end offset {p.end_offset}"
+        )
+    for key, value in info.configs.items():
+        click.echo(f"  {key} = {value}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="one JSON object instead of a table")
+@click.option(
+    "--worker",
+    "workers",
+    multiple=True,
+    metavar="URL",
+    help="also ask this worker's /stats (repeatable; default: http://web_host:web_port); the"
+    " broker names the others (Apache Kafka does, the embedded broker does not)",
+)
+@with_settings(*CONNECTION_SETTINGS, "app_id", "input_topic", "web_host", "web_port")
+def status(settings: Settings, as_json: bool, workers: tuple[str, ...]) -> None:
+    """Per input partition: owner, applied offset, end offset, lag and restore state.
+
+    Read from the broker (the workers' group, the window-store changelog, the progress
+    committed under <app_id>-input) and from the workers' GET /stats where they answer: it
+    works with no worker alive. End offsets are Fetch high watermarks.
+    """
+    from app.status import StatusError, read_status
+    from app.worker_http import local_web_url
+
+    require_broker(settings)
+    try:
+        report = run_async(read_status(settings, workers or [local_web_url(settings)]))
+    except StatusError as exc:
+        raise CliFailure(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(report.to_json()))
+        return
+    click.echo(f"group {report.group}: {report.state}, {len(report.members)} member(s)")
+    rows = [("partition", "owner", "applied", "end", "lag", "restore", "applied from")]
+    for p in report.partitions:
+        rows.append(
+            (
+                str(p.partition),
+                p.owner or "-",
+                "-" if p.applied_offset is None else str(p.applied_offset),
+                str(p.end_offset),
+                str(p.lag),
+                p.restore,
+                p.applied_from or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 @cli.command()
@@ -483,9 +585,10 @@ def produce(
 @click.option(
     "--topic",
     "which",
-    type=click.Choice(list(TAIL_TOPICS)),
     default="aggregates",
     show_default=True,
+    metavar="NAME",
+    help=f"any topic by name, or one of the app's: {', '.join(TAIL_TOPICS)}",
 )
 @click.option("--from-beginning", is_flag=True, help="start at the oldest record, not the end")
 @click.option("--limit", type=click.IntRange(min=1), help="stop after N records")
@@ -506,7 +609,7 @@ def tail(
     from app.kafka_io import MissingTopic, tail_topic
 
     require_broker(settings)
-    topic = getattr(settings, TAIL_TOPICS[which])
+    topic = getattr(settings, TAIL_TOPICS[which]) if which in TAIL_TOPICS else which
 
     def show(record: dict[str, Any]) -> None:
         click.echo(json.dumps(record, ensure_ascii=False))
@@ -679,6 +782,12 @@ def _delegate(name: str, target: str, short_help: str) -> click.Command:
         try:
             real: click.Command = getattr(importlib.import_module(module), attr)
         except ImportError as exc:
+            if name == "bench" and (exc.name or "").partition(".")[0] == "bench":
+                raise CliFailure(
+                    "`fiba bench` runs the benchmarks of a checkout of the repository, which"
+                    " are not installed: in its root run `python -m bench ...` (or `make bench`)",
+                    2,
+                ) from None
             extra = EXTRAS[name]
             raise CliFailure(
                 f"`fiba {name}` needs the [{extra}] extra ({exc.name} is missing):"

@@ -72,6 +72,8 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         # Faust's default, f"http://{web_host}:{web_port}", is no URL for an IPv6 web_host
         "canonical_url": settings.web_url,
         "web_enabled": True,
+        # in DescribeGroups answers: who a member is and where its /stats is (fiba status)
+        "broker_client_id": settings.worker_client_id,
         "datadir": str(settings.state_dir / "faust"),
         "topic_partitions": settings.partitions,
         "topic_replication_factor": settings.replication_factor,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from stores import PURE_PYTHON_SWITCH
-from stores.aggregations import AggregationError, validated_monoid
+from stores.aggregations import AggregationError, aggregation_names, named, validated_monoid
 from stores.durations import format_duration, parse_duration
 from stores.key_windows import WindowSpec
 
@@ -37,6 +37,8 @@ TIMESTAMP_SOURCES = ("field", "kafka")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
+WORKER_CLIENT_ID_PREFIX = "fiba-worker@"
+"""Prefix of a worker's Kafka client id (``Settings.worker_client_id``)."""
 
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 
@@ -165,6 +167,12 @@ class Settings:
         return "read_uncommitted" if self.embedded else "read_committed"
 
     @property
+    def worker_client_id(self) -> str:
+        """The Kafka client id of the worker's Faust clients, ``fiba-worker@<web_url>``:
+        DescribeGroups shows it, and ``fiba status`` asks that URL's ``/stats``."""
+        return WORKER_CLIENT_ID_PREFIX + self.web_url
+
+    @property
     def changelog_topic(self) -> str:
         """The changelog topic of the per-key window store."""
         return f"{self.app_id}-windows-changelog"
@@ -217,7 +225,8 @@ SETTINGS_HELP: dict[str, str] = {
     "retention": "R: how far behind stream time events are kept (duration)",
     "windows": "comma-separated window sizes, each <= retention (e.g. 1m,5m,1h)",
     "aggregations": "comma-separated aggregations: built-in names (stores.monoids), "
-    "package.module:attribute import paths or fiba_stream.monoids entry points",
+    "package.module:attribute import paths or fiba_stream.monoids entry points; "
+    "name=aggregation gives one a name (spread=mymodule:SPREAD)",
     "max_future_skew": "an event further than this ahead of stream time AND of the "
     "partition's previous event is rejected: a lone outlier, never a whole stream resuming "
     "after a pause (duration; off: never)",
@@ -547,11 +556,15 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             fail("windows", f"window {w.name!r} must be longer than 0 ms")
         if w.size_ms > s.retention:
             fail("windows", f"window {w.name!r} is longer than the retention ({s.retention} ms)")
-    if len(set(s.aggregations)) != len(s.aggregations):
-        fail("aggregations", f"duplicate aggregation in {', '.join(s.aggregations)}")
-    for name in s.aggregations:
+    try:
+        names = aggregation_names(s.aggregations)
+    except AggregationError as exc:
+        fail("aggregations", str(exc))
+    if len(set(names)) != len(names):
+        fail("aggregations", f"duplicate aggregation name in {', '.join(s.aggregations)}")
+    for entry in s.aggregations:
         try:
-            validated_monoid(name, name)
+            validated_monoid(named(entry)[1], entry)
         except AggregationError as exc:
             fail("aggregations", str(exc))
     if s.sasl_mechanism and s.security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):

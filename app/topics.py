@@ -95,6 +95,21 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     return specs
 
 
+def named_topic_specs(
+    settings: Settings, names: Sequence[str], compacted: Sequence[str] = ()
+) -> list[TopicSpec]:
+    """Specs of topics named by the user (``fiba topics create --topic``, e.g. a Faust app of
+    their own): ``names`` as data topics, ``compacted`` as changelogs, all with
+    ``settings.partitions`` partitions and ``replication_factor``."""
+    return [
+        TopicSpec(name, settings.partitions, settings.replication_factor, DATA_TOPIC_CONFIGS)
+        for name in dict.fromkeys(names)
+    ] + [
+        TopicSpec(name, settings.partitions, settings.replication_factor, CHANGELOG_TOPIC_CONFIGS)
+        for name in dict.fromkeys(compacted)
+    ]
+
+
 async def create_topics(
     settings: Settings, specs: Sequence[TopicSpec] | None = None
 ) -> list[TopicOutcome]:

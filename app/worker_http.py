@@ -36,10 +36,16 @@ def windows_url(settings: Settings, query: RangeQuery) -> str:
         params[FROM], params[TO] = query.from_ts, query.to_ts
     if query.aggregations:
         params[AGGREGATIONS] = ",".join(query.aggregations)
+    key = urllib.parse.quote(query.key, safe="")
+    return f"{local_web_url(settings)}/windows/{key}?{urllib.parse.urlencode(params)}"
+
+
+def local_web_url(settings: Settings) -> str:
+    """The base URL to reach the worker of ``settings`` from this machine: its ``web_url``,
+    on loopback when it listens on all interfaces."""
     if settings.web_host in ("0.0.0.0", "::", ""):
         settings = replace(settings, web_host="127.0.0.1")
-    key = urllib.parse.quote(query.key, safe="")
-    return f"{settings.web_url}/windows/{key}?{urllib.parse.urlencode(params)}"
+    return settings.web_url
 
 
 def http_ask(settings: Settings, query: RangeQuery, timeout: float = 30.0) -> dict[str, Any]:

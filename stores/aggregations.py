@@ -2,7 +2,8 @@
 
 An ``aggregations`` entry names a monoid as a built-in (``sum``), an import path
 ``package.module:attr`` or an entry point of the group ``fiba_stream.monoids``, tried in that
-order. ``check_monoid`` spot-checks a custom monoid before a worker starts (associativity and
+order; ``name=spec`` names one (``spread=mymodule:SPREAD``) in outputs, queries and Spark
+columns. ``check_monoid`` spot-checks a custom monoid before a worker starts (associativity and
 the identity on generated inputs, the state codec round trip, a JSON form of every lowered
 value) and raises ``AggregationError`` naming it. Details: docs/design/fiba.md; the setting:
 docs/reference/configuration.md.
@@ -15,8 +16,11 @@ import json
 import marshal
 import math
 import random
+import re
+from collections.abc import Iterable
 from importlib.metadata import entry_points
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 from stores.monoids import monoid, monoid_names
@@ -24,10 +28,38 @@ from stores.monoids import monoid, monoid_names
 ENTRY_POINT_GROUP = "fiba_stream.monoids"
 MONOID_MEMBERS = ("identity", "lift", "combine", "lower")
 SAMPLE_TRIPLES = 300
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+"""What a name given to an aggregation (``name=spec``) may be."""
 
 
 class AggregationError(ValueError):
     """An aggregation that cannot be used; ``str(exc)`` is one line naming it."""
+
+
+def named(entry: str) -> tuple[str, str]:
+    """``(name, spec)`` of an ``aggregations`` entry: ``name=spec`` gives the aggregation
+    ``spec`` the name ``name`` in the output records, queries and Spark columns
+    (``spread=mymon:SPREAD``); a bare ``spec`` is named by itself. ``AggregationError`` for a
+    name that is not ``NAME`` (letters, digits, ``_``, ``-``; not starting with a digit or
+    ``-``) or that is a built-in's name for another aggregation. O(len(entry))."""
+    name, sep, spec = entry.partition("=")
+    if not sep:
+        return entry, entry
+    if not NAME.fullmatch(name):
+        raise AggregationError(
+            f"{entry!r}: the name {name!r} must be letters, digits, '_' or '-', not starting"
+            " with a digit or '-' (write name=aggregation, e.g. spread=mymodule:SPREAD)"
+        )
+    if not spec:
+        raise AggregationError(f"{entry!r} names no aggregation (write name=aggregation)")
+    if is_builtin(name) and spec != name:
+        raise AggregationError(f"{entry!r}: {name!r} is a built-in aggregation's name")
+    return name, spec
+
+
+def aggregation_names(entries: Iterable[str]) -> tuple[str, ...]:
+    """The names of ``aggregations`` entries (``named``), in order."""
+    return tuple(named(entry)[0] for entry in entries)
 
 
 def is_builtin(name: str) -> bool:
@@ -84,8 +116,9 @@ def _imported(path: str) -> Any:
     try:
         found: Any = importlib.import_module(module_name)
     except Exception as exc:  # any error of the user's module is a config error
+        hint = _not_on_path(module_name, exc)
         raise AggregationError(
-            f"cannot import {path!r}: {type(exc).__name__}: {exc}".replace("\n", " ")
+            f"cannot import {path!r}: {type(exc).__name__}: {exc}{hint}".replace("\n", " ")
         ) from None
     for part in attribute.split("."):
         try:
@@ -95,10 +128,30 @@ def _imported(path: str) -> Any:
     return found
 
 
+def _not_on_path(module_name: str, exc: Exception) -> str:
+    """A hint when ``module_name`` was not found but sits in the current directory, which is
+    not on the module search path (the ``fiba`` command's is its own folder): it must be
+    importable. Empty otherwise."""
+    top = module_name.split(".", 1)[0]
+    if not isinstance(exc, ModuleNotFoundError) or exc.name not in (top, module_name):
+        return ""
+    cwd = Path.cwd()
+    if not ((cwd / f"{top}.py").is_file() or (cwd / top).is_dir()):
+        return ""
+    return (
+        f" ({top} is in the current directory, which is not on the module search path: make"
+        f" it importable, e.g. PYTHONPATH={cwd} or pip install your package)"
+    )
+
+
 def stored_name(name: str) -> str:
-    """How the state shape (``stores.state_shape``) names aggregation ``name``: itself, or for
-    an entry point ``name=module:attribute`` (its target), so that a package that points the
-    name elsewhere is a changed shape, not state silently read by another monoid."""
+    """How the state shape (``stores.state_shape``) names aggregation entry ``name``: itself,
+    or for an entry point ``name=module:attribute`` (its target), so that a package that points
+    the name elsewhere is a changed shape, not state silently read by another monoid; a named
+    entry ``name=spec`` as ``name=`` and the stored name of ``spec``."""
+    label, spec = named(name)
+    if label != spec:
+        return f"{label}={stored_name(spec)}"
     if is_builtin(name) or ":" in name:
         return name
     matches = entry_points(group=ENTRY_POINT_GROUP, name=name)

@@ -73,7 +73,7 @@ from typing import Any, NamedTuple
 
 from sortedcontainers import SortedList
 
-from stores.aggregations import resolve_aggregation
+from stores.aggregations import aggregation_names, named, resolve_aggregation
 from stores.fiba import FiBA, mypyc_attr
 from stores.monoids import compose, make_monoid, monoid
 from stores.window_settings import WindowSettings, WindowSpec
@@ -149,7 +149,9 @@ class WindowConfig:
     def from_settings(cls, settings: WindowSettings) -> WindowConfig:
         """The configuration of ``settings``; raises ``ValueError`` (``AggregationError``) for
         an aggregation that names no monoid."""
-        parts = {name: resolve_aggregation(name) for name in settings.aggregations}
+        parts = {
+            name: resolve_aggregation(spec) for name, spec in map(named, settings.aggregations)
+        }
         parts.setdefault(COUNT, monoid(COUNT))
         composed = compose(parts)
         return cls(
@@ -158,7 +160,7 @@ class WindowConfig:
             max_future_skew=settings.max_future_skew,
             max_wall_clock_skew=settings.max_wall_clock_skew,
             resolution=settings.resolution,
-            aggregations=settings.aggregations,
+            aggregations=aggregation_names(settings.aggregations),
             composed=composed,
             partial_monoid=_prelifted(composed),
             window_end=settings.window_end,

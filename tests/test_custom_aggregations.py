@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.clients import read_to_end
 from agents.queries import answer
 from agents.records import AggregateRecord, RangeQuery, encode_aggregate
 from app.demo import start_worker, stop_worker
@@ -164,6 +165,93 @@ def test_custom_values_are_valid_records_and_decode_in_spark_as_json_text():
     assert dict(window["aggregates"])["n"] == 2.5
 
 
+NAMED = f"spread={SPAN}"
+
+
+def test_a_name_given_to_an_aggregation_is_used_in_records_queries_and_the_state_shape():
+    settings = load_settings(environ={"FIBA_AGGREGATIONS": f"count,sum,{NAMED}"})
+    assert settings.aggregations == ("count", "sum", NAMED)
+    config = WindowConfig.from_settings(settings)
+    assert config.aggregations == ("count", "sum", "spread")
+    windows = KeyWindows(config)
+    for ts, value in ((BASE + 2, 5), (BASE, 4), (BASE + 1, 7)):
+        record = windows.accept("k", ts, value).record
+    assert record.windows["1m"].aggregates == {
+        "count": 3,
+        "sum": 16,
+        "spread": {"first": 4, "last": 5, "n": 3},
+    }
+    raw = encode_aggregate(record, 0, 7)
+    validate("aggregate", json.loads(raw))
+    # Spark's rows key it by its name too: flatten_window makes it the column spread_json
+    [row] = decode_rows("aggregates", [raw])
+    [(_, window)] = [w for w in row["windows"] if w[0] == "1m"]
+    assert dict(window["aggregates_json"]) == {"spread": '{"first":4,"last":5,"n":3}'}
+    reply = answer(windows, RangeQuery("q", "k", BASE + 1, BASE + 2, aggregations=("spread",)))
+    assert (reply.count, reply.result) == (2, {"spread": {"first": 7, "last": 5, "n": 2}})
+    stored = StateShape.of(settings, "marshal-state/1").encode()
+    renamed = load_settings(environ={"FIBA_AGGREGATIONS": f"count,sum,other={SPAN}"})
+    with pytest.raises(StateMismatch, match=f"from count,sum,{NAMED} to count,sum,other="):
+        StateShape.of(renamed, "marshal-state/1").check(stored, "the changelog")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (f"1x={SPAN}", "the name '1x' must be letters, digits"),
+        (f"a b={SPAN}", "the name 'a b' must be letters, digits"),
+        (f"={SPAN}", "the name '' must be letters"),
+        ("spread=", "names no aggregation"),
+        (f"count={SPAN}", "'count' is a built-in aggregation's name"),
+        (f"x=sum,x={SPAN}", "duplicate aggregation name"),
+        (f"spread={SPAN},spread=sum", "duplicate aggregation name"),
+        ("spread=tests.custom_monoids:MISSING", "no attribute 'MISSING'"),
+    ],
+)
+def test_a_bad_aggregation_name_is_refused(value, message):
+    assert message in refusal(value)
+
+
+def test_the_faust_api_takes_the_same_named_entries():
+    from agents.sliding import composed_monoid
+
+    composed = composed_monoid(["count", NAMED])
+    partial = composed.combine(composed.lift(4), composed.lift(5))
+    assert composed.lower(partial) == {"count": 2, "spread": {"first": 4, "last": 5, "n": 2}}
+
+
+MY_MONOID = """
+class Spread:
+    identity = None
+    def lift(self, x): return (x, x)
+    def combine(self, a, b):
+        return b if a is None else a if b is None else (min(a[0], b[0]), max(a[1], b[1]))
+    def lower(self, a): return None if a is None else a[1] - a[0]
+SPREAD = Spread()
+"""
+
+
+def test_a_module_in_the_current_directory_must_be_importable(tmp_path):
+    """The ``fiba`` command's module search path starts with its own folder, not the current
+    directory: a monoid module next to the user fails to import, and the error says how to make
+    it importable; with PYTHONPATH it works, under its given name."""
+    (tmp_path / "mymon.py").write_text(MY_MONOID)
+    fiba = Path(sys.executable).with_name("fiba")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_") and k != "PYTHONPATH"}
+    args = [str(fiba), "config", "show", "--aggregations", "count,spread=mymon:SPREAD"]
+    refused = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2, refused.stderr
+    [line] = refused.stderr.splitlines()
+    assert "cannot import 'mymon:SPREAD': ModuleNotFoundError" in line
+    assert "mymon is in the current directory" in line
+    assert f"PYTHONPATH={tmp_path}" in line
+    shown = subprocess.run(
+        args, cwd=tmp_path, env=env | {"PYTHONPATH": "."}, capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "count,spread=mymon:SPREAD" in shown.stdout
+
+
 def span_oracle(events: list[tuple[str, int, int]]) -> dict[str, dict]:
     """Per key: the value of its oldest and youngest event (equal times: in sending order)."""
     by_key: dict[str, list[tuple[int, int, int]]] = {}
@@ -182,7 +270,7 @@ def test_a_custom_monoid_survives_sigkill_and_a_restore_from_the_changelog(
 ) -> None:
     state_dir = tmp_path / "state"
     settings = worker_settings(kafka_bootstrap, embedded_profile, state_dir, partitions=2)
-    settings = replace(settings, aggregations=("count", SPAN))
+    settings = replace(settings, aggregations=("count", SPAN, NAMED))
     asyncio.run(create_topics(settings))
     events = make_events(2_000, seed=11)
     last = asyncio.run(produce(settings, events))
@@ -199,6 +287,11 @@ def test_a_custom_monoid_survives_sigkill_and_a_restore_from_the_changelog(
         for key, expected in sorted(span_oracle(events).items()):
             answer = http_get(settings, f"/windows/{key}?{query}")
             assert (answer["count"], answer["result"][SPAN]) == (expected["n"], expected), key
+            assert answer["result"]["spread"] == expected, key
+        last_record = asyncio.run(read_to_end(settings, settings.aggregates_topic))[-1]
+        aggregates = json.loads(last_record.value)["windows"]["1h"]["aggregates"]
+        assert list(aggregates) == ["count", SPAN, "spread"]
+        assert aggregates["spread"] == aggregates[SPAN]
     except BaseException:
         print("\n".join(log.read_text(errors="replace")[-3000:] for log in logs if log.exists()))
         raise
