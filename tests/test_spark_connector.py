@@ -26,7 +26,7 @@ from agents.records import Answer, dumps
 from app.broker import BrokerSetupError
 from spark_bridge.connector import CONNECTOR_ARTIFACT, connector_jars, shipped_by_spark
 from spark_bridge.jvm import parse_values
-from spark_bridge.read import read_records
+from spark_bridge.read import flatten_window, read_aggregates, read_records
 from spark_bridge.schema import AGGREGATES, ANSWERS
 from tests.spark_fixtures import create_topic, produce, run_available_now, unique_topic
 from tests.test_spark_source import aggregate
@@ -160,6 +160,33 @@ def test_an_available_now_stream_through_the_connector_equals_the_python_source(
     batch = rows(read_records(spark, AGGREGATES, kafka_bootstrap, topic, engine="python"))
     assert len(batch) == 150 + len(CORRUPT)
     assert streamed == batch
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_the_readme_snippet_as_written_reads_every_record_on_either_broker(
+    spark, kafka_bootstrap, tmp_path
+):
+    """README "Spark" as written (no engine, no broker profile: ``auto``, profile ``kafka``) on
+    a topic written in multi-record batches: the batch read has every record, the stream (two
+    ``availableNow`` runs, records produced batched before each) every record produced after
+    it started, and ``flatten_window`` flattens the stream as it does the batch."""
+    topic = create_topic(kafka_bootstrap, unique_topic("conn-readme"), PARTITIONS)
+    produce(kafka_bootstrap, topic, aggregate_values(150))
+    aggs = read_aggregates(spark, kafka_bootstrap, topic)  # batch, typed
+    assert aggs.count() == 150
+    five = flatten_window(aggs, "5m")
+    stream = read_aggregates(spark, kafka_bootstrap, topic, streaming=True)
+    flat_stream = flatten_window(stream, "5m")
+    assert flat_stream.columns == five.columns
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_available_now(flat_stream, out, checkpoint)  # starts at latest: nothing yet
+    produce(kafka_bootstrap, topic, aggregate_values(120, start=150))
+    run_available_now(flat_stream, out, checkpoint)
+    streamed = rows(spark.read.parquet(str(out)))
+    later = rows(flatten_window(read_aggregates(spark, kafka_bootstrap, topic), "5m"))
+    assert len(later) == 270
+    assert streamed == [r for r in later if r["offset"] >= 150 // PARTITIONS]
 
 
 def produce_one_record_batches(bootstrap: str, topic: str, records) -> None:
