@@ -170,7 +170,7 @@ def spark_join(
     time (see spark_bridge.join), written as Parquet to --out."""
     from pyspark.errors import AnalysisException
 
-    from spark_bridge.join import asof_join, read_batch
+    from spark_bridge.join import BadBatchData, asof_join, read_batch
     from spark_bridge.progress import spark_progress
     from spark_bridge.read import read_aggregates, read_answers
 
@@ -205,6 +205,8 @@ def spark_join(
                 query_id_column=query_id_column,
             )
             joined.write.mode("overwrite" if overwrite else "errorifexists").parquet(out)
+        except BadBatchData as exc:  # a data error, as an unreadable input
+            raise CliFailure(str(exc)) from None
         except ValueError as exc:
             raise CliFailure(str(exc), 2) from None
         except AnalysisException as exc:  # e.g. unreadable input, --out exists

@@ -47,14 +47,37 @@ ANSWER_PREFIX = "answer_"
 _K, _T, _KIND, _P, _O, _AGG = "__k", "__t", "__kind", "__p", "__o", "__agg"
 
 
+class BadBatchData(ValueError):
+    """A value of the batch dataset the job cannot use; ``str(exc)`` names column and value."""
+
+
 def event_time(column: Column, data_type: T.DataType) -> Column:
-    """``column`` as a timestamp: numbers are epoch milliseconds, strings are parsed by
-    ``to_timestamp`` (ISO-8601), dates and timestamps are cast."""
+    """``column`` as a timestamp: numbers are epoch milliseconds, strings are parsed as
+    ISO-8601 (``try_to_timestamp``: null when a string is not a time, see
+    ``check_event_times``), dates and timestamps are cast."""
     if isinstance(data_type, T.NumericType):
         return F.timestamp_millis(column.cast("long"))
     if isinstance(data_type, T.StringType):
-        return F.to_timestamp(column)
+        return F.try_to_timestamp(column)
     return column.cast("timestamp")
+
+
+def check_event_times(batch: DataFrame, time_column: str) -> None:
+    """Raise ``BadBatchData`` naming ``time_column`` and one of its values when a string time
+    column holds a value that is not ISO-8601 text (e.g. epoch ms mixed into ISO text: a CSV
+    column of both is read as text). One job over the column when it is text (stopping at the
+    first bad value), none otherwise."""
+    data_type = batch.schema[time_column].dataType
+    if not isinstance(data_type, T.StringType):
+        return
+    column = F.col(time_column)
+    bad = batch.where(column.isNotNull() & event_time(column, data_type).isNull())
+    found = bad.select(column).limit(1).collect()
+    if found:
+        raise BadBatchData(
+            f"batch column {time_column!r} holds {found[0][0]!r}, not an ISO-8601 time: a time "
+            "column is either all epoch ms (numbers) or all ISO-8601 text"
+        )
 
 
 def asof_join(
@@ -72,14 +95,21 @@ def asof_join(
 
     Added columns: ``agg_stream_time``, ``agg_event_ts``, ``agg_window_start``,
     ``agg_window_end``, ``agg_window_count``, then either the maps ``agg_aggregates`` and
-    ``agg_aggregates_json`` or, when ``aggregations`` names them, one double column
-    ``agg_<name>`` each. With ``answers`` (answers schema): ``answer_result``,
+    ``agg_aggregates_json`` or, when ``aggregations`` names them, two columns each: the double
+    ``agg_<name>`` (a numeric value) and the string ``agg_<name>_json`` (any other value, as
+    the JSON text of ``aggregates_json``: a collect list, an argmax object, a string); one of the
+    two is null. The columns do not depend on the data, so runs append to one Parquet schema.
+    With ``answers`` (answers schema): ``answer_result``,
     ``answer_result_json``, ``answer_count``, ``answer_from``, ``answer_to``,
     ``answer_stream_time``, ``answer_error`` of the row's ``query_id_column``.
+
+    A text time column holding a value that is not a time raises ``BadBatchData``
+    (``check_event_times``: one job over that column).
     """
     for column in (key_column, time_column):
         if column not in batch.columns:
             raise ValueError(f"batch has no column {column!r} (columns: {batch.columns})")
+    check_event_times(batch, time_column)
     w = F.col(WINDOWS)[window]
     payload = {
         AGGREGATE_PREFIX + STREAM_TIME: F.col(STREAM_TIME),
@@ -94,6 +124,7 @@ def asof_join(
     else:  # only the requested values travel through the shuffle and the sort
         for name in aggregations:
             payload[AGGREGATE_PREFIX + name] = w[WINDOW_AGGREGATES][name]
+            payload[AGGREGATE_PREFIX + name + JSON_SUFFIX] = w[WINDOW_AGGREGATES_JSON][name]
     agg_side = aggregates.where(F.col(CORRUPT_RECORD).isNull() & w.isNotNull()).select(
         F.col(KEY).alias(_K),
         w[WINDOW_END].alias(_T),

@@ -4,8 +4,10 @@
 column with the bridge's one decoder (``spark_bridge.decode`` through ``mapInArrow``): the same
 rows as the Python source. ``jvm_kafka_options`` translates the bridge's options (security settings
 as a JAAS config and PEM certificates), passes other ``kafka.*`` and the connector's own
-options through and refuses the rest. On the embedded broker batch reads get explicit ends from
-the Fetch high watermark and streaming is refused. Reference: docs/reference/spark.md.
+options through and refuses the rest. On every broker a batch read gets explicit offsets from
+the Fetch high watermark (``explicit_offsets``: the connector's ListOffsets "latest" is wrong on
+the embedded broker); a stream is refused where ListOffsets is seen below the high watermark
+(``check_list_offsets``). Reference: docs/reference/spark.md.
 """
 
 from __future__ import annotations
@@ -92,23 +94,59 @@ def connector_missing_reason(spark: SparkSession) -> str:
     )
 
 
-def explicit_offsets(options: Mapping[str, str], topic: str) -> dict[str, str]:
-    """``startingOffsets`` and ``endingOffsets`` of a batch read of ``topic`` as per-partition
-    JSON, "latest" being the Fetch high watermark (for the embedded broker: module docstring).
+def explicit_offsets(
+    options: Mapping[str, str], topic: str, streaming: bool = False
+) -> dict[str, str]:
+    """The offset specifications of a read of ``topic`` as per-partition JSON, "latest" being
+    the Fetch high watermark and a partition the JSON leaves out taking the default (earliest
+    for a start, latest for an end), as the Python source does.
 
-    ``options`` are the bridge's (bootstrap, security, the two offset specifications, whose
-    explicit offsets are clamped into the retained range). One metadata, one ListOffsets
-    (earliest) and one Fetch round trip.
+    A batch read gets ``startingOffsets`` and ``endingOffsets``; a stream only a JSON
+    ``startingOffsets`` (``earliest``/``latest`` are left to the connector, resolved when the
+    query starts). ``options`` are the bridge's (bootstrap, security, the two specifications,
+    whose explicit offsets are clamped into the retained range). One metadata, one ListOffsets
+    (earliest) and one Fetch round trip; none for a stream without JSON.
     """
     lowered = {k.lower(): v for k, v in options.items()}
+    specs = {"startingOffsets": EARLIEST, "endingOffsets": LATEST}
+    if streaming:
+        spec = lowered.get("startingoffsets", LATEST).strip()
+        if spec in (EARLIEST, LATEST):
+            return {}
+        specs = {"startingOffsets": EARLIEST}
     with KafkaReader(lowered, topic) as reader:
         partitions, earliest, latest = reader.bounds()
     out = {}
-    for name, default in (("startingOffsets", EARLIEST), ("endingOffsets", LATEST)):
+    for name, default in specs.items():
         spec = lowered.get(name.lower(), default)
         offsets = resolve_offsets(spec, topic, partitions, earliest, latest, default)
         out[name] = json.dumps(to_checkpoint(topic, offsets))
     return out
+
+
+STREAM_REFUSED = (
+    "engine jvm cannot stream this topic: Spark's Kafka connector takes each micro-batch's end "
+    "from ListOffsets(latest), and "
+)
+
+
+def check_list_offsets(options: Mapping[str, str], topic: str) -> None:
+    """Raise ``ValueError`` (one line) when the broker's ListOffsets(latest) of a partition of
+    ``topic`` is below its Fetch high watermark (taken first, so records appended meanwhile can
+    only raise ListOffsets): the connector would end micro-batches short. Detects the embedded
+    broker on any topic whose newest batch holds several records. One metadata, two ListOffsets
+    and one Fetch round trip."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    with KafkaReader(lowered, topic) as reader:
+        partitions = reader.partitions()
+        watermarks = reader.high_watermarks(partitions)
+        listed = reader.latest_offsets(partitions)
+    for p in partitions:
+        if listed[p] < watermarks[p]:
+            raise ValueError(
+                f"{STREAM_REFUSED}this broker answers it wrongly ({topic}[{p}]: {listed[p]}, "
+                f"high watermark {watermarks[p]}); use engine python"
+            )
 
 
 def jaas_quote(value: str) -> str:

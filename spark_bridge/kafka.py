@@ -144,6 +144,13 @@ class KafkaReader:
         found = self._run(self.consumer.beginning_offsets(tps))
         return {tp.partition: int(offset) for tp, offset in found.items()}
 
+    def latest_offsets(self, partitions: Sequence[int]) -> dict[int, int]:
+        """ListOffsets(latest) of each partition: only to check a broker's answer against
+        ``high_watermarks`` (wrong on the embedded broker, see the module docstring)."""
+        tps = [TopicPartition(self.topic, p) for p in partitions]
+        found = self._run(self.consumer.end_offsets(tps))
+        return {tp.partition: int(offset) for tp, offset in found.items()}
+
     def high_watermarks(self, partitions: Sequence[int]) -> dict[int, int]:
         """The end of each partition from Fetch responses: the high watermark (offset after the
         last record), or with ``read_committed`` the last stable offset.

@@ -4,12 +4,13 @@ classpath, reading both brokers.
 Through the connector (``engine="jvm"``) a batch read and an ``availableNow`` stream give the
 very rows of the ``fiba-kafka`` Python source, corrupt records included; with
 ``kafka.isolation.level=read_committed`` aborted records are hidden, in either engine (Apache
-Kafka only: the embedded broker has no transactions). On the embedded broker the connector's
-"latest" comes from ListOffsets, which that broker answers wrongly (the base offset of the
-newest record batch + 1): batch reads get explicit offsets from the Fetch high watermark,
-streaming through ``read_records`` is refused, and the connector itself streams correctly only
-topics written in single-record batches (what those tests show). Without the connector
-``engine="auto"`` falls back to the Python source with one line.
+Kafka only: the embedded broker has no transactions). The connector's "latest" comes from
+ListOffsets, which the embedded broker answers wrongly (the base offset of the newest record
+batch + 1): batch reads get explicit offsets from the Fetch high watermark on every broker (the
+README's snippet, as written, reads every record on both), streaming through ``read_records`` is
+refused where ListOffsets is seen wrong, and the connector itself streams correctly on that
+broker only topics written in single-record batches (what those tests show). Without the
+connector ``engine="auto"`` falls back to the Python source with one line.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from agents.records import Answer, dumps
 from app.broker import BrokerSetupError
 from spark_bridge.connector import CONNECTOR_ARTIFACT, connector_jars, shipped_by_spark
 from spark_bridge.jvm import parse_values
-from spark_bridge.read import read_records
+from spark_bridge.read import flatten_window, read_aggregates, read_records
 from spark_bridge.schema import AGGREGATES, ANSWERS
 from tests.spark_fixtures import create_topic, produce, run_available_now, unique_topic
 from tests.test_spark_source import aggregate
@@ -103,7 +104,7 @@ def test_offset_ranges_through_the_connector_equal_the_python_source(
     topics, _ = mixed_topics
     topic = topics[AGGREGATES]
     ranges = {
-        "starting_offsets": f'{{"{topic}": {{"0": 40, "1": -2, "2": 3}}}}',
+        "starting_offsets": f'{{"{topic}": {{"0": 40, "2": 3}}}}',  # 1: default, earliest
         "ending_offsets": f'{{"{topic}": {{"0": -1, "1": 10, "2": 7}}}}',
     }
     read = {
@@ -162,6 +163,33 @@ def test_an_available_now_stream_through_the_connector_equals_the_python_source(
     assert streamed == batch
 
 
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_the_readme_snippet_as_written_reads_every_record_on_either_broker(
+    spark, kafka_bootstrap, tmp_path
+):
+    """README "Spark" as written (no engine, no broker profile: ``auto``, profile ``kafka``) on
+    a topic written in multi-record batches: the batch read has every record, the stream (two
+    ``availableNow`` runs, records produced batched before each) every record produced after
+    it started, and ``flatten_window`` flattens the stream as it does the batch."""
+    topic = create_topic(kafka_bootstrap, unique_topic("conn-readme"), PARTITIONS)
+    produce(kafka_bootstrap, topic, aggregate_values(150))
+    aggs = read_aggregates(spark, kafka_bootstrap, topic)  # batch, typed
+    assert aggs.count() == 150
+    five = flatten_window(aggs, "5m")
+    stream = read_aggregates(spark, kafka_bootstrap, topic, streaming=True)
+    flat_stream = flatten_window(stream, "5m")
+    assert flat_stream.columns == five.columns
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_available_now(flat_stream, out, checkpoint)  # starts at latest: nothing yet
+    produce(kafka_bootstrap, topic, aggregate_values(120, start=150))
+    run_available_now(flat_stream, out, checkpoint)
+    streamed = rows(spark.read.parquet(str(out)))
+    later = rows(flatten_window(read_aggregates(spark, kafka_bootstrap, topic), "5m"))
+    assert len(later) == 270
+    assert streamed == [r for r in later if r["offset"] >= 150 // PARTITIONS]
+
+
 def produce_one_record_batches(bootstrap: str, topic: str, records) -> None:
     """Send ``(partition, key, value)`` records one record batch each (``max_batch_size``
     below one record), the embedded profile's way for topics read back by end offset."""
@@ -186,10 +214,12 @@ def test_the_embedded_broker_streams_through_the_connector_only_single_record_ba
 ):
     """What works on the embedded broker: the connector streams a topic written in single-record
     batches exactly (ListOffsets is right there); ``read_records`` refuses a stream with this
-    profile, because the worker's outputs are written in multi-record batches."""
+    profile, because the worker's outputs are written in multi-record batches, and without it
+    as soon as ListOffsets answers below the high watermark."""
     if not embedded_profile:
         pytest.skip("Apache Kafka streams through read_records (the availableNow test)")
-    with pytest.raises(ValueError, match="engine jvm cannot stream from the embedded broker"):
+    refused = "engine jvm cannot stream this topic: Spark's Kafka connector takes each"
+    with pytest.raises(ValueError, match=refused + ".* the embedded broker answers it wrongly"):
         read_records(
             spark,
             AGGREGATES,
@@ -199,6 +229,10 @@ def test_the_embedded_broker_streams_through_the_connector_only_single_record_ba
             streaming=True,
             broker_profile=broker_profile,
         )
+    batched = create_topic(kafka_bootstrap, unique_topic("conn-stream-b"), 1)
+    produce(kafka_bootstrap, batched, [(0, None, b"{}")] * 20)
+    with pytest.raises(ValueError, match=r"answers it wrongly \(.*\[0\]: \d+, high watermark 20\)"):
+        read_records(spark, AGGREGATES, kafka_bootstrap, batched, engine="jvm", streaming=True)
     topic = create_topic(kafka_bootstrap, unique_topic("conn-stream1"), PARTITIONS)
     produce_one_record_batches(kafka_bootstrap, topic, aggregate_values(30) + CORRUPT)
     raw = (

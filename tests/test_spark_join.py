@@ -10,6 +10,7 @@ with exact matches allowed — the last of tied aggregates wins, as in the job.
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pyarrow as pa
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from agents.records import AggregateRecord, Answer, WindowResult, dumps
 from spark_bridge.cli import spark_join, spark_read
 from spark_bridge.decode import KafkaRecord, decode_batch
-from spark_bridge.join import asof_join
+from spark_bridge.join import BadBatchData, asof_join
 from spark_bridge.schema import AGGREGATES, AGGREGATES_SCHEMA
 from tests.spark_fixtures import create_topic, produce, unique_topic
 
@@ -120,16 +121,19 @@ def test_asof_join_equals_merge_asof(spark, agg_draws, batch_rows, corrupt, flat
         spark.createDataFrame(batch),
         spark_aggregates(spark, records),
         WINDOW,
-        aggregations=["sum"] if flatten else None,
+        aggregations=["sum", "argmax"] if flatten else None,
     )
     if not flatten:
         joined = joined.withColumn("agg_sum", joined["agg_aggregates"]["sum"])
-    got = joined.select("id", "agg_window_count", "agg_sum", "agg_window_end").toPandas()
-    got = got.set_index("id").sort_index()
+        joined = joined.withColumn("agg_argmax_json", joined["agg_aggregates_json"]["argmax"])
+    columns = ["id", "agg_window_count", "agg_sum", "agg_argmax_json", "agg_window_end"]
+    got = joined.select(*columns).toPandas().set_index("id").sort_index()
     expected = oracle(records, batch)
     assert got["agg_window_count"].astype("Int64").tolist() == expected.tolist()
     matched = got["agg_window_count"].notna()
     assert (got.loc[matched, "agg_sum"] == got.loc[matched, "agg_window_count"] * 0.5).all()
+    argmax = got.loc[matched, "agg_window_count"].map(lambda i: f'{{"i":{int(i)}}}')
+    assert (got.loc[matched, "agg_argmax_json"] == argmax).all()
     assert len(got) == len(batch)
 
 
@@ -204,6 +208,13 @@ def test_spark_join_cli_end_to_end(spark, kafka_bootstrap, broker_profile, engin
     assert got["answer_count"].astype("Int64").tolist() == [3, pd.NA, 0, 0, pd.NA, pd.NA, 3]
     assert got["answer_error"].tolist()[2] == "bad window"
 
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text("key,ts\na,1970-01-01T00:00:03Z\na,1700000004000\n")
+    args = ["--batch", str(mixed), "--window", WINDOW, "--out", str(tmp_path / "mixed-out")]
+    args += ["--aggregates-topic", agg_topic, "--broker", kafka_bootstrap, "--no-progress"]
+    refused = CliRunner().invoke(spark_join, [*args, "--broker-profile", broker_profile])
+    assert (refused.exit_code, refused.output) == (1, f"fiba: {MIXED_TIMES}\n")
+
     shown = CliRunner().invoke(
         spark_read,
         [
@@ -239,9 +250,20 @@ def test_csv_batch_with_iso_times(spark, tmp_path):
         "2,b,1970-01-01T00:00:00.999Z\n"
         "3,z,1970-01-01T00:00:09Z\n"
     )
-    joined = asof_join(read_batch(spark, str(path)), spark_aggregates(spark, records), WINDOW)
+    aggregates = spark_aggregates(spark, records)
+    joined = asof_join(read_batch(spark, str(path)), aggregates, WINDOW)
     got = {r.id: r.agg_window_count for r in joined.collect()}
     assert got == {0: 0, 1: 1, 2: None, 3: None}
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text(path.read_text() + "4,a,1700000004000\n")  # epoch ms among ISO text
+    with pytest.raises(BadBatchData, match=re.escape(MIXED_TIMES)):
+        asof_join(read_batch(spark, str(mixed)), aggregates, WINDOW)
+
+
+MIXED_TIMES = (
+    "batch column 'ts' holds '1700000004000', not an ISO-8601 time: a time column is either "
+    "all epoch ms (numbers) or all ISO-8601 text"
+)
 
 
 def test_the_join_job_runs_as_a_script():

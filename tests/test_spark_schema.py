@@ -127,6 +127,8 @@ def test_engine_detection_with_the_connector_the_session_resolved(spark):
     assert jvm_kafka_available(spark) is True
     assert choose_engine(spark, "auto") == "jvm"
     assert choose_engine(spark, "auto", broker_profile="embedded") == "python"
+    assert choose_engine(spark, "auto", streaming=True) == "python"
+    assert choose_engine(spark, "jvm", streaming=True) == "jvm"
     assert choose_engine(spark, "jvm") == "jvm"
     assert choose_engine(spark, "python") == "python"
     with pytest.raises(ValueError, match="engine"):
@@ -137,4 +139,5 @@ def test_auto_engine_never_takes_the_connector_on_the_embedded_broker():
     assert engine_for("auto", "kafka", connector_available=True) == "jvm"
     assert engine_for("auto", "embedded", connector_available=True) == "python"
     assert engine_for("auto", "kafka", connector_available=False) == "python"
+    assert engine_for("auto", "kafka", connector_available=True, streaming=True) == "python"
     assert engine_for("jvm", "embedded", connector_available=False) == "jvm"
