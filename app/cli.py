@@ -13,6 +13,7 @@ commands of ``bench.cli`` and ``spark_bridge.cli``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import json
@@ -182,6 +183,16 @@ def require_broker(settings: Settings) -> None:
         raise CliFailure(f"{exc}; is it running? (`fiba broker` starts one)", 2) from None
 
 
+def require_topics(settings: Settings, *topics: str) -> None:
+    """Stop with one line (exit code 1) when one of ``topics`` does not exist, before anything
+    is sent or read: the one check of every command that names a topic
+    (``app.kafka_io.existing_partitions``; a producer would otherwise wait for the topic's
+    metadata until its request timeout, or auto-create it on some brokers)."""
+    from app.kafka_io import require_topics as check
+
+    run_async(check(settings, topics))
+
+
 def require_free_port(host: str, port: int, what: str) -> None:
     """Stop with exit code 2 when ``host:port`` cannot be listened on (another process holds
     it, or the address is not this machine's), before anything is started. The probe socket
@@ -198,13 +209,16 @@ def require_free_port(host: str, port: int, what: str) -> None:
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro``; Kafka connection errors and the broker's refusals (credentials, ACLs)
-    become exit code 2, other Kafka errors 1."""
+    become exit code 2, a missing topic and other Kafka errors 1."""
     from aiokafka.errors import KafkaConnectionError, KafkaError
 
     from agents.clients import refusal
+    from app.kafka_io import MissingTopic
 
     try:
         return asyncio.run(coro)
+    except MissingTopic as exc:
+        raise CliFailure(str(exc)) from None
     except KafkaConnectionError as exc:
         raise CliFailure(f"cannot reach the Kafka broker: {exc}", 2) from None
     except KafkaError as exc:
@@ -469,6 +483,7 @@ def produce(
     else:
         records = file_records(file, settings)
     require_broker(settings)
+    require_topics(settings, settings.input_topic)
     try:
         sent = run_async(send_records(settings, records, total=count, rate=rate))
     except BadInputLine as exc:
@@ -505,15 +520,16 @@ def tail(
     Dead letters carry their reason headers (fiba.error.reason, fiba.error.detail, ...).
     Follows the topic until Ctrl-C, --limit or --idle-timeout.
     """
-    from app.kafka_io import MissingTopic, tail_topic
+    from app.kafka_io import tail_topic
 
     require_broker(settings)
     topic = getattr(settings, TAIL_TOPICS[which])
+    require_topics(settings, topic)
 
     def show(record: dict[str, Any]) -> None:
         click.echo(json.dumps(record, ensure_ascii=False))
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         run_async(
             tail_topic(
                 settings,
@@ -524,10 +540,6 @@ def tail(
                 idle_timeout_ms=idle_timeout,
             )
         )
-    except MissingTopic as exc:
-        raise CliFailure(str(exc)) from None
-    except KeyboardInterrupt:
-        pass
 
 
 # --- query -------------------------------------------------------------------------------------
@@ -580,12 +592,13 @@ def query(
         except BadWorkerAnswer as exc:
             raise CliFailure(str(exc)) from None
     else:
-        from app.kafka_io import MissingTopic, NoAnswer, ask
+        from app.kafka_io import NoAnswer, ask
 
         require_broker(settings)
+        require_topics(settings, settings.queries_topic, settings.answers_topic)
         try:
             answer = run_async(ask(settings, request, timeout / 1000))
-        except (MissingTopic, NoAnswer) as exc:
+        except NoAnswer as exc:
             raise CliFailure(str(exc)) from None
     click.echo(json.dumps(answer, ensure_ascii=False))
     if answer.get("error"):

@@ -22,7 +22,7 @@ from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.structs import ConsumerRecord
 
 from agents.batched_send import kafka_timestamp
-from agents.clients import client_options, end_offsets, topic_partitions, topic_refused
+from agents.clients import client_options, end_offsets, topic_refused
 from agents.records import QUERY_ID, RangeQuery, dumps
 from app.generator import Event
 from app.settings import Settings
@@ -32,7 +32,11 @@ InputRecord = tuple[bytes, bytes, int | None]
 
 
 class MissingTopic(Exception):
-    """The topic to read does not exist; ``str(exc)`` is one clear line."""
+    """A topic a command names does not exist; ``str(exc)`` is one clear line."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"topic {topic!r} does not exist (run `fiba topics create`)")
+        self.topic = topic
 
 
 class BadInputLine(ValueError):
@@ -115,6 +119,38 @@ async def require_access(settings: Settings, client: AIOKafkaClient, topic: str)
         raise TopicAuthorizationFailedError(topic)
 
 
+async def existing_partitions(
+    settings: Settings, client: AIOKafkaClient, topics: Iterable[str]
+) -> dict[str, set[int]]:
+    """The partition numbers of each of ``topics``: the one check, shared by every command
+    that names a topic, that they exist before anything is sent to or read from them.
+
+    One metadata request for every topic (never one naming a topic, which would auto-create
+    it on some brokers and make a producer wait ``request_timeout_ms`` for it on others).
+    ``MissingTopic`` for the first one absent; outside the embedded profile a topic absent from
+    the answer is first asked for by name without auto-creation
+    (``TopicAuthorizationFailedError`` when the ACLs hide it). ``client`` is a started client.
+    """
+    cluster = await client.fetch_all_metadata()
+    found = {}
+    for topic in topics:
+        if topic not in cluster.topics():
+            await require_access(settings, client, topic)
+            raise MissingTopic(topic)
+        found[topic] = set(cluster.partitions_for_topic(topic) or ())
+    return found
+
+
+async def require_topics(settings: Settings, topics: Iterable[str]) -> None:
+    """``existing_partitions`` with a client of its own (closed before returning)."""
+    client = AIOKafkaClient(**client_options(settings))
+    await client.bootstrap()
+    try:
+        await existing_partitions(settings, client, topics)
+    finally:
+        await client.close()
+
+
 async def send_records(
     settings: Settings,
     records: Iterable[InputRecord],
@@ -180,10 +216,8 @@ async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
     reading ``settings.outputs_isolation_level`` (``read_committed`` but on the embedded
     profile: an aborted exactly-once transaction is never shown).
 
-    The topic's existence is checked in the full topic list first (``MissingTopic`` if absent):
-    a metadata request naming a missing topic would auto-create it on some brokers. Outside the
-    embedded profile a topic absent from that list is asked for by name, without
-    auto-creation: ``TopicAuthorizationFailedError`` when the ACLs deny it.
+    The topic's existence is checked first (``existing_partitions``: ``MissingTopic``,
+    ``TopicAuthorizationFailedError``).
     """
     consumer = AIOKafkaConsumer(
         **client_options(settings),
@@ -192,10 +226,7 @@ async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
     )
     await consumer.start()
     try:
-        partitions = await topic_partitions(consumer, topic)
-        if partitions is None:
-            await require_access(settings, consumer._client, topic)
-            raise MissingTopic(f"topic {topic!r} does not exist (run `fiba topics create`)")
+        partitions = (await existing_partitions(settings, consumer._client, [topic]))[topic]
         consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
     except BaseException:
         await consumer.stop()

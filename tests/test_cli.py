@@ -431,10 +431,29 @@ def test_tail_prints_any_value_as_strict_json(broker_env):
 
 
 @pytest.mark.kafka
-def test_tail_of_a_missing_topic_is_a_clear_error(broker_env):
-    result = fiba("tail", "--topic", "answers", "--limit", "1", env=broker_env)
+@pytest.mark.parametrize(
+    ("args", "topic"),
+    [
+        (["tail", "--topic", "answers", "--limit", "1"], "FIBA_ANSWERS_TOPIC"),
+        (["produce", "--generate", "3"], "FIBA_INPUT_TOPIC"),
+        (["query", "k", "--window", "5m", "--timeout", "1s"], "FIBA_QUERIES_TOPIC"),
+    ],
+)
+def test_a_command_naming_a_missing_topic_says_so_at_once_and_creates_nothing(
+    broker_env, args, topic
+):
+    """One check for every command (app.kafka_io.existing_partitions): the same line, before
+    anything is sent (a producer would wait 40 s for the topic's metadata on Apache Kafka, and
+    auto-create it with 4 partitions on Tansu)."""
+    result = fiba(*args, env=broker_env)
     assert result.exit_code == 1
-    assert "does not exist (run `fiba topics create`)" in result.stderr
+    name = broker_env[topic]
+    assert result.stderr == f"fiba: topic {name!r} does not exist (run `fiba topics create`)\n"
+    again = fiba("tail", "--topic", "input", "--limit", "1", env=broker_env)
+    input_topic = broker_env["FIBA_INPUT_TOPIC"]
+    assert again.stderr == (
+        f"fiba: topic {input_topic!r} does not exist (run `fiba topics create`)\n"
+    ), "a command created the input topic"
 
 
 # --- query ---------------------------------------------------------------------------------
