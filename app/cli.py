@@ -36,6 +36,7 @@ from app.settings import (
     load_settings_with_sources,
     setting_text,
 )
+from app.wording import counted, were
 from stores.durations import parse_duration
 
 T = TypeVar("T")
@@ -373,7 +374,7 @@ def topics_create(settings: Settings) -> None:
         raise CliFailure(str(exc)) from None
     for outcome in outcomes:
         state = "created" if outcome.created else "exists "
-        click.echo(f"{state} {outcome.name} ({outcome.partitions} partitions)")
+        click.echo(f"{state} {outcome.name} ({counted(outcome.partitions, 'partition')})")
 
 
 @cli.command()
@@ -488,9 +489,10 @@ def produce(
         sent = run_async(send_records(settings, records, total=count, rate=rate))
     except BadInputLine as exc:
         raise CliFailure(
-            f"{file.name}: {exc} ({exc.sent} records before it were sent; nothing after it)"
+            f"{file.name}: {exc} ({counted(exc.sent, 'record')} before it {were(exc.sent)}"
+            " sent; nothing after it)"
         ) from None
-    click.echo(f"sent {sent} records to {settings.input_topic}", err=True)
+    click.echo(f"sent {counted(sent, 'record')} to {settings.input_topic}", err=True)
 
 
 # --- tail --------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import TopicAuthorizationFailedError
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.structs import ConsumerRecord
 
 from agents.batched_send import kafka_timestamp
@@ -26,6 +27,11 @@ from agents.clients import client_options, end_offsets, topic_refused
 from agents.records import QUERY_ID, RangeQuery, dumps
 from app.generator import Event
 from app.settings import Settings
+
+MAX_RECORD_BYTES = 1_048_576
+"""The largest record (as aiokafka sizes it in a batch) the producers of the CLI send: Apache
+Kafka's default ``message.max.bytes`` (a broker or topic setting, ``max.message.bytes``), so a
+larger one is refused before the broker sees it."""
 
 InputRecord = tuple[bytes, bytes, int | None]
 """An input-topic record: Kafka key, value, timestamp (ms, or None for the producer's clock)."""
@@ -72,7 +78,8 @@ def file_records(lines: Iterable[bytes], settings: Settings) -> Iterator[InputRe
     the value. An integer event time becomes the Kafka timestamp (``send_records`` keeps it
     within what a broker accepts). Raises ``BadInputLine`` (with the line number) at the first
     line that is not such an object: not UTF-8, not JSON, no string key, a key that is no
-    Unicode text (a lone surrogate, ``"\\ud800"``), or a number that is not finite.
+    Unicode text (a lone surrogate, ``"\\ud800"``), a number that is not finite, or a record
+    larger than ``MAX_RECORD_BYTES``.
     """
     key_field = settings.key_field or "key"
     for number, raw in enumerate(lines, 1):
@@ -101,12 +108,22 @@ def file_records(lines: Iterable[bytes], settings: Settings) -> Iterator[InputRe
             raise BadInputLine(
                 f"line {number}: a number that is not finite (NaN, Infinity or beyond 1.8e308)"
             ) from None
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key_bytes, value, [])
+        if size > MAX_RECORD_BYTES:
+            raise BadInputLine(
+                f"line {number}: {size} bytes as a Kafka record, over the {MAX_RECORD_BYTES}"
+                " bytes one record may have (Kafka's default message.max.bytes, which fiba's"
+                " producer keeps): split the event (the worker would dead-letter a value over"
+                f" max_value_bytes, {settings.max_value_bytes} bytes, anyway)"
+            )
         yield key_bytes, value, timestamp
 
 
 async def start_producer(settings: Settings) -> AIOKafkaProducer:
     """A started aiokafka producer for ``settings`` (acks=all, small linger)."""
-    producer = AIOKafkaProducer(**client_options(settings), acks="all", linger_ms=5)
+    producer = AIOKafkaProducer(
+        **client_options(settings), acks="all", linger_ms=5, max_request_size=MAX_RECORD_BYTES
+    )
     await producer.start()
     return producer
 
@@ -167,7 +184,8 @@ async def send_records(
     (``agents.batched_send.kafka_timestamp``): a time ahead of this machine's clock is sent as
     the clock's time (Apache Kafka refuses a batch with one more than an hour ahead, and a
     time beyond 64 bits cannot be sent at all), a negative one or None as the producer's clock.
-    ``rate`` caps the records per second; ``progress`` shows a tqdm bar on stderr.
+    ``rate`` caps the records per second; ``progress`` shows a tqdm bar on stderr when it is a
+    terminal (elsewhere, a log or a pipe, each redraw would be one more copy of the bar).
     ``TopicAuthorizationFailedError`` before the first send when the ACLs deny ``topic``
     (checked outside the embedded profile). Deliveries
     are awaited every ``chunk`` records, so memory stays bounded and a failed delivery stops
@@ -183,7 +201,11 @@ async def send_records(
     try:
         await require_access(settings, producer.client, target)
         with tqdm(
-            total=total, unit="ev", desc="produce", file=sys.stderr, disable=not progress
+            total=total,
+            unit="ev",
+            desc="produce",
+            file=sys.stderr,
+            disable=not (progress and sys.stderr.isatty()),
         ) as bar:
             try:
                 for key, value, timestamp in records:
