@@ -210,12 +210,16 @@ def require_free_port(host: str, port: int, what: str) -> None:
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro``; Kafka connection errors and the broker's refusals (credentials, ACLs)
-    become exit code 2, a missing topic and other Kafka errors 1."""
+    become exit code 2, a missing topic and other Kafka errors 1. While the broker does not
+    answer, the clients retry with backoff and the command says so once per interval
+    (``app.broker_outage``)."""
     from aiokafka.errors import KafkaConnectionError, KafkaError
 
     from agents.clients import refusal
+    from app.broker_outage import watch_broker_outages
     from app.kafka_io import MissingTopic
 
+    watch_broker_outages(lambda line: click.echo(f"fiba: {line}", err=True))
     try:
         return asyncio.run(coro)
     except MissingTopic as exc:

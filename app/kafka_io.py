@@ -18,7 +18,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import TopicAuthorizationFailedError
+from aiokafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.structs import ConsumerRecord
 
@@ -120,9 +120,17 @@ def file_records(lines: Iterable[bytes], settings: Settings) -> Iterator[InputRe
 
 
 async def start_producer(settings: Settings) -> AIOKafkaProducer:
-    """A started aiokafka producer for ``settings`` (acks=all, small linger)."""
+    """A started aiokafka producer for ``settings`` (acks=all, small linger), idempotent but
+    with the embedded profile (its broker has no idempotence): such a producer retries a
+    batch until the broker takes it, and the broker drops a retry of a batch it already has,
+    so a broker outage neither loses nor doubles a record. Without idempotence a batch that
+    cannot be delivered within ``request_timeout_ms`` (40 s) fails."""
     producer = AIOKafkaProducer(
-        **client_options(settings), acks="all", linger_ms=5, max_request_size=MAX_RECORD_BYTES
+        **client_options(settings),
+        acks="all",
+        linger_ms=5,
+        max_request_size=MAX_RECORD_BYTES,
+        enable_idempotence=not settings.embedded,
     )
     await producer.start()
     return producer
@@ -168,6 +176,21 @@ async def require_topics(settings: Settings, topics: Iterable[str]) -> None:
         await client.close()
 
 
+async def send_one(
+    producer: AIOKafkaProducer, topic: str, key: bytes, value: bytes, timestamp_ms: int | None
+) -> asyncio.Future[Any]:
+    """``producer.send(...)``: the future of the record's delivery. A send refused because the
+    record's partition still has a full batch waiting for the broker (``KafkaTimeoutError``
+    after ``request_timeout_ms``: the record was not taken) is tried again, for as long as it
+    takes: the wait of a broker outage (but not when the topic left the metadata)."""
+    while True:
+        try:
+            return await producer.send(topic, value, key=key, timestamp_ms=timestamp_ms)
+        except KafkaTimeoutError:
+            if producer.client.cluster.partitions_for_topic(topic) is None:
+                raise  # not an outage: the topic is gone from the metadata
+
+
 async def send_records(
     settings: Settings,
     records: Iterable[InputRecord],
@@ -189,7 +212,9 @@ async def send_records(
     ``TopicAuthorizationFailedError`` before the first send when the ACLs deny ``topic``
     (checked outside the embedded profile). Deliveries
     are awaited every ``chunk`` records, so memory stays bounded and a failed delivery stops
-    the run with its exception.
+    the run with its exception. While the broker does not answer, a send waits for it
+    (``send_one``), and with the idempotent producer (``start_producer``) nothing sent is
+    lost or doubled.
     """
     from tqdm import tqdm
 
@@ -214,9 +239,7 @@ async def send_records(
                         if ahead > 0:
                             await asyncio.sleep(ahead)
                     pending.append(
-                        await producer.send(
-                            target, value, key=key, timestamp_ms=kafka_timestamp(timestamp)
-                        )
+                        await send_one(producer, target, key, value, kafka_timestamp(timestamp))
                     )
                     sent += 1
                     if len(pending) >= chunk:
