@@ -208,18 +208,20 @@ def require_free_port(host: str, port: int, what: str) -> None:
         raise CliFailure(f"cannot listen on {host}:{port} for {what}: {exc.strerror}", 2) from None
 
 
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
+def run_async(coro: Coroutine[Any, Any, T], report_outages: bool = True) -> T:
     """Run ``coro``; Kafka connection errors and the broker's refusals (credentials, ACLs)
     become exit code 2, a missing topic and other Kafka errors 1. While the broker does not
-    answer, the clients retry with backoff and the command says so once per interval
-    (``app.broker_outage``)."""
+    answer, the clients retry with backoff and, with ``report_outages``, the command says so
+    once per interval (``app.broker_outage``; not in a worker's process, whose log keeps
+    aiokafka's records)."""
     from aiokafka.errors import KafkaConnectionError, KafkaError
 
     from agents.clients import refusal
     from app.broker_outage import watch_broker_outages
     from app.kafka_io import MissingTopic
 
-    watch_broker_outages(lambda line: click.echo(f"fiba: {line}", err=True))
+    if report_outages:
+        watch_broker_outages(lambda line: click.echo(f"fiba: {line}", err=True))
     try:
         return asyncio.run(coro)
     except MissingTopic as exc:
@@ -396,10 +398,10 @@ def worker(settings: Settings) -> None:
         from agents.transactions import NoTransactions, check_transactions
 
         try:
-            run_async(check_transactions(settings))
+            run_async(check_transactions(settings), report_outages=False)
         except NoTransactions as exc:
             raise CliFailure(str(exc), 2) from None
-    problems = run_async(missing_or_mismatched(settings))
+    problems = run_async(missing_or_mismatched(settings), report_outages=False)
     if problems:
         raise CliFailure("; ".join(problems) + " (run `fiba topics create` with these settings)")
     try:
