@@ -13,8 +13,11 @@ records aiokafka writes at every failed attempt are replaced by lines passed to 
   once the broker is back): ``the broker answers again (after 23 s)``.
 
 Dropped aiokafka records: those naming one of ``OUTAGE_MESSAGES`` (always: the lines above
-say it), and every other aiokafka warning or error during an outage (its consequences:
-failed produce and fetch requests). Other aiokafka records are printed as Python prints
+say it), the warnings of a request aiokafka retries (``RETRYING``, e.g. a produce request
+refused with ``NotLeaderForPartitionError`` while a new topic's leader takes office: a retry
+that succeeds is no news, and one that never does ends the command with its error), and
+every other aiokafka warning or error during an outage (its consequences: failed produce and
+fetch requests). Other aiokafka records are printed as Python prints
 unhandled log records (the message alone on stderr, warnings and up). O(1) per record and per
 metadata update.
 """
@@ -43,6 +46,9 @@ OUTAGE_MESSAGES = (
     "NodeNotReadyError",
 )
 """Parts of the aiokafka log messages that only say the broker does not answer."""
+
+RETRYING = ", retrying"
+"""The part of aiokafka's warnings of a request it retries."""
 
 
 class OutageReport(logging.Filter):
@@ -100,6 +106,8 @@ class OutageReport(logging.Filter):
         """False for the records the outage lines replace (module doc)."""
         message = record.getMessage()
         if any(part in message for part in OUTAGE_MESSAGES):
+            return False
+        if record.levelno == logging.WARNING and RETRYING in message:
             return False
         return self.began is None or record.levelno < logging.WARNING
 

@@ -44,7 +44,13 @@ def test_aiokafka_records_of_an_outage_are_dropped_and_others_kept():
     refused = record(logging.ERROR, "Unable connect to node with id 1: [Errno 111] refused")
     failed_fetch = record(logging.WARNING, "Failed fetch messages from 1: NotLeaderForPartition")
     info = record(logging.INFO, "Discovered coordinator")
+    retried = record(
+        logging.WARNING,
+        "Got error produce response on topic-partition TopicPartition(topic='t', partition=1),"
+        " retrying. Error: <class 'aiokafka.errors.NotLeaderForPartitionError'>",
+    )
     assert not report.filter(unreachable) and not report.filter(refused)
+    assert not report.filter(retried)
     assert report.filter(failed_fetch) and report.filter(info)
     report.on_update(CLIENT, False)  # an outage: its consequences are dropped too
     assert not report.filter(failed_fetch) and report.filter(info)
