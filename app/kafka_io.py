@@ -274,9 +274,22 @@ async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
         partitions = (await existing_partitions(settings, consumer._client, [topic]))[topic]
         consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
     except BaseException:
-        await consumer.stop()
+        await stop_consumer(consumer)
         raise
     return consumer
+
+
+async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """``consumer.stop()``, also while the broker does not answer: aiokafka's fetcher then
+    cancels a fetch waiting out its retry backoff and re-raises that task's
+    ``CancelledError`` from ``stop`` (``fiba tail --idle-timeout`` ending during an outage
+    printed it as a traceback). A cancellation of the caller's own task still propagates."""
+    try:
+        await consumer.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
 
 
 async def seek_to_end(consumer: AIOKafkaConsumer, settings: Settings) -> None:
@@ -364,7 +377,7 @@ async def tail_topic(
             ):
                 break
     finally:
-        await consumer.stop()
+        await stop_consumer(consumer)
     return shown
 
 
@@ -394,7 +407,7 @@ async def ask(settings: Settings, query: RangeQuery, timeout: float) -> dict[str
                     if isinstance(answer, dict) and answer.get(QUERY_ID) == query.query_id:
                         return answer
     finally:
-        await consumer.stop()
+        await stop_consumer(consumer)
     raise NoAnswer(
         f"no answer on {settings.answers_topic} within {timeout:g}s (is a worker running?)"
     )

@@ -5,10 +5,24 @@ tests/test_broker_faults.py.)"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import os
+import sys
+import time
+from subprocess import PIPE, Popen
 from types import SimpleNamespace
 
+import pytest
+
+from app.broker import free_port
 from app.broker_outage import REPORT_INTERVAL_S, OutageReport
+from app.brokers import make_broker, options_keeping_old_records
+from app.demo import settings_environ
+from app.topics import create_topics
+from tests.conftest import broker_kinds_under_test
+from tests.test_crash_recovery import BASE, produce, worker_settings
 
 CLIENT = SimpleNamespace(hosts=[("127.0.0.1", 9092, 0)])
 
@@ -56,3 +70,54 @@ def test_aiokafka_records_of_an_outage_are_dropped_and_others_kept():
     assert not report.filter(failed_fetch) and report.filter(info)
     report.on_answer()
     assert report.filter(failed_fetch)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("kind", [k for k in broker_kinds_under_test() if k != "external"])
+def test_tail_rides_out_a_broker_restart_saying_so_once_per_interval(kind, tmp_path):
+    """A consumer's command (``fiba tail``) through a stop and restart of a broker of the
+    test's own: one line when the broker goes, one per interval, one when it is back, none of
+    aiokafka's per-retry lines (it printed about 40 a second), and the records written after
+    the restart are shown (Tansu comes back empty: the topics are created again). A tail whose
+    ``--idle-timeout`` ends during the outage stops cleanly (it printed a traceback)."""
+    options = options_keeping_old_records(kind)
+    if kind == "kafka":
+        options["data_dir"] = tmp_path / "kafka"
+    broker = make_broker(kind, port=free_port(), **options)
+    broker.start()
+    tail = idle = None
+    try:
+        settings = worker_settings(broker.bootstrap, kind == "embedded", tmp_path / "state", 1)
+        asyncio.run(create_topics(settings))
+        env = {**os.environ, **settings_environ(settings)}
+        command = [sys.executable, "-m", "app.cli", "tail", "--topic", "input"]
+        tail = Popen([*command, "--limit", "5"], env=env, stdout=PIPE, stderr=PIPE)
+        idle = Popen([*command, "--idle-timeout", "1s"], env=env, stdout=PIPE, stderr=PIPE)
+        time.sleep(3)  # the tail is at the end of the topic
+        broker.stop()
+        down_at = time.monotonic()
+        idled = idle.communicate(timeout=60)[1].decode()  # its time is up during the outage
+        time.sleep(3)
+        broker.start()
+        if kind == "embedded":
+            asyncio.run(create_topics(settings))
+        outage = time.monotonic() - down_at
+        asyncio.run(produce(settings, [("k", BASE + i, i) for i in range(5)]))
+        out, err = tail.communicate(timeout=120)
+    finally:
+        for process in (tail, idle):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+        broker.stop()
+    assert idle.returncode == 0 and "Traceback" not in idled, idled
+    lines = err.decode().splitlines()
+    print(f"outage {outage:.1f} s; tail said:", *lines, sep="\n")
+    assert tail.returncode == 0, lines
+    assert 1 <= len(lines) - 1 <= 1 + outage / REPORT_INTERVAL_S, lines
+    assert "no answer from the broker" in lines[0], lines
+    assert lines[-1].startswith("fiba: the broker answers again"), lines
+    assert all("still no answer" in line for line in lines[1:-1]), lines
+    shown = [json.loads(line)["value"]["value"] for line in out.decode().splitlines()]
+    assert shown == list(range(5))
