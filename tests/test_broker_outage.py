@@ -93,7 +93,7 @@ def test_tail_rides_out_a_broker_restart_saying_so_once_per_interval(kind, tmp_p
         env = {**os.environ, **settings_environ(settings)}
         command = [sys.executable, "-m", "app.cli", "tail", "--topic", "input"]
         tail = Popen([*command, "--limit", "5"], env=env, stdout=PIPE, stderr=PIPE)
-        idle = Popen([*command, "--idle-timeout", "1s"], env=env, stdout=PIPE, stderr=PIPE)
+        idle = Popen([*command, "--idle-timeout", "6s"], env=env, stdout=PIPE, stderr=PIPE)
         time.sleep(3)  # the tail is at the end of the topic
         broker.stop()
         down_at = time.monotonic()
