@@ -475,8 +475,12 @@ def test_a_state_command_on_the_state_dir_of_a_running_worker_says_to_stop_it(tm
 @pytest.mark.kafka
 def test_produce_says_what_it_sent_once_with_plurals_right(broker_env, tmp_path):
     """No progress bar off a terminal (it was printed twice, empty, before the summary), and
-    "1 record", not "1 records"."""
-    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    "1 record", not "1 records" (nor "1 partitions")."""
+    broker_env = {**broker_env, "FIBA_PARTITIONS": "1"}
+    created = fiba("topics", "create", env=broker_env)
+    assert all(line.endswith("(1 partition)") for line in created.stdout.splitlines())
+    mismatch = fiba("topics", "create", "--partitions", "2", env=broker_env).stderr
+    assert "already exists with 1 partition, but" in mismatch
     topic = broker_env["FIBA_INPUT_TOPIC"]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
