@@ -1,22 +1,11 @@
 """Producing many small records cheaply: whole record batches handed to aiokafka at once.
 
-``AIOKafkaProducer.send`` pays per record for a coroutine, a delivery future, the accumulator's
-bookkeeping and, later, resolving that future, and a worker with ``emit=event`` produces three
-records per input event: sent one by one through Faust's producer they took nearly as much of
-the worker's CPU per event as everything else together (same-machine A/B runs in
-``bench/RESULTS.md``, "Worker pipeline end to end"). ``send_records`` (and
-``send_output_records``, with Kafka timestamps and headers) instead appends the records of one
-partition to aiokafka ``BatchBuilder``s (its C record builder, no future per record) and hands
-each builder over with ``send_batch``, closed (the producer sends it without lingering): one
-delivery future per batch. Records of one partition keep their order (aiokafka keeps one batch
-of a partition in flight at a time; ``send_batch`` waits until the partition's previous batch
-has left the accumulator).
-
-``KeyPartitioner`` gives the partition that Kafka's default partitioner picks for a key
-(murmur2, as every client does), memoised for the keys used most recently, for the explicit
-partitions ``send_batch`` needs; ``KeyedOutputs`` queues keyed records of one topic by that
-partition until ``send``, which returns their deliveries (awaited before the state that makes a
-redelivery skip them, ``agents.windows``).
+``send_records`` and ``send_output_records`` append the records of one partition to aiokafka
+``BatchBuilder``s and hand each over with ``send_batch``: one delivery future per batch instead
+of per record (one ``send`` per record cost nearly as much CPU as everything else the worker
+does per event). Records of one partition keep their order. ``KeyPartitioner`` picks Kafka's
+default partition for a key (murmur2, memoised); ``KeyedOutputs`` queues keyed records by
+partition until ``send``. Design: docs/design/delivery.md.
 """
 
 from __future__ import annotations
@@ -29,6 +18,8 @@ from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
+
+from agents.retention_watch import RetentionCheck
 
 ALL_SOURCES: Any = object()
 """``KeyedOutputs.send``'s default: the records of every source."""
@@ -153,11 +144,16 @@ class KeyedOutputs:
     ``agents.transactions``) and per partition (of their key under Kafka's default partitioner,
     as ``producer.send`` without a partition would pick, or given), handed over by ``send``:
     per record O(1) (a memoised partition and a list append), per ``send`` one
-    ``send_output_records`` per partition with records."""
+    ``send_output_records`` per partition with records. ``retention`` checks each record's
+    timestamp against the topic's ``retention.ms`` (``agents.retention_watch``; ``name``
+    labels it)."""
 
-    def __init__(self, producer: Callable[[], AIOKafkaProducer], topic: str) -> None:
+    def __init__(
+        self, producer: Callable[[], AIOKafkaProducer], topic: str, name: str | None = None
+    ) -> None:
         self._producer = producer
         self.topic = topic
+        self.retention = RetentionCheck(topic, name or topic)
         self._partition_of: KeyPartitioner | None = None
         self._queued: dict[Hashable, dict[int, list[OutputRecord]]] = {}
 
@@ -190,7 +186,10 @@ class KeyedOutputs:
         queued = by_target.get(target)
         if queued is None:
             queued = by_target[target] = []
-        queued.append((key, value, kafka_timestamp(timestamp), headers))
+        ts = kafka_timestamp(timestamp)
+        if ts is not None and ts < self.retention.oldest_kept:
+            self.retention.exceeded(ts)
+        queued.append((key, value, ts, headers))
 
     async def send(
         self, source: Hashable = ALL_SOURCES, producer: AIOKafkaProducer | None = None

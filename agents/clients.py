@@ -1,24 +1,13 @@
 """Kafka client plumbing shared by the CLI tools and the worker: connection options, reachability,
 end offsets, fetches that survive a failure.
 
-- ``client_options(settings)``: the aiokafka keyword arguments for the bootstrap servers and the
-  security passthrough (SSL files, SASL) of ``Settings``.
-- ``check_reachable(settings)``: fail fast, with one clear message, when no bootstrap server
-  accepts a TCP connection or, with SASL, the broker rejects the credentials.
-- ``refusal(exc)``: one line for the broker's refusals (authentication, ACLs), ``None`` for
-  other errors; ``topic_refused(consumer, topic)``: whether the ACLs hide ``topic``.
-- ``end_offsets(consumer, partitions, settings)``: the offset after the last record of each
-  partition. On a real Kafka this is ListOffsets(latest); the embedded profile takes the Fetch
-  high watermark instead, because the embedded broker's ListOffsets is wrong (it hides the tail
-  of a multi-record batch).
-- ``topic_partitions(consumer, topic)``: the partition numbers of an existing topic, from a
-  metadata request for every topic (never one naming the topic, which would auto-create it on
-  some brokers).
-- ``fetch(consumer, what, **getmany_args)``: ``getmany`` for the worker's own reading loops;
-  a failed fetch is logged and retried after a pause instead of ending the loop.
-- ``throttle_failed_metadata_updates()``: while no broker is reachable, every aiokafka client
-  in the process retries its metadata with a growing backoff instead of in a busy loop, and
-  ``on_metadata_update`` listeners hear of each attempt (the worker and the CLI install it).
+``client_options`` (aiokafka arguments with the security passthrough), ``check_reachable``
+(fail fast with one line: no broker, rejected credentials), ``refusal``/``topic_refused`` (the
+broker's refusals as one line), ``end_offsets`` (ListOffsets on Kafka, the Fetch high watermark
+on the embedded profile), ``topic_partitions`` (never auto-creating a topic), ``fetch`` (a
+failed fetch is logged and retried) and ``throttle_failed_metadata_updates`` (no busy loop
+while no broker is reachable: a growing backoff; listeners hear of each update). Each
+function: docs/reference/operations.md.
 """
 
 from __future__ import annotations

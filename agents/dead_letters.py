@@ -1,19 +1,10 @@
 """Rejected input -> the dead-letter topic, counted by reason.
 
-Kafka Connect DLQ convention (``agents.records``): a dead letter's key and value are the
-ORIGINAL bytes of the rejected record, its Kafka timestamp is the rejected record's, and its
-headers carry the reason code, a human detail and the source topic, partition and offset, once
-as ``fiba.error.*`` and once as Kafka Connect's own ``__connect.errors.*`` (with its exception
-class name and stage). Nothing is dropped: every rejected record, whatever the reason (bad JSON,
-missing fields, NaN, late, future, oversize, bad queries), becomes one dead letter. Dead letters
-are queued (``agents.batched_send.KeyedOutputs``: on the partition of their key, or of their
-source partition when they have none; grouped by their source topic and partition, so that
-exactly-once sends each with the transaction of its source) and handed over with the other
-outputs of the worker
-(``agents.windows.WindowsPipeline.deliver_outputs``), acknowledged before the state that makes
-a redelivery skip their record. The first rejection of each reason is logged as a warning with
-its detail, the others at debug level; ``counts`` (reason -> number) is served by
-``GET /stats`` and ``GET /metrics``.
+Kafka Connect's DLQ convention: a dead letter's key, value and timestamp are the rejected
+record's, and its headers carry the reason code, a detail and the source topic, partition and
+offset, as ``fiba.error.*`` and as Kafka Connect's ``__connect.errors.*``. Every rejected
+record, whatever the reason, becomes one dead letter, queued with the outputs of its chunk.
+The headers and reason codes: docs/reference/records.md.
 """
 
 from __future__ import annotations

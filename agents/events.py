@@ -1,28 +1,12 @@
 """Input records -> ``Event``: parsing and validation, with a reason code for every rejection.
 
-An input record is a Kafka record whose key is the aggregation key (UTF-8) and whose value is a
-JSON object ``{"ts": ..., "value": ...}``; the field names come from ``app.settings``
-(``ts_field``, ``value_field``, and ``key_field`` when the key sits inside the value). The event
-time is epoch milliseconds (an int, an integral float, or a string of digits) or an ISO-8601
-string (without an offset it means UTC); with ``timestamp_source = "kafka"`` it is the Kafka
-record timestamp instead. Either way it must lie in the years 1 to 9999 (``MIN_EVENT_TIME`` to
-``MAX_EVENT_TIME``, what ISO-8601, Spark timestamps and the store's 64-bit times all hold). The
-value is a finite number (not a boolean; at most 100 digits) or a JSON object
-(for argmax/argmin and other multi-field aggregations; whether the configured aggregations
-accept it is decided when it is lifted, see ``stores.key_windows``). The key is non-empty
-UTF-8: an empty Kafka key (or key field) is rejected as ``empty_key``, since it is what a
-producer that forgot the key sends, not a key anyone aggregates by.
-
-With ``key_field``, producers must still key (hence partition) the records by that same
-aggregation key: windows, stream time and queries are per input partition, so one key's events
-must all land in one partition.
-
-``EventParser.parse`` returns an ``Event`` or raises ``BadEvent(reason, detail)``; ``reason`` is
-one of the dead-letter codes of ``agents.records``. Parsing costs O(size of the record).
-``EventParser.parse_many`` parses a fetched chunk at once, with the same outcome per record: the
-common record (a Kafka key, an integer ``ts`` and a number, in UTF-8 JSON that orjson reads as
-the standard library does) is decoded by orjson and checked inline, every other one goes through
-``parse``.
+An input record is keyed by the aggregation key (non-empty UTF-8, or ``key_field`` inside the
+value) with a JSON object value holding the event time (epoch ms or ISO-8601, or the Kafka
+timestamp with ``timestamp_source = "kafka"``; years 1 to 9999) and a finite number or an
+object as the value. ``EventParser.parse`` returns an ``Event`` or raises ``BadEvent(reason,
+detail)`` with a dead-letter reason code; ``parse_many`` parses a fetched chunk at once with the
+same outcome per record (orjson for the common record). Cost O(size of the record). Every
+rule: docs/reference/records.md.
 """
 
 from __future__ import annotations

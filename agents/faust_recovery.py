@@ -1,25 +1,12 @@
 """Faust's end of table recovery with the stream partitions sought right before they resume.
 
-faust-streaming 0.15.3's ``Recovery.on_recovery_completed`` resumes the stream (non-changelog)
-partitions, then awaits ``consumer.perform_seek()`` (a seek to the committed offsets, one
-broker round trip per partition), then resumes flow control, which empties every stream's
-queue. After a recovery that read changelog records, Faust's fetcher is already running, so
-the stream records fetched during that seek reach the agents: those still queued are dropped
-when the queues are emptied (never processed, yet Faust's offset gaps let it commit past
-them: events lost, at-least-once broken), and the seek makes the consumer fetch the processed
-ones again, all of which Faust then drops except the last one processed (its read-offset test
-is ``>=``), which is processed twice. A worker restarted with a backlog after a crash hits it.
-Besides, a fetch still waiting when the recovery pauses the changelog partitions sees no
-active partition, which Faust's fetch reads as "every partition": it takes stream records
-that Faust then discards, so a partition without a committed offset (which the seek leaves
-alone) skips them.
-
-``seek_before_resume(app)`` replaces that method on ``app``'s recovery only, with the same
-steps in a safe order: read the committed offsets (``perform_seek``), then, with nothing in
-between that lets another task run, seek every stream partition to its committed offset (or
-to its earliest offset or end, per ``consumer_auto_offset_reset``, when it has none), resume
-it, empty the queues and resume the flow. Each record from there on reaches the agents once.
-Cost: one more offsets request per recovery for partitions without a committed offset.
+faust-streaming 0.15.3 resumes the stream partitions before seeking them to their committed
+offsets after a recovery, so records fetched meanwhile are dropped and committed past, or
+processed twice. ``seek_before_resume(app)`` replaces that step on ``app``'s recovery with the
+same steps in a safe order: read the committed offsets, seek every stream partition, resume
+it, then empty the queues and resume the flow, with nothing in between that lets another task
+run. Cost: one more offsets request per recovery. The race in detail:
+docs/design/faust-api.md.
 """
 
 from __future__ import annotations

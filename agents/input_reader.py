@@ -1,46 +1,15 @@
 """Reads the input partitions this worker owns and hands their records to the windows pipeline.
 
-Why not a Faust stream: Faust turns every fetched record into a stream event (a consumer
-thread, a message handler, a channel queue, acknowledgement bookkeeping), and on this project's
-machine that machinery alone costs more per record than the whole window update (a Faust
-agent that only consumes the input: ``bench/worker_pipeline.py``, scenario ``bare``, figures in
-``bench/RESULTS.md``). So the input is read by an own aiokafka consumer
-in the worker's event loop (fetched batches handed over as they are, no per-record tasks),
-while Faust keeps what it does well: the consumer group, its assignor (sticky assignments,
-standby replicas), rebalance signals, the web server, timers and the producer.
-
-Which partitions: Faust's consumer subscribes to the *assignment topic*
-``<app_id>-assignment`` (``Settings.assignment_topic``), an empty topic with as many partitions
-as the input, co-partitioned with it; owning its partition ``i`` means owning input partition
-``i`` (and query partition ``i``). On assignment the reader restores each new partition's state
-(``WindowsPipeline.state``, in a background task per partition) and then reads it from the
-record after the state's *applied offset*. The position lives with the state, in the same
-changelog prefix (``stores.window_store``), so a new owner, a restart with or without the data
-dir, and a crash at any instant all resume exactly where the durable state ends: nothing is
-lost, nothing counted twice. For monitoring only, each partition's progress (applied offset
-+ 1) is committed every ``COMMIT_INTERVAL_S`` under the consumer group ``<app_id>-input``
-(``Settings.input_progress_group``; exactly-once: inside the partition's transactions,
-``agents.transactions``), which no consumer ever joins, so that the usual tools show
-the input lag (``kafka-consumer-groups --describe --group <app_id>-input``); the committed
-offsets are never read back. The commits go through a second consumer that never fetches
-(its partitions are paused): one with a group would position the reading consumer's
-partitions at their committed offsets itself, racing the reader's own seeks.
-
-On revocation the reader stops reading the revoked partitions before Faust's revocation ends:
-``pause`` drops them from the consumer's assignment and halts them in the pipeline (which
-applies no further record of a halted partition, ``WindowsPipeline.process_records``). Each
-(re)start of reading a partition begins an *epoch*; fetched records are tagged with the epoch
-of their partition when they are returned, and records of an earlier epoch are never applied,
-so a partition taken away and given back re-reads from its applied offset without a gap. A
-restore that fails is retried after ``RESTORE_RETRY_S`` while the partition is still owned,
-except one refused for its shape (``stores.state_shape.StateMismatch``: written with other
-settings), which stops the worker (``on_failure``).
-
-Cost per record: the aiokafka fetch (C record parser, chunks of ``FETCH_CHUNK`` records) and a
-list slot; the pipeline gives the event loop its turns once about half a millisecond of work
-has passed (``agents.windows.LoopTurns``), so HTTP queries, the query consumer and Faust's
-heartbeats are served in between. ``emit=batch`` gathers chunks into batches of up to
-``batch_max_records`` (``_read``).
+An own aiokafka consumer in the worker's event loop, not a Faust stream (Faust's per-record
+machinery cost more than the whole window update); Faust keeps the consumer group, its
+assignor (through the empty assignment topic ``<app_id>-assignment``, co-partitioned with the
+input), rebalance signals, timers and the producer. Each newly owned partition is restored in
+the background and then read from the record after its state's applied offset, so every
+restart or takeover resumes exactly where the durable state ends. Progress is committed under
+``<app_id>-input`` for monitoring only, never read back. Revoked partitions stop at once
+(epochs keep records of an earlier assignment from being applied); a failed restore is
+retried, one refused for its shape stops the worker. Cost per record: the aiokafka fetch and a
+list slot. Design: docs/design/delivery.md.
 """
 
 from __future__ import annotations

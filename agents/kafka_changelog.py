@@ -1,22 +1,11 @@
 """The window store's changelog on Kafka: the ``stores.changelog.ChangelogLink``s and the reader.
 
-``KafkaChangelog(settings)`` sends through an own aiokafka producer, ``FaustChangelog(fiba)``
-through the worker's Faust app's producer (which also carries the aggregates, so that one
-``flush`` covers both) and follows the standby partitions Faust's assignor hands out.
-
-Reading "to the end" of a partition uses the **high watermark of Fetch responses**, which every
-broker reports correctly, never ListOffsets (wrong on the embedded broker for multi-record
-batches). So the producer may batch normally on every broker. With exactly-once settings
-(``isolation_level`` ``read_committed``) the reader and the standby consumer read committed
-records only: a restore stops at the last stable offset and drops aborted transactions.
-
-A restore reads a whole partition once, as fast as possible: ``ChangelogReader`` sends raw Fetch
-requests through aiokafka's client and hands over the record batches as aiokafka's C record
-parser yields them, with the next fetch already in flight while the caller applies the current
-one. Going through ``AIOKafkaConsumer.getmany`` instead costs more Python per record (a
-``ConsumerRecord`` and a generator step each) than everything else a restore does per record
-(``bench/RESULTS.md``, "Window-store restore"). The standby follower, which tails several partitions
-forever, uses a consumer (``consumer_for``).
+``KafkaChangelog`` sends through an own producer, ``FaustChangelog`` through the worker's Faust
+producer (so one flush covers the aggregates too) and follows the standby partitions Faust's
+assignor hands out. "The end" of a partition is the high watermark of Fetch responses, never
+ListOffsets, so the producer batches normally on every broker; with exactly-once the reader
+reads committed records only. ``ChangelogReader`` restores a partition with raw Fetch requests,
+the next one in flight while the current is applied. Design: docs/design/window-store.md.
 """
 
 from __future__ import annotations

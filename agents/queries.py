@@ -1,32 +1,15 @@
 """Range queries -> answers, over the query topic and over HTTP.
 
-A query (``agents.records.RangeQuery``) asks for the aggregates of one key's retained events
-with ``from <= t <= to`` (both inclusive; with panes, times are pane starts), or for one
-configured ``window`` at the partition's stream time, optionally restricted to some
-``aggregations``. It is answered from the same per-key FiBA as the windows (a range query,
-O(log n)). An unknown key answers count 0 with the aggregates of the empty window; an invalid
-query (from > to, unknown window or aggregation, missing bounds) answers with ``error`` set,
-never crashes.
-
-Query topic: co-partitioned with the input, keyed by the aggregation key, so the record reaches
-the worker owning that key's input partition; the answer goes to the answers topic (same key).
-The query partitions are read by ``QueryConsumer``, not by a Faust agent, so that queries are
-not queued behind the input backlog, and answers (and forwarded queries) are sent by an own
-producer without linger (``LatencyProducer``), not by the app's batching producer.
-A query record that is not a JSON object with a ``query_id`` and a ``key`` cannot be answered:
-it becomes a dead letter (``bad_query``). A query whose Kafka key is not its ``key`` would be
-answered by the wrong partition, so it gets an error answer.
-
-HTTP (Faust web views on the worker's ``web_port``):
-
-- ``GET /windows/{key}?from=&to=`` or ``?window=5m``, optional ``&aggregations=sum,max`` and
-  ``&query_id=`` (the key percent-encoded; any key, ``/`` and braces included): the
-  ``Answer`` JSON (status 200, or 400 with ``error`` set; also for parameters that do not
-  make a query). A worker that does not own the key's partition forwards the query through
-  the query topic to the owner and relays its answer (``AnswerForwarder``; 504 if none comes
-  within ``FORWARD_TIMEOUT_S``). This works on every broker; Faust's own ``topic_route``
-  needs the assignor's routing metadata, which stays empty on the embedded broker.
-- ``GET /stats``: the pipeline's counters (``WindowsPipeline.stats``).
+A query asks for the aggregates of one key's retained events with ``from <= t <= to`` (or one
+configured ``window`` at stream time), answered from the same per-key FiBA as the windows: one
+range query, O(log n). An unknown key answers count 0; an invalid query answers with ``error``
+set; a record that is not a query becomes a ``bad_query`` dead letter, and also an error answer
+when it carries a usable ``query_id`` (every id is answered exactly once). The query topic is
+co-partitioned with the input and read by ``QueryConsumer`` (not queued behind the input
+backlog), answers are sent by a producer without linger (``LatencyProducer``). HTTP: ``GET
+/windows/{key}?from=&to=`` or ``?window=``, forwarded to the owner through the query topic when
+another worker owns the key (``AnswerForwarder``), and ``GET /stats``.
+Reference: docs/reference/http.md.
 """
 
 from __future__ import annotations
@@ -61,6 +44,7 @@ from agents.records import (
     dumps,
     encode_json,
 )
+from agents.retention_watch import RetentionCheck
 from agents.supervision import OnFailure, watched
 from agents.transactions import NotOwned, Transactions
 from agents.windows import WindowsPipeline
@@ -99,12 +83,23 @@ def query_group(settings: WorkerSettings) -> str:
 
 
 class BadQuery(Exception):
-    """A query that cannot be answered; ``str(exc)`` is the error text of the answer."""
+    """A query that cannot be asked; ``str(exc)`` is the error text of the answer.
+
+    ``query_id``: the query's id when it has a usable one (a string or an integer), so that it
+    gets an error answer as well as its dead letter; ``key``: its ``key`` when that was valid.
+    """
+
+    def __init__(self, text: str, query_id: str | None = None, key: str | None = None) -> None:
+        super().__init__(text)
+        self.query_id = query_id
+        self.key = key
 
 
 def _time_bound(raw: Any, name: str) -> int | None:
     if raw is None:
         return None
+    if isinstance(raw, _NoJson):
+        raise BadQuery(f"{name}: not a time: {raw!r}")
     try:
         return parse_event_time(raw)
     except BadEvent as exc:
@@ -113,16 +108,26 @@ def _time_bound(raw: Any, name: str) -> int | None:
 
 def query_from_json(obj: Mapping[str, Any]) -> RangeQuery:
     """The ``RangeQuery`` of a decoded query object; ``BadQuery`` if it has no id or key or
-    its fields have the wrong types (the semantic checks are ``answer``'s)."""
+    its fields have the wrong types (the semantic checks are ``answer``'s), carrying the id
+    (and the key) when they were usable."""
     query_id, key = obj.get(QUERY_ID), obj.get(KEY)
     if not isinstance(query_id, str | int) or isinstance(query_id, bool):
         raise BadQuery("query_id missing or not a string")
+    query_id = str(query_id)
     if not isinstance(key, str):
-        raise BadQuery("key missing or not a string")
+        raise BadQuery("key missing or not a string", query_id)
     try:
         key.encode()
     except UnicodeEncodeError:  # a lone surrogate (JSON "\ud800") is no UTF-8
-        raise BadQuery("key is not valid Unicode") from None
+        raise BadQuery("key is not valid Unicode", query_id) from None
+    try:
+        return _query_fields(obj, query_id, key)
+    except BadQuery as bad:
+        raise BadQuery(str(bad), query_id, key) from None
+
+
+def _query_fields(obj: Mapping[str, Any], query_id: str, key: str) -> RangeQuery:
+    """``query_from_json`` past the id and key: the bounds, window and aggregations."""
     window = obj.get(WINDOW)
     if window is not None and not isinstance(window, str):
         raise BadQuery("window must be a window name")
@@ -134,7 +139,7 @@ def query_from_json(obj: Mapping[str, Any]) -> RangeQuery:
             raise BadQuery("aggregations must be a list of names")
         aggregations = tuple(aggregations)
     return RangeQuery(
-        query_id=str(query_id),
+        query_id=query_id,
         key=key,
         from_ts=_time_bound(obj.get(FROM), "from"),
         to_ts=_time_bound(obj.get(TO), "to"),
@@ -152,6 +157,12 @@ def failed(query_id: str, key: str, error: str) -> dict[str, Any]:
     """The JSON of the answer to a query that could not be asked: ``error`` set, nothing else
     known (the same fields as every answer, ``query_id`` first)."""
     return Answer(query_id, key, None, None, {}, 0, None, error).to_json()
+
+
+def _text_of(key: bytes | None) -> str:
+    """A record's Kafka key as the text of an answer's ``key`` (invalid UTF-8 replaced; no
+    key: ``""``)."""
+    return "" if key is None else key.decode("utf-8", "replace")
 
 
 def query_from_params(key: str, params: Mapping[str, str]) -> RangeQuery:
@@ -176,8 +187,44 @@ def parse_query(value: bytes | None) -> RangeQuery:
     try:
         obj = decode_json_object(value or b"")
     except BadEvent as exc:
-        raise BadQuery(exc.detail) from None
+        raise _refused(exc.detail, value or b"") from None
     return query_from_json(obj)
+
+
+class _NoJson:
+    """A value JSON cannot hold that a query record may still carry: NaN, an infinity, or an
+    integer of more than 100 digits (``decode_json_object`` refuses the whole record)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text if len(self.text) <= 100 else f"a number of {len(self.text)} digits"
+
+
+_LENIENT = json.JSONDecoder(
+    parse_constant=_NoJson, parse_int=lambda text: int(text) if len(text) <= 100 else _NoJson(text)
+)
+"""Reads a record that would be a JSON object but for ``_NoJson`` values."""
+
+
+def _refused(detail: str, value: bytes) -> BadQuery:
+    """``BadQuery(detail)`` for a record that is no JSON object, carrying its id (and key) if
+    it would be one with usable ones but for values JSON cannot hold, so that it is answered.
+    O(len(value))."""
+    try:
+        obj = _LENIENT.decode(value.decode(json.detect_encoding(value), "surrogatepass"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError included
+        return BadQuery(detail)
+    if not isinstance(obj, dict):
+        return BadQuery(detail)
+    try:
+        query = query_from_json(obj)
+    except BadQuery as bad:
+        return BadQuery(detail, bad.query_id, bad.key)
+    return BadQuery(detail, query.query_id, query.key)
 
 
 def answer(windows: KeyWindows, query: RangeQuery) -> Answer:
@@ -198,6 +245,8 @@ def answer(windows: KeyWindows, query: RangeQuery) -> Answer:
             f"configured: {', '.join(config.aggregations)}"
         )
     t_from, t_to = query.from_ts, query.to_ts
+    if query.window is not None and (t_from is not None or t_to is not None):
+        return error("give from and to, or a window, not both")
     if query.window is not None:
         sizes = {w.name: w.size_ms for w in config.windows}
         if query.window not in sizes:
@@ -273,6 +322,8 @@ class QueryService:
         self.transactions: Transactions | None = None
         """Exactly-once: each fetched chunk of a query partition is answered in one
         transaction of the partition (``QueryConsumer``)."""
+        self.answers_retention = RetentionCheck(fiba.settings.answers_topic, "answers")
+        """The answers' timestamps (their query records') against the topic's retention."""
 
     def owns(self, partition: int) -> bool:
         """True when the input partition is assigned to this worker right now (its partition
@@ -287,11 +338,14 @@ class QueryService:
         return answer(state.windows, query)
 
     async def handle(self, message: ConsumerRecord, send: SendAnswer | None = None) -> None:
-        """One query record -> one answer record (or a dead letter if it has no id/key), with
-        the query record's Kafka timestamp (the record that caused it, Kafka Streams' rule),
-        sent by ``send`` (default: the latency producer)."""
+        """One query record -> one answer record, with the query record's Kafka timestamp (the
+        record that caused it, Kafka Streams' rule), sent by ``send`` (default: the latency
+        producer). A record that is no valid query is a dead letter (``bad_query``) and, if it
+        has a usable ``query_id``, also gets an error answer (keyed by its ``key``, or else by
+        the record's Kafka key), so that no client waits forever for it."""
         self.pipeline.counts["queries"] += 1
         began = time.perf_counter()
+        send = send or self._send_answer
         try:
             query = parse_query(message.value)
         except BadQuery as exc:
@@ -305,6 +359,14 @@ class QueryService:
                 message.value,
                 message.timestamp,
             )
+            if exc.query_id is not None:
+                key = exc.key if exc.key is not None else _text_of(message.key)
+                failure = failed(exc.query_id, key, str(exc))
+                self.answers_retention.check(kafka_timestamp(message.timestamp))
+                await send(key.encode(), encode_json(failure), message.timestamp)
+                self.pipeline.counts["query_errors"] += 1
+                self.pipeline.counts["answers"] += 1
+                self.answered("topic", began)
             return
         if message.key != query.key.encode():
             result = Answer(
@@ -322,9 +384,8 @@ class QueryService:
             result = answer(state.windows, query)
         if result.error:
             self.pipeline.counts["query_errors"] += 1
-        await (send or self._send_answer)(
-            query.key.encode(), encode_json(result.to_json()), message.timestamp
-        )
+        self.answers_retention.check(kafka_timestamp(message.timestamp))
+        await send(query.key.encode(), encode_json(result.to_json()), message.timestamp)
         self.pipeline.counts["answers"] += 1
         self.answered("topic", began)
 

@@ -1,34 +1,12 @@
 """The JSON records the worker reads and writes: one schema module for the worker and Spark.
 
-Every time is epoch milliseconds (int). Kafka record keys are the aggregation key, UTF-8.
-
-Input (input topic), field names configurable in ``app.settings``::
-
-    {"ts": 1700000000000, "value": 3.5}
-
-Aggregate (aggregates topic), one per accepted event (or per touched key and batch)::
-
-    {"key": "sensor-7", "event_ts": ..., "stream_time": ...,
-     "windows": {"5m": {"start": ..., "end": ..., "count": 12,
-                        "aggregates": {"sum": 40.5, "max": 9.0}}},
-     "input_partition": 2, "input_offset": 1041}
-
-``input_partition`` and ``input_offset`` say which input record the aggregate answers (with
-``emit = "batch"``: the key's last accepted record of the batch). They are its identity: after
-a crash an aggregate may be written again (at-least-once output), and the copy may differ from
-the first in the last digits of its floats (the restored trees combine in another order), so
-consumers deduplicate by ``(key, input_partition, input_offset)``, never by value. An answer's
-identity is its ``query_id`` (always present); a dead letter's are its ``fiba.error.topic``,
-``.partition`` and ``.offset`` headers. The JSON Schemas of the records are in ``schemas/``.
-
-Range query (query topic) and its answer (answers topic)::
-
-    {"query_id": "q1", "key": "sensor-7", "from": ..., "to": ...,
-     "window": "5m" (optional), "aggregations": ["sum"] (optional)}
-    {"query_id": "q1", "key": "sensor-7", "from": ..., "to": ..., "result": {"sum": 40.5},
-     "count": 12, "stream_time": ..., "error": null}
-
-A window's bounds are inclusive: ``start = stream_time - size`` and ``end = stream_time``.
+Input ``{"ts", "value"}`` keyed by the aggregation key; aggregates ``{"key", "event_ts",
+"stream_time", "windows": {name: {"start", "end", "count", "aggregates"}}, "input_partition",
+"input_offset"}`` (identity: key, input partition and offset, never the value); range queries
+``{"query_id", "key", "from", "to"}`` or ``"window"``, and their answers ``{"query_id", "key",
+"from", "to", "result", "count", "stream_time", "error"}``; dead-letter reason codes and
+headers. Times are epoch milliseconds; windows are inclusive at both bounds. Field by field,
+with examples checked against ``schemas/``: docs/reference/records.md.
 """
 
 from __future__ import annotations

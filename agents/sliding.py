@@ -1,47 +1,16 @@
 """Exact sliding windows for your own Faust agents, kept by FiBA in a Faust table.
 
-::
-
-    windows = SlidingWindows(app, "clicks", windows=["1m", "5m"], retention="1h",
-                             aggregations=["count", "sum", my_monoid])
-
-    @app.agent(clicks_topic)
-    async def track(stream):
-        async for user, click in stream.items():
-            now = windows.add(user, click.ts, click.amount)  # {"1m": {...}, "5m": {...}}
-
-Semantics. Times are ints (milliseconds, say; durations like ``"5m"`` are read as
-milliseconds). Each partition of the stream has a stream time ``S``: the largest time added on
-it. ``add(key, ts, value)`` adds ``value`` at ``ts`` (out of order is fine; equal times combine,
-older first) unless ``ts < S - retention`` (``LateEvent``) or ``ts > S + max_future_skew``
-(``FutureEvent``, when a skew is given), where nothing changes; then it evicts every
-entry older than ``S - retention`` and returns every window of the key, the window of size
-``w`` being the events of the key with ``S - w <= t <= S``. ``get(key, name)`` is one window,
-``range(key, t_from, t_to)`` any span of the retained events, ``stream_time(key)`` the ``S``
-they end at. Aggregations are what the worker's ``aggregations`` setting takes (built-in
-names, ``module:attribute`` import paths, ``fiba_stream.monoids`` entry points) or your own
-monoid objects (``identity``, ``lift``, ``combine`` associative, ``lower``; commutativity not
-needed; partials JSON-safe or with ``to_state``/``from_state``), checked as the worker checks
-them (a custom one is spot-checked for associativity at declaration); results are
-``{name: value}``.
-
-State. A Faust table (``SlidingTable``, changelog ``<app id>-<name>-changelog``) of entries
-``(key, t) -> partial`` whose store (``stores.faust_sliding.SlidingStore``) keeps one FiBA per
-key. It is partitioned like any Faust table: ``add`` must run while iterating a stream
-partitioned by ``key`` (use ``group_by`` otherwise), and the entry goes to that partition.
-Each ``add`` writes one changelog record (the entry at ``ts``) plus one tombstone per evicted
-entry, O(1) amortized: never the window. Recovery and standby replicas (``table_standby_replicas``)
-are Faust's, replaying those records into the trees; the app's recovery gets the input
-partitions' seek moved before their resumption (``agents.faust_recovery``: Faust 0.15.3 loses or
-repeats records there). The guarantee is a Faust table's:
-at-least-once (events re-processed after a crash count again); exact only as far as Faust's
-``processing_guarantee="exactly_once"`` (a broker with transactions) keeps the changelog and
-the input offsets in one transaction, which faust-streaming 0.15.3 was measured not to do
-(README, ``bench/RESULTS.md``).
-
-Costs: ``add`` O(log d) for an insert at distance d from the young end of the key's tree, plus
-O(log n_w) per window of n_w events (a suffix range query) and amortized O(1) evictions;
-``get`` O(log n_w); ``range`` O(log n). Reads see this worker's partitions only.
+``SlidingWindows(app, name, windows=[...], retention=..., aggregations=[...])`` declares the
+windows; ``add(key, ts, value)``, called while iterating a stream partitioned by ``key``,
+inserts the value at ``ts`` (out of order is fine) and returns every window ``[S - w, S]`` of
+the key at its partition's stream time ``S``; ``LateEvent`` (older than ``S - retention``) and
+``FutureEvent`` (only with a ``max_future_skew``: beyond it after both ``S`` and the previous
+``add``, so a pause costs at most one event) change nothing. ``get`` and ``range`` read one
+window or any span. State: a Faust table of ``(key, t) -> partial`` entries (one changelog
+record per ``add`` plus a tombstone per eviction), one FiBA per key in its store
+(``stores.faust_sliding``); guarantee at-least-once, as any Faust table. Costs: ``add``
+O(log d) plus O(log n_w) per window, evictions amortized O(1); ``get`` O(log n_w); ``range``
+O(log n). Example: ``examples/clicks.py``; design: docs/design/faust-api.md.
 """
 
 from __future__ import annotations
@@ -125,7 +94,8 @@ class SlidingTable(faust.Table):
 class SlidingWindows:
     """Sliding windows ``windows`` (names: durations) over the last ``retention`` of each
     key, with ``aggregations``; see the module doc for the semantics and guarantees.
-    ``max_future_skew``: how far after the stream time an event may be (default: any).
+    ``max_future_skew``: how far after the stream time and the previous event an event may be
+    (default: any).
     ``partitions``: the table's partition count (default: the app's ``topic_partitions``),
     which must equal the source topic's."""
 
@@ -144,7 +114,8 @@ class SlidingWindows:
             w.strip() if isinstance(w, str) else f"{parse_duration(w)}ms": parse_duration(w)
             for w in windows
         }
-        skew = None if max_future_skew is None else parse_duration(max_future_skew)
+        off = max_future_skew is None or max_future_skew == "off"
+        skew = None if off else parse_duration(max_future_skew)
         self.state = SlidingState(
             composed_monoid(aggregations), sizes, parse_duration(retention), skew
         )

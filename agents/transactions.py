@@ -1,42 +1,16 @@
 """Exactly-once output (``processing_guarantee = "exactly_once"``): one Kafka transaction per
 owned partition and hand-over.
 
-``PartitionTransactions`` keeps one transactional aiokafka producer per input partition this
-worker owns, with the transactional id ``<app_id>-eos-<partition>``. Everything one input
-partition's records cause since the last hand-over goes out in ONE transaction of its
-producer: the aggregate records and dead letters (sent by the ``riders``, the pipeline's
-outputs queued for that source partition), the window store's changelog records with the
-applied offsets they carry (``send_records``: it is the store's ``ChangelogProducer``), and,
-every ``PROGRESS_INTERVAL_S``, the input progress (applied offset + 1) committed to the
-monitoring group ``<app_id>-input`` (``send_offsets_to_transaction``). The query consumer
-(``agents.queries``) runs the transactions of query partition ``p`` on the same producer:
-answers, bad-query dead letters and the query offsets of ``<app_id>-queries``. Either all of a
-transaction is visible to ``read_committed`` consumers or none; a worker restarting restores
-the changelog ``read_committed`` (``stores.changelog.ChangelogReader``), so its state, its
-input position and every output agree: each input record's outputs exist exactly once.
-
-Zombie fencing, KIP-98 style (a transactional id per input partition, as Kafka Streams'
-``exactly_once`` v1), not KIP-447 (one producer per worker, fenced through the consumer group's
-generation): aiokafka 0.14 sends ``TxnOffsetCommit`` v0 without the group's generation and
-member id, and its ``send_offsets_to_transaction`` takes a group id only, so a KIP-447 fence
-cannot be built on it; besides, this worker's input position is not a group offset at all but
-the applied offset in the changelog, which a group generation would not protect. With one id
-per partition, the new owner's ``claim`` (``InitProducerId``) bumps the id's epoch: the
-previous owner's open transaction is aborted, and any later write or commit of it fails
-(``ProducerFenced``), before the new owner reads the changelog or the committed query offsets.
-The price is one producer (connections, a sender task) per owned partition and one commit per
-partition and hand-over.
-
-The query consumer and the pipeline type against ``Transactions`` (claim, keep_only,
-transaction).
-
-A failed transaction (fenced, or the broker gave up) raises; the caller treats it as a crash
-(the store stops writing, ``WindowStore.abandon``; the worker stops): what it held is aborted,
-and the next owner resumes from the last committed transaction.
-
-``check_transactions(settings)`` tells at start whether the broker has transactions at all:
-the embedded broker (Tansu) does not, and a worker asking for exactly-once there stops with one
-line instead of hanging in ``InitProducerId``.
+``PartitionTransactions`` keeps one transactional producer per owned input partition (id
+``<app_id>-eos-<partition>``): the partition's aggregates and dead letters, the window store's
+changelog records with their applied offsets and the input progress go out in ONE transaction
+per hand-over, and the query consumer's answers and offsets of query partition ``p`` on the same
+producer. A new owner's ``claim`` fences the previous one (KIP-98 style, one id per partition:
+aiokafka cannot build KIP-447's group fence) before it restores the changelog
+``read_committed``, so state, input position and outputs agree after any crash. A failed
+transaction is a crash. Price: one producer per owned partition (docs/benchmarks.md,
+"Exactly-once"); ``check_transactions`` refuses a broker without transactions at start.
+Design: docs/design/delivery.md.
 """
 
 from __future__ import annotations

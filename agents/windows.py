@@ -1,61 +1,16 @@
 """Input records -> per-key windows -> aggregates, with exactly-once state under at-least-once.
 
 One ``WindowsPipeline`` per worker holds, for every input partition it owns, a ``KeyWindows``
-(``stores.key_windows``: one FiBA per key) and the partition's *applied offset*; the durable
-copy lives in the ``WindowStore`` (``stores.window_store``), from which a partition's state is
-restored (``state``) as soon as the partition is assigned, or earlier if a query needs it
-first. The ``InputReader`` (``agents.input_reader``) restores each newly owned partition in the
-background and then hands its records to ``process_records``, read from the applied offset
-+ 1: the position lives with the state, so a new owner, a restart with or without the data
-dir and a crash at any instant all resume exactly where the durable state ends. A revocation
-halts the partition (``halt``: no further record of it is applied), waits for a restore in
-flight (a restore holds its RocksDB open and is not cancelled midway), then releases it.
-
-Per input record, in offset order per partition:
-
-1. ``offset <= applied offset``: a redelivery (after a crash or a rebalance) whose effect is
-   already in the state: skipped — nothing is counted twice, no second dead letter.
-2. Parsed (``agents.events``) and offered to the key's windows (late/future/bad value checks).
-   Rejected -> a dead letter with the original bytes, and ``store.record_skipped(offset)``
-   (one applied marker on the changelog after each fetched chunk covers them all).
-3. Accepted -> the aggregate record (``emit`` = ``event``/``changes``) is queued, then
-   ``store.record(offset, key, time, partial, evicted)`` queues the new entry, the lazily
-   evicted ones and the applied offset (locally and as changelog records).
-
-After each fetched chunk (all its partitions), its outputs (aggregate records and dead
-letters) are handed to the Faust app's aiokafka producer and their acknowledgement awaited
-(``deliver_outputs``), then per partition the store writes the chunk's local writes and hands
-its changelog records over (``store.send_changes``), all as whole record batches
-(``agents.batched_send``; one ``producer.send`` per record cost more than the window update). The
-store itself awaits ``deliver_outputs`` before it hands any changelog record over, on every
-path (hand-over, sweep, restore, flush on revocation or stop): an offset is marked applied only
-once every output it caused is acknowledged (acks=all), whatever broker leads which partition
-(at-least-once output by construction). Outputs carry the event time as their Kafka timestamp
-(Kafka Streams' rule): an aggregate its ``event_ts``, a dead letter its input record's.
-
-Each fetched chunk (``emit=event``/``changes``) or slice (``batch``) is parsed at once
-(``EventParser.parse_many``: orjson for the common record, the same outcome as ``parse``).
-
-Exactly-once (``processing_guarantee``, ``use_transactions``): instead of that barrier, each
-partition's outputs and changelog records of a hand-over go in ONE Kafka transaction of the
-partition's producer (``agents.transactions``), so a crash leaves either both or neither.
-
-With ``emit = "batch"`` each fetched batch (up to ``batch_max_records`` records, fetched within
-``batch_max_wait``) is applied per partition columnar (``KeyWindows.apply``: one pass of
-admission and lift, then one sort and one bulk insert per key and slice; no object per event):
-in slices sized to take about ``SLICE_TIME`` each (between slices the state is the one after
-the records applied so far), then one bulk evict and one record per touched key
-(``record_of``); the store still gets every accepted record in offset order, with the partial
-right after that record (``WindowStore.record_many``, ``STORE_SLICE`` records per call), so a
-crash mid-batch resumes exactly.
-
-A timer sweeps idle keys every ``sweep_interval`` (``KeyWindows.sweep`` + ``store.evict``) and
-logs the counters. A per-partition lock orders the records, the sweep and revocation.
-
-Loop fairness: queueing outputs and RocksDB writes never suspend, so applying records and the
-sweep are long synchronous stretches: they give the event loop a turn themselves
-(``LoopTurns``) once ~0.5 ms of work has passed since the last one (HTTP requests, the query
-consumer and Faust's heartbeats are served in between).
+(one FiBA per key) and the partition's applied offset, restored from the ``WindowStore``. Per
+record, in offset order: an offset at or below the applied one is a redelivery and skipped; a
+rejected event becomes a dead letter; an accepted one queues its aggregate record (``emit`` =
+``event``/``changes``) and its state change (``store.record``). ``emit = "batch"`` applies a
+fetched batch columnar, in slices of about ``SLICE_TIME``, one record per touched key. After
+each fetched chunk the outputs are handed to the producer and acknowledged before the store
+hands over the changelog records that mark their offsets applied (at-least-once output by
+construction); with exactly-once both go in one transaction per partition
+(``agents.transactions``). Long synchronous stretches give the event loop a turn about every
+0.5 ms (``LoopTurns``); a timer sweeps idle keys. Design: docs/design/delivery.md.
 """
 
 from __future__ import annotations
@@ -174,7 +129,9 @@ class WindowsPipeline:
         self.turns = LoopTurns()
         self.young_collections = PacedYoungCollections()
         """Young collections after every few hundred records, at hand-overs (see there)."""
-        self.aggregates = KeyedOutputs(fiba.kafka_producer, fiba.settings.aggregates_topic)
+        self.aggregates = KeyedOutputs(
+            fiba.kafka_producer, fiba.settings.aggregates_topic, "aggregates"
+        )
         """Aggregate records queued during a chunk, handed over at its end."""
         self._encoder = (
             AggregateEncoder(config.aggregations, config.lowered_is_aggregates)

@@ -1,25 +1,11 @@
 """While the broker is away, a command says so once per interval, not once per retry.
 
-``watch_broker_outages(say)`` (for the CLI; idempotent, process-wide): aiokafka's clients retry
-with a growing backoff (``agents.clients.throttle_failed_metadata_updates``), and the log
-records aiokafka writes at every failed attempt are replaced by lines passed to ``say``:
-
-- at the first failed metadata update: ``no answer from the broker (host:port); retrying with
-  backoff until it is back (Ctrl-C stops)``;
-- while it lasts, at most once per ``REPORT_INTERVAL_S``: ``still no answer from the broker
-  after 20 s (14 attempts failed)``;
-- at the next answer of the broker to any request of any client (a metadata update, or a
-  produce request: a producer whose partitions' leaders are known sends no metadata request
-  once the broker is back): ``the broker answers again (after 23 s)``.
-
-Dropped aiokafka records: those naming one of ``OUTAGE_MESSAGES`` (always: the lines above
-say it), the warnings of a request aiokafka retries (``RETRYING``, e.g. a produce request
-refused with ``NotLeaderForPartitionError`` while a new topic's leader takes office: a retry
-that succeeds is no news, and one that never does ends the command with its error), and
-every other aiokafka warning or error during an outage (its consequences: failed produce and
-fetch requests). Other aiokafka records are printed as Python prints
-unhandled log records (the message alone on stderr, warnings and up). O(1) per record and per
-metadata update.
+``watch_broker_outages(say)`` (the CLI's, process-wide, idempotent): the clients retry with a
+growing backoff (``agents.clients``); aiokafka's per-attempt log records (``OUTAGE_MESSAGES``,
+warnings of a request it retries, any aiokafka warning during an outage) are dropped, and
+``say`` gets one line when the broker stops answering, one per ``REPORT_INTERVAL_S`` while it
+does not, and one at its next answer to any request. O(1) per record and per request.
+Lines and rules: docs/reference/operations.md.
 """
 
 from __future__ import annotations

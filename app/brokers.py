@@ -31,3 +31,14 @@ def options_keeping_old_records(kind: str) -> dict[str, Any]:
     as long as it runs (Apache Kafka: ``KEEP_RECORDS_OF_ANY_AGE``), for data with old event
     times such as the demo's and the tests'."""
     return {"extra_config": KEEP_RECORDS_OF_ANY_AGE} if kind == "kafka" else {}
+
+
+def development_broker_options(kind: str, port: int, data_dir: str | None) -> dict[str, Any]:
+    """The ``make_broker`` options of ``fiba broker``: on ``port``, its log in ``data_dir``
+    (``kafka`` only; None: a temporary directory), keeping every record a developer writes
+    whatever its timestamp (``options_keeping_old_records``; Apache Kafka's first retention
+    check deleted the README session's 2024 events 30 s after the start)."""
+    options: dict[str, Any] = {"port": port, **options_keeping_old_records(kind)}
+    if data_dir is not None:
+        options["data_dir"] = data_dir
+    return options

@@ -332,23 +332,21 @@ def broker(settings: Settings, kind: str, port: int | None, data_dir: str | None
     """Run a broker on loopback until Ctrl-C or SIGTERM: Tansu (default) or Apache Kafka, whose
     jars are resolved from Maven Central on first use and cached."""
     from app.broker import BrokerError, BrokerSetupError
-    from app.brokers import make_broker
+    from app.brokers import development_broker_options, make_broker
 
     if port is None:
         port = int(settings.bootstrap_servers[0].rpartition(":")[2])
     require_free_port("127.0.0.1", port, f"the {kind} broker")
     if data_dir is not None and kind != "kafka":
         raise CliFailure("--data-dir is for --kind kafka (the embedded broker is memory only)", 2)
-    options: dict[str, Any] = {"port": port}
-    if data_dir is not None:
-        options["data_dir"] = data_dir
-    server = make_broker(kind, **options)
+    server = make_broker(kind, **development_broker_options(kind, port, data_dir))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         click.echo(f"starting the {kind} broker on {server.bootstrap} ...")
         server.start()
         click.echo(f"{kind} broker on {server.bootstrap} (log: {server.log_path}); Ctrl-C stops it")
         click.echo(f"clients: --broker {server.bootstrap} --broker-profile {server.profile}")
+        click.echo("records of any age are kept (no time-based retention: for development)")
         while server.running:
             time.sleep(0.5)
         raise CliFailure(f"the {kind} broker exited; see {server.log_path}")

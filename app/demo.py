@@ -1,21 +1,11 @@
 """``fiba demo``: the whole job end to end on a broker it starts, checked by brute force.
 
-``run_demo(settings, broker_kind=...)`` starts a broker of that kind (``app.brokers``: the
-embedded Tansu by default, or Apache Kafka with ``"kafka"``, with its profile), creates the
-topics, starts one worker (``fiba worker`` in a subprocess, configured through ``FIBA_*``
-variables), produces a keyed out-of-order stream (``app.generator``) followed by a few bad
-records (malformed JSON, a missing field, a non-numeric value, a late and a future event), then
-reads the aggregates and the dead letters and asks a few range queries, over the query topic and
-over the worker's HTTP endpoint. It stops everything it started, also on error or Ctrl-C, and
-returns a ``DemoSummary``. ``fiba demo`` treats SIGTERM as Ctrl-C (``Termination``).
-
-The check: the last aggregate of each key must equal a brute-force recomputation over the
-produced events of that key (count, and sum/max when configured, of every window
-``[stream_time - w, stream_time]``), each bad record must come back as a dead letter with its
-reason, and each answer's count must equal the brute-force count over its range. Events are
-all within the retention and aggregated at exact times, so the recomputation is a plain filter;
-with a ``resolution`` (panes) only the presence of aggregates and answers is checked. The
-out-of-order events are at most ``min(max_lateness, retention / 2)`` late, so none is dropped.
+``run_demo(settings, broker_kind=...)`` starts a broker of that kind, creates the topics,
+starts one worker subprocess, produces a keyed out-of-order stream (``app.generator``) and five
+bad records, reads the aggregates and dead letters and asks a few range queries over the topic
+and over HTTP, then checks each against a brute-force recomputation and returns a
+``DemoSummary``. It stops everything it started, also on error, Ctrl-C or SIGTERM. Reference:
+docs/reference/cli.md.
 """
 
 from __future__ import annotations
@@ -57,7 +47,7 @@ from app.broker import free_port, stop_process
 from app.brokers import make_broker, options_keeping_old_records
 from app.generator import Event, generate_events
 from app.kafka_io import ask, event_record, record_as_dict, send_records, start_consumer
-from app.settings import SETTINGS_HELP, Settings
+from app.settings import OFF_SETTINGS, SETTINGS_HELP, Settings
 from app.topics import create_topics
 from app.wording import counted
 from app.worker_http import BadWorkerAnswer, WorkerUnreachable, http_ask
@@ -123,7 +113,7 @@ def settings_environ(settings: Settings) -> dict[str, str]:
     env = {}
     for name in SETTINGS_HELP:
         value = getattr(settings, name)
-        if value is None and name == "max_wall_clock_skew":
+        if value is None and name in OFF_SETTINGS:
             value = "off"  # unset would mean its default
         if value is None:
             continue
@@ -141,20 +131,27 @@ def bad_records(events: Sequence[Event], settings: Settings) -> list[tuple[bytes
     """Records the worker must reject, as (key, value, expected dead-letter reason).
 
     The late and future events use the key of the newest event, whose partition's stream time
-    is therefore the stream's newest time when they arrive.
+    is therefore the stream's newest time when they arrive. The future one is beyond
+    ``max_future_skew`` when that is set, else a day past ``max_wall_clock_skew`` from now; with
+    both off no time is future, and there is none.
     """
     newest = max(events, key=lambda e: e.ts)
     key = newest.key.encode()
     ts, value = settings.ts_field, settings.value_field
     late = newest.ts - settings.retention - 60_000
-    future = newest.ts + settings.max_future_skew + 60_000
-    return [
+    bad = [
         (key, b'{"' + ts.encode() + b'": 1, "broken', REASON_MALFORMED_JSON),
         (key, dumps({ts: newest.ts}), REASON_MISSING_FIELD),
         (key, dumps({ts: newest.ts, value: "many"}), REASON_BAD_VALUE),
         (key, dumps({ts: late, value: 1}), REASON_LATE),
-        (key, dumps({ts: future, value: 1}), REASON_FUTURE),
     ]
+    if settings.max_future_skew is not None:
+        future = newest.ts + settings.max_future_skew + 60_000
+    elif settings.max_wall_clock_skew is not None:
+        future = max(newest.ts, int(time.time() * 1000)) + settings.max_wall_clock_skew + 86_400_000
+    else:
+        return bad
+    return [*bad, (key, dumps({ts: future, value: 1}), REASON_FUTURE)]
 
 
 def expected_windows(

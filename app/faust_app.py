@@ -1,27 +1,12 @@
 """The Faust app of a worker, built from ``Settings``, and the topics its agents use.
 
-``create_app(settings)`` returns a ``FibaApp``: the ``faust.App`` plus the topics its agents
-consume or send to through Faust, with raw bytes keys and values (the agents parse and
-validate input themselves, so no record can crash a codec). Topics are never declared by Faust
-(``topic_allow_declare`` off): they are created explicitly beforehand
-(``app.topics.create_topics``, ``fiba topics create``), because a broker may auto-create a
-missing topic with the wrong partition count.
-
-Broker profiles (``broker_profile``):
-
-- ``kafka``: Faust's defaults for a real cluster.
-- ``embedded``: the Tansu workarounds of the embedded broker (see ``app.broker``): a 5 s
-  session timeout, so that a group join and a takeover after a crash take seconds, not
-  minutes.
-
-``session_timeout``, when set, is the session timeout on either profile (how long the partitions
-of a crashed worker wait before moving; Apache Kafka accepts 6 s and more by default). The
-heartbeat interval is a tenth of the session timeout whenever one is set here. Nothing else in
-the app depends on the profile: the window store reads its changelog to the Fetch high
-watermark on every broker.
-
-Processing guarantee: at-least-once (``exactly_once`` does not run on the embedded broker);
-exactness of the state comes from the window store's applied offsets (``agents.windows``).
+``create_app(settings)`` returns a ``FibaApp``: the ``faust.App`` plus its topics, with raw
+bytes keys and values (the agents parse and validate input themselves, so no record can crash
+a codec). Topics are never declared by Faust: ``app.topics`` creates them beforehand. The
+``embedded`` broker profile shortens the session timeout (5 s) so that joins and takeovers take
+seconds on the embedded broker; ``session_timeout`` sets it on either profile. Nothing else
+depends on the profile. Configuration: docs/reference/configuration.md; how the worker uses
+Faust: docs/design/delivery.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """A built-in generator of keyed, out-of-order input events (for ``fiba produce`` and the demo).
 
-The generated stream is a sequence of ``Event(key, ts, value)``. Its *stream time* after an
-event is the largest ``ts`` seen so far in the whole stream. An event is *out of order* when its
-``ts`` is strictly smaller than the stream time before it; otherwise it is in order and advances
-the stream time by exactly ``interval_ms``.
-
-Guarantees, for ``n`` events and an out-of-order fraction ``f``:
-
-- exactly ``ooo_count(n, f) = min(round(n * f), n - 1)`` events are out of order (the first
-  event cannot be), at positions drawn uniformly by the seeded generator;
-- an out-of-order event lies between 1 ms and ``max_lateness_ms`` behind the stream time
-  before it, so no event is more than ``max_lateness_ms`` behind the stream time of any
-  partition it lands on (a partition's stream time never exceeds the whole stream's);
-- keys are ``key-0`` .. ``key-{keys-1}``, drawn uniformly; values are integers in
-  ``[0, 1000)`` (integers keep sums exact, so results can be checked by brute force);
-- the same arguments (including ``seed``) give the same stream.
-
-Each event costs O(1) time and the stream O(1) memory: events are produced lazily. Arguments
-are checked when ``generate_events`` is called, before the first event.
+``generate_events(n, keys=, ooo_fraction=, max_lateness_ms=, interval_ms=, start_ms=, seed=)``
+yields ``Event(key, ts, value)`` lazily: exactly ``min(round(n * f), n - 1)`` events out of
+order, each at most ``max_lateness_ms`` behind the stream time before it; in-order events
+advance the stream time by ``interval_ms``; keys ``key-0..key-{keys-1}``, integer values in
+``[0, 1000)``; the same arguments give the same stream. O(1) time per event and O(1) memory;
+arguments checked at the call. Guarantees in full: docs/reference/cli.md.
 """
 
 from __future__ import annotations

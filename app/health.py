@@ -24,7 +24,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from aiokafka.client import AIOKafkaClient
@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from agents.clients import client_options
 from agents.input_reader import InputReader
 from agents.records import REASON_BAD_QUERY
+from agents.retention_watch import RetentionCheck
 from agents.windows import WindowsPipeline
 from app.faust_app import FibaApp
 from app.settings import SETTINGS_HELP, Settings, setting_text
@@ -48,6 +49,9 @@ class Worker(Protocol):
     fiba: FibaApp
     pipeline: WindowsPipeline
     reader: InputReader
+
+    @property
+    def retention_checks(self) -> Sequence[RetentionCheck]: ...
 
 
 logger = logging.getLogger(__name__)
@@ -134,6 +138,15 @@ class StateCollector(Collector):
             entries.add_metric([str(partition)], windows.entry_count())
         yield keys
         yield entries
+        older = GaugeMetricFamily(
+            "fiba_output_older_than_retention",
+            "1 once a record written to the output topic was older than the topic's "
+            "retention.ms (Kafka deletes it at its next retention check; see the log)",
+            labels=["topic"],
+        )
+        for check in self.worker.retention_checks:
+            older.add_metric([check.name], int(check.exceeded_at is not None))
+        yield older
 
 
 class BrokerProbe:

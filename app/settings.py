@@ -1,25 +1,12 @@
 """The worker's configuration: one frozen ``Settings`` built from four layered sources.
 
-Precedence, lowest to highest::
-
-    defaults  <  TOML file  <  environment FIBA_<NAME>  <  CLI flags --<name-with-dashes>
-
-The TOML file is ``config_file`` or, when that is not given, the path in ``FIBA_CONFIG``; its
-keys sit at the top level or in a ``[fiba]`` table. Every setting has the same name everywhere:
-TOML key = lower-case env suffix = CLI flag with ``_`` spelled ``-`` (``SETTINGS_HELP`` lists
-them with their help text, for the CLI). CLI overrides whose value is ``None`` (a flag not
-given) are ignored.
-
-Durations are written ``"250ms"``, ``"10s"``, ``"5m"``, ``"1h"``, ``"1d"`` or as an integer
-number of milliseconds, and are stored as int milliseconds (``stores.durations``). Every
-validation failure raises ``ConfigError`` with one human-readable message naming the setting
-and its source.
-
-Every layer is validated, not only the winning one: a value that is not one of its setting
-(``web_port = "abc"``, a port out of range, ``partitions = 0``) is an error wherever it is
-written, even when a higher layer overrides it, so a configuration file never hides a mistake
-that would surface the day its override goes away. The checks that relate settings to each
-other (windows within the retention, distinct topics, TLS files) apply to the effective values.
+Precedence, lowest to highest: defaults, a TOML file (``--config`` or ``FIBA_CONFIG``; keys at
+the top level or in ``[fiba]``), environment variables ``FIBA_<NAME>``, CLI flags
+``--<name-with-dashes>``; every setting has the same name in all four (``SETTINGS_HELP``).
+Invalid values, unknown keys and inconsistent settings raise ``ConfigError`` naming the
+setting and the layer it came from; every layer is checked, not only the winning one (a bad
+value that a higher layer overrides is still an error). Every setting:
+docs/reference/configuration.md.
 """
 
 from __future__ import annotations
@@ -115,7 +102,7 @@ class Settings:
         WindowSpec("1h", 3_600_000),
     )
     aggregations: tuple[str, ...] = ("count", "sum", "max", "mean", "pop_stddev")
-    max_future_skew: int = 300_000
+    max_future_skew: int | None = None
     max_wall_clock_skew: int | None = 86_400_000
     resolution: int | None = None
     emit: str = "event"
@@ -233,7 +220,9 @@ SETTINGS_HELP: dict[str, str] = {
     "windows": "comma-separated window sizes, each <= retention (e.g. 1m,5m,1h)",
     "aggregations": "comma-separated aggregations: built-in names (stores.monoids), "
     "package.module:attribute import paths or fiba_stream.monoids entry points",
-    "max_future_skew": "events further than this ahead of stream time are rejected (duration)",
+    "max_future_skew": "an event further than this ahead of stream time AND of the "
+    "partition's previous event is rejected: a lone outlier, never a whole stream resuming "
+    "after a pause (duration; off: never)",
     "max_wall_clock_skew": "events further than this ahead of the worker's clock are rejected "
     "(duration; off: never, for replays)",
     "resolution": "pane size: event times are rounded down to it (duration; unset = exact)",
@@ -277,14 +266,19 @@ def setting_text(name: str, value: Any) -> str:
     """``value`` of setting ``name`` written as it would be configured (durations with a unit,
     lists comma-separated, ``unset`` for None, secrets masked)."""
     if value is None:
-        return "unset"
+        return "off" if _PARSERS[name] is _duration_or_off else "unset"
     if name in SECRET_SETTINGS:
         return "****"
     if name == "windows":
         return ",".join(w.name for w in value)
     if isinstance(value, tuple):
         return ",".join(value)
-    if _PARSERS[name] in (parse_duration, _optional_duration, _positive_duration):
+    if _PARSERS[name] in (
+        parse_duration,
+        _optional_duration,
+        _duration_or_off,
+        _positive_duration,
+    ):
         return format_duration(value)
     return str(value)
 
@@ -434,6 +428,16 @@ def _is_off(value: Any) -> bool:
     return isinstance(value, str) and value.strip().lower() == "off"
 
 
+def _duration_or_off(value: Any) -> int | None:
+    """A limit: a duration, or ``off`` (None: no limit)."""
+    if _is_off(value):
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}, or off for no limit") from None
+
+
 def _names(value: Any) -> tuple[str, ...]:
     items = value if isinstance(value, list | tuple) else _text(value).split(",")
     names = tuple(_text(item) for item in items)
@@ -497,8 +501,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "retention": _positive_duration,
     "windows": _windows,
     "aggregations": _names,
-    "max_future_skew": parse_duration,
-    "max_wall_clock_skew": lambda value: None if _is_off(value) else parse_duration(value),
+    "max_future_skew": _duration_or_off,
+    "max_wall_clock_skew": _duration_or_off,
     "resolution": _optional_duration,
     "emit": _choice(EMIT_MODES),
     "window_end": _choice(WINDOW_ENDS),
@@ -518,6 +522,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "standby_replicas": _at_least(0),
     "log_level": _choice(LOG_LEVELS),
 }
+OFF_SETTINGS = frozenset(name for name, parse in _PARSERS.items() if parse is _duration_or_off)
+"""The limits that take ``off`` (None: switched off, written ``off``)."""
 
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 

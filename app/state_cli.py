@@ -1,25 +1,13 @@
 """``fiba state``: reset a worker's window state, or a partition's stream time.
 
-- ``fiba state reset [--changelog] [--yes]`` deletes the local state of ``app_id`` under
-  ``state_dir`` (``<state_dir>/<app_id>``: the RocksDB copies and the recorded shape). With
-  ``--changelog`` it also deletes and recreates the changelog topic (DeleteTopics, then
-  CreateTopics once the deletion is done: compaction and DeleteRecords cannot empty a topic on
-  every broker); the workers then find no state and read the input again from its first
-  retained offset (a partition's reading position is the applied offset stored with its state),
-  so the state is rebuilt with the current settings. Stop every worker of ``app_id`` first:
-  the other workers' local copies must be reset too, each with ``fiba state reset`` on its
-  own ``state_dir``.
-- ``fiba state reset-stream-time --partition N [--after T] [--yes]`` removes the entries of
-  partition ``N`` later than ``T`` (default: now + ``max_wall_clock_skew``), locally and on the
-  changelog (a tombstone each), so that the partition's stream time falls back to its youngest
-  remaining entry: the repair of a partition whose stream time one wrong timestamp moved far
-  ahead before ``max_wall_clock_skew`` rejected such events. The events that stream time
-  already made late or evicted are not brought back (``reset --changelog`` rebuilds
-  everything).
-
-Both ask for confirmation unless ``--yes``, take the ``state_dir`` lock (refused, exit 2,
-while a worker runs on it), refuse while workers of ``app_id`` are members of its group (on a
-real Kafka) and report what they did in one line.
+``fiba state reset [--changelog] [--yes]`` deletes the local state of ``app_id`` under
+``state_dir``; with ``--changelog`` it also deletes and recreates the changelog topic, so the
+workers rebuild the state from the input with the current settings (the way to change
+aggregations, windows, retention, resolution or partitions). ``fiba state reset-stream-time
+--partition N [--after T]`` removes the entries of partition N later than T, locally and on
+the changelog, so that a stream time poisoned by a wrong timestamp falls back. Stop the workers
+first; both ask before deleting. Reference: docs/reference/cli.md and
+docs/reference/operations.md.
 """
 
 from __future__ import annotations

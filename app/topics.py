@@ -1,34 +1,12 @@
 """The app's topics and their idempotent, explicit creation (``fiba topics create``).
 
-Every topic is created explicitly with its partition count and explicit configs
-(``retention.ms``, ``retention.bytes``, ``cleanup.policy``), never left to broker
-auto-creation: auto-created topics get the broker's default partition count, which breaks the
-co-partitioning below, and some brokers (the embedded one) report only explicitly set configs.
-
-Topics of ``Settings`` (all with ``partitions`` partitions and ``replication_factor``):
-
-- input, queries: the queries topic is co-partitioned with the input (same count, same key), so
-  the worker owning a key's input partition receives that key's queries;
-- the window-store changelog ``<app_id>-windows-changelog``, co-partitioned with the input
-  (its partition i holds the state of input partition i); compacted and never expired;
-- aggregates, answers, dead letters;
-- the assignment topic ``<app_id>-assignment``, co-partitioned with the input and always
-  empty: the workers' Faust consumers subscribe to it, and owning its partition i means owning
-  input partition i (``agents.input_reader``);
-- Faust's leader topic ``<app_id>-__assignor-__leader`` (always empty; the owner of its
-  partition 0 is the leader). Faust would declare it with one partition; any count works, and
-  it gets ``partitions`` like the others so that one count describes every topic.
-
-Data topics keep their records ``DATA_RETENTION_MS`` (7 days); the changelog keeps them forever
-(``cleanup.policy=compact``: its latest record per store entry is the state).
-
-Creation is idempotent: a topic that already exists with the wanted partition count is fine;
-one with another count raises ``TopicMismatch`` naming the topic and both counts. Existing
-topics are described only after CreateTopics reported them as existing, so no metadata request
-ever names a missing topic (which would auto-create it on some brokers). A broker may answer
-CreateTopics before its own metadata shows the new topic (Apache Kafka applies the controller's
-record a moment later), so creation returns only once every topic is described with all its
-partitions, and counts are read only from such complete descriptions.
+Every topic a worker uses (input, queries, aggregates, answers, dead letters, the changelog,
+the assignment topic and Faust's leader topic) is created explicitly with ``partitions``
+partitions, ``replication_factor`` and explicit ``retention.ms``, ``retention.bytes`` and
+``cleanup.policy`` (the changelog compacted, the others deleted after 7 days), never by broker
+auto-creation, which would break the co-partitioning of the input with the queries, changelog
+and assignment topics. Creating again is a no-op; an existing topic with another partition
+count is an error (``TopicMismatch``). Every topic and its configs: docs/reference/operations.md.
 """
 
 from __future__ import annotations

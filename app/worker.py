@@ -1,23 +1,12 @@
 """Assemble and run one stream-processing worker: ``run_worker(settings)`` (``fiba worker``).
 
-``build_worker(settings)`` wires the pieces: the Faust app and topics (``app.faust_app``), the
-durable window store (``stores.window_store``, its changelog sent through the Faust producer so
-that Faust's pre-commit flush covers it), the dead-letter sender, the windows pipeline and agent
-(``agents.windows``), the query agent and HTTP views (``agents.queries``), with
-``processing_guarantee = "exactly_once"`` the per-partition transactions that carry outputs,
-changelog and offsets together (``agents.transactions``), the health and
-metrics views (``app.health``: ``/live``, ``/ready``, ``/metrics``). ``run_worker`` runs
-it in the foreground until SIGTERM/SIGINT; on shutdown the store is flushed and checkpointed
-after the consumer stopped and before the producer is flushed.
-
-The topics must exist (``fiba topics create`` or ``app.topics.create_topics``).
-
-As a subprocess (how the tests start workers)::
-
-    FIBA_BROKER=127.0.0.1:9092 FIBA_BROKER_PROFILE=embedded FIBA_APP_ID=my-app \\
-    FIBA_INPUT_TOPIC=... FIBA_STATE_DIR=/tmp/w1 FIBA_WEB_PORT=6067 fiba worker
-
-(or ``fiba --config worker.toml worker``; every setting of ``app.settings`` works either way).
+``build_worker(settings)`` wires the Faust app and topics, the window store (its changelog sent
+through the Faust producer), the dead-letter sender, the windows pipeline, the query consumer
+and HTTP views, with ``exactly_once`` the per-partition transactions, and the health and
+metrics views (``app.health``). ``run_worker`` runs it in the foreground until SIGTERM/SIGINT;
+on shutdown the store is flushed and checkpointed after the consumer stopped and before the
+producer is flushed. The topics must exist (``fiba topics create``). Running and stopping a
+worker: docs/reference/operations.md.
 """
 
 from __future__ import annotations
@@ -33,13 +22,14 @@ from typing import Any
 
 import faust
 
-from agents import queries, windows
+from agents import queries, retention_watch, windows
 from agents.batched_send import KeyedOutputs
 from agents.clients import throttle_failed_metadata_updates
 from agents.dead_letters import DeadLetters
 from agents.input_reader import InputReader
 from agents.kafka_changelog import FaustChangelog
 from agents.queries import QueryService
+from agents.retention_watch import RetentionCheck
 from agents.supervision import WorkerCrash
 from agents.transactions import PartitionTransactions
 from agents.windows import WindowsPipeline
@@ -65,6 +55,16 @@ class Worker:
     reader: InputReader
     crash: WorkerCrash
 
+    @property
+    def retention_checks(self) -> list[RetentionCheck]:
+        """The output topics' checks against their ``retention.ms`` (``agents.retention_watch``):
+        aggregates, dead letters, answers."""
+        return [
+            self.pipeline.aggregates.retention,
+            self.pipeline.dead_letters.outputs.retention,
+            self.queries.answers_retention,
+        ]
+
 
 def build_worker(settings: Settings) -> Worker:
     """Create the app and register every agent, timer, view and lifecycle hook (and pace the
@@ -78,7 +78,9 @@ def build_worker(settings: Settings) -> Worker:
     store = WindowStore(
         settings, MarshalStateCodec(config.composed), transactions or FaustChangelog(fiba)
     )
-    dead_letters = DeadLetters(KeyedOutputs(fiba.kafka_producer, settings.dead_letter_topic))
+    dead_letters = DeadLetters(
+        KeyedOutputs(fiba.kafka_producer, settings.dead_letter_topic, "dead_letters")
+    )
     pipeline = WindowsPipeline(fiba, store, dead_letters, config)
     crash = WorkerCrash(fiba, pipeline)
     service = QueryService(fiba, pipeline, crash)
@@ -94,6 +96,10 @@ def build_worker(settings: Settings) -> Worker:
     checks = WorkerHealth(worker)
     service.on_answered = checks.observe_query
     health.install(worker, checks)
+
+    @fiba.app.task
+    async def watch_output_retention() -> None:
+        await retention_watch.watch(settings, worker.retention_checks)
 
     @fiba.app.on_before_shutdown.connect
     async def stop_store(sender: Any, **kwargs: Any) -> None:

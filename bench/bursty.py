@@ -1,18 +1,11 @@
-"""A bursty, out-of-order, time-stamped event stream (seed 003 §7.4 in spirit).
+"""A bursty, out-of-order, time-stamped event stream.
 
-Events are generated per second of simulated time (timestamps in milliseconds) with a Poisson
-count whose rate follows a daily cycle (quiet nights, busy afternoons), a slower multi-day
-drift, random bursts (Poisson-many per day, exponentially long, 3-10x the rate) and random
-outages (no events at all for an exponentially long while; stream time then jumps, and the
-first arrival after an outage evicts everything the window held for that long). Each
-event then arrives late by a heavy-tailed delay: most only by a few milliseconds of jitter,
-some by a Pareto-distributed delay, so that a few arrive hours late (and some more than a day
-late, beyond any one-day window). The stream is returned in *arrival* order. Everything is
-drawn from one seeded ``numpy`` generator, so a seed fixes the stream exactly.
-
-:func:`window_statistics` replays the stream against a time-based window and records, per
-arrival, the window size ``n``, the number ``m`` of entries the arrival's advance of stream
-time evicts, and the out-of-order distance ``d`` (entries younger than the inserted one).
+In the spirit of §7.4 of *Out-of-Order Sliding-Window Aggregation with Efficient Bulk
+Evictions and Insertions*: events per second of simulated time with a daily cycle, drift,
+bursts and outages, each arriving late by a heavy-tailed delay (a few hours or more than a day
+late), returned in arrival order; one seed fixes the stream. ``window_statistics`` replays it
+against a time-based window and records, per arrival, the window size ``n``, the entries ``m``
+it evicts and the out-of-order distance ``d``. Details: docs/bench-methods.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,10 @@
-"""The changelog in chunks (issue 20, direction 1): what one record per key per batch can save.
+"""The changelog in chunks: what one record per key per batch can save.
 
 ``python -m bench.changelog_chunks [--occupancies 1000,10000] [--batches N] [--rounds R]`` runs
-offline (no broker) on the worker benchmark's shape of input (``bench.worker_pipeline``): 100
-keys, batches of ``batch_max_records`` = 1,000 records (10 per key), distinct event times, each
-insert evicting its key's oldest entry (the windows are full: ``occupancy`` entries per key).
-Per event, in CPU microseconds of this process (``time.process_time``):
-
-- ``store``: the whole ``emit=batch`` store path today: ``WindowStore.record_many`` (128 records
-  per call, as ``agents.windows`` calls it), ``evict`` per key, ``send_changes`` (the local
-  RocksDB WriteBatches, the changelog records appended to aiokafka record batches as
-  ``agents.batched_send`` does; nothing is sent);
-- ``per-entry``: the changelog part alone, in today's format (``stores.changelog``): an upsert
-  per accepted record, a tombstone per evicted entry, the applied marker, into record batches;
-- ``chunks``: the least a chunked format must do per batch: per key its final partial bytes by
-  time and its evicted times, one ``marshal`` record per key, the marker, into record batches;
-- ``chunks+snapshots``: that plus what keeps a compacted topic bounded: once the bytes of a
-  key's live chunks exceed ``--snapshot-factor`` (2) times its retained entries' bytes, a
-  snapshot of the key (its retained entries, in records below 900 kB) and a tombstone per
-  older chunk (the snapshot read from a copy of the retained entries kept untimed, since the
-  store's local RocksDB holds them anyway);
-- ``per-entry+local``, ``chunks+local``: ``per-entry`` and ``chunks`` with their records also
-  written to a local RocksDB, one WriteBatch per batch, as a local layout keyed like them.
-
-Then the replay per event (the ``replay`` columns: ``replay_changelog`` over today's records;
-the least a chunk replay does, ``marshal.loads`` and one dict update per chunk) and the bytes a
-compacted topic keeps (last record per key, tombstones dropped) against the retained entries'
-bytes. The partials are encoded once beforehand, the same bytes for every variant, so the
-variants differ by their format alone. Each round runs every variant once, in rotating order.
-Prints a Markdown table of the medians (for ``bench/RESULTS.md``).
+offline (no broker) on the worker benchmark's input shape and measures, in CPU microseconds per
+event, the ``emit=batch`` store path of today against a changelog of one record per key and
+batch, to tell whether the latter is worth its format change. Prints a Markdown table of the
+medians; each variant: docs/bench-methods.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """The worker against a peer in one run: Quix Streams' sliding windows on the same input.
 
 ``python -m bench.peers run [--occupancies 10,100,1000] [--broker-kind embedded|kafka]
-[--quick]`` starts a broker (``bench.bench_broker``) and, per occupancy, pre-produces one input
-topic (``bench.worker_pipeline.event_stream``: 100 keys, per-key spacing 100 ms, 20% of the
-events up to ``MAX_LATENESS_MS`` late) that three processes read in turn from its start: the
-worker with ``emit=event``, the worker with ``emit=batch`` (``bench.worker_pipeline``'s
-``child`` mode) and the Quix job (``bench.quix_job``). All compute one sliding window of
-``occupancy * SPACING_MS`` (``occupancy`` events per key) per key with count, sum, max and
-mean, and start with every key's windows full (pre-filled, not timed). The worker reports the
-window ending at the event's time (``window_end=event_time``) and keeps ``retention`` = window
-+ ``MAX_LATENESS_MS``; the Quix job has ``grace_ms`` = ``MAX_LATENESS_MS``: both accept every
-event of the stream. Semantics that differ (``bench.quix_semantics``): Quix's stream time is per
-key, FiBA's per partition; a late event makes Quix emit one record per later window it falls
-in, the worker one (``emit=event``) or one per key and batch (``emit=batch``).
-
-Each process is measured as ``bench.worker_pipeline`` measures the worker: accepted events per
-wall second between 30% and 90% of its stream, and its CPU µs per event there. The worker reads
-``events`` records; Quix, whose cost per event grows with the window, reads the first
-``quix_events(occupancy)`` of them (at most ``events``), so that each cell takes tens of
-seconds: rates, not totals, are compared. The ratios are the worker's rate over Quix's per
-occupancy.
-
-Prints the command, the machine and, after the run, the load average again; writes
-``bench/results/peers.json`` (``results_path`` per broker kind) and prints a Markdown table.
+[--quick]``: per occupancy, one pre-produced input topic read in turn by the worker with
+``emit=event``, with ``emit=batch`` and by the Quix job (``bench.quix_job``), all computing one
+sliding window with count, sum, max and mean from full windows; each peer's output is checked
+(``bench.quix_semantics``) before its rate counts. Writes ``bench/results/peers.json``, shown
+on docs/benchmarks.md and in the README; the semantics that differ: docs/bench-methods.md.
 """
 
 from __future__ import annotations

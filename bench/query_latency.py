@@ -1,34 +1,11 @@
-"""Range-query latency while a worker consumes an input backlog (issue 4: HTTP p99 <= 5 ms,
-query topic p99 <= 20 ms).
+"""Range-query latency while a worker consumes an input backlog.
 
 ``python -m bench.query_latency [--seconds S] [--scenarios event,batch,idle] [--broker-kind
-embedded|kafka]`` starts a broker (default the embedded one) and, per scenario, the load of
-``bench.worker_pipeline`` at occupancy 1,000: a pre-produced backlog (100 keys, 20% out of
-order), one worker subprocess with the real pipeline and window store, windows pre-filled to
-1,000 events per key. Scenarios ``event`` and ``batch``
-(the ``emit`` mode): while the worker consumes the backlog, a client process times HTTP range
-queries for ``S`` seconds, then another one query-topic round trips for ``S`` seconds (one at a
-time, so that neither client's load, e.g. the topic client's frequent fetches, is counted in
-the other's figures). Scenario ``idle`` (``emit=event``): the same after a short backlog is
-consumed, the floor of the query paths. The clients:
-
-- HTTP: sequential ``GET /windows/{key}?window=<R/10>`` with 10 ms pauses, alternately on one
-  kept-alive connection and on a new connection per request; counted from sending the request
-  (including the connect, for a new connection) until the whole response body is read.
-- query topic: one query record at a time (20 ms pauses) sent with ``linger_ms=0`` and
-  ``send_and_wait`` (acknowledged), and its answer read from the answers topic by a consumer
-  with a 1 ms fetch wait (the embedded broker answers a fetch only when its wait expires, so a
-  longer wait would be counted as latency); counted from the send until the answer record is
-  returned by the consumer. Split at the answer record's timestamp (set by the worker's
-  producer when the answer is sent; same clock, ms resolution): ``topic_until_answered`` (query
-  produced and acknowledged, fetched by the worker, answered) and ``topic_answer_delivery``
-  (answer produced, fetched by the client).
-
-Under load, the measured part starts once the worker has accepted 5% of the backlog (the
-pre-fill, an untimed O(n) bulk build, is over) and must end before the backlog does (checked:
-the run fails otherwise). Prints the command, the machine, the load average before and after,
-the worker's events/s, CPU µs/event and CPU share during each client's phase, and per series
-the count and p50/p95/p99/max; writes ``bench/results/query_latency.json``.
+embedded|kafka]``: per scenario, the load of ``bench.worker_pipeline`` at occupancy 1,000 (a
+pre-produced backlog, one worker subprocess); while the worker consumes it a client times HTTP
+range queries (keep-alive and new connections), then another query-topic round trips; ``idle``
+is the floor of both paths. Writes ``bench/results/query_latency.json`` (shown on
+docs/benchmarks.md); the clients and what each time includes: docs/bench-methods.md.
 """
 
 from __future__ import annotations

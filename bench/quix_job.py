@@ -1,24 +1,11 @@
 """The peer under measurement: a Quix Streams sliding-window job over the worker benchmark's input.
 
 ``python -m bench.quix_job BOOTSTRAP PROFILE INPUT OUTPUT DURATION_MS GRACE_MS PREFILL PORT
-STATE_DIR`` runs a Quix Streams ``Application`` (consumer group of its own, from the earliest
-offset) that reads ``INPUT`` (``bench.worker_pipeline.event_stream`` records: JSON ``{"ts",
-"value"}`` keyed by ``key-<k>``), takes each record's event time from its ``ts`` field, and
-emits with ``sliding_window(DURATION_MS, GRACE_MS).agg(count, sum, max, mean).current()``
-every window the record updated to ``OUTPUT`` (JSON ``{"count", "sum", "max", "mean",
-"start", "end"}``, keyed as the input). Its state is Quix's own (RocksDB with a changelog
-topic, at-least-once, the defaults). It serves ``GET /stats`` (``{"counts": {"accepted": n}}``,
-n: records that entered the dataframe) on ``PORT`` for ``bench.worker_pipeline.measure_rate``
-until SIGTERM.
-
-``PREFILL`` > 0 starts every key with full windows, as the worker's benchmark pre-fills FiBA
-(``prefilled_pairs``): when a partition's first record arrives, before it is processed, each
-key of that partition gets the Quix windows ``PREFILL`` events (times ``T0 - PREFILL * SPACING
-+ j * SPACING``, values ``j % 7``) would have left: the left window ``[t_j - d, t_j]`` and the
-non-empty right window ``[t_j + 1, t_j + 1 + d]`` of each, aggregated with the job's own
-aggregators from prefix and suffix folds (O(PREFILL) per key instead of Quix's O(PREFILL^2)),
-written through the record's transaction (so Quix's first commit also writes them to its
-changelog). ``bench.quix_semantics`` gives what the job must emit, prefill included.
+STATE_DIR`` runs a Quix Streams ``Application`` that reads ``INPUT`` from its start, takes each
+record's event time from ``ts`` and emits ``sliding_window(DURATION_MS, GRACE_MS).agg(count,
+sum, max, mean).current()`` to ``OUTPUT``; ``PREFILL`` starts every key with full windows. It
+serves ``GET /stats`` on ``PORT`` for the rate measurement until SIGTERM. Details:
+docs/bench-methods.md.
 """
 
 from __future__ import annotations

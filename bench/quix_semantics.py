@@ -1,19 +1,11 @@
 """What the Quix job (``bench.quix_job``) must emit, by brute force: the check that the peer
 computes what the comparison assumes.
 
-Quix Streams 3.28 sliding windows (``SlidingWindow.process_window``), per key: a window is
-``[end - duration, end]``, both bounds inclusive; the key's stream time ``L`` is the largest
-event time seen for that key (FiBA's is per partition). A record at ``t`` after which ``L' =
-max(L, t)``: dropped (nothing emitted) when ``t <= L' - grace - 1 - duration``; otherwise
-``.current()`` emits, in ascending order of end, the *left* window ``[t' - duration, t']`` of
-every distinct event time ``t'`` of the key with ``t <= t' <= t + duration`` (its own and every
-later one it falls in) and ``t' > L' - grace - 1`` (not yet expired), each aggregated over all
-the key's events seen so far inside it. So an in-order record emits one window (its own), as
-the worker's ``emit=event`` with ``window_end=event_time`` does, but a late record emits one
-more for each later event time within ``duration`` of it, where the worker emits one record
-(the late event's own window) per event. Events with equal times share one window.
-
-O(n^2) per key: for small inputs only.
+Quix Streams 3.28 sliding windows per key: a window is ``[end - duration, end]``, both bounds
+inclusive, the key's stream time the largest event time of that key; a record is dropped when
+it is older than the grace allows, else ``.current()`` emits, in ascending order of end, the
+window of every distinct event time of the key it falls in. ``expected_outputs`` recomputes
+that by brute force for the benchmark's check. The rules in full: docs/bench-methods.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """Spark bridge benchmark: aggregates topic -> Spark through both engines, and the as-of join.
 
-``python -m bench.spark_bench [--records N] [--quick] [--broker embedded|kafka]`` (default N =
-10^6, quick 10^5; broker: the kind the project starts, default embedded, or ``KAFKA_BOOTSTRAP``):
-
-1. creates a 4-partition topic and produces N aggregate records (1000 keys, three windows, five
-   numeric aggregations each; ~650-byte values) in batches — timed, for reference;
-2. **read**, each engine twice, alternating (python, jvm, python, jvm): ``read_aggregates`` into
-   the typed schema with ``engine="python"`` (the ``fiba-kafka`` data source: aiokafka and the
-   decoder in the Python tasks) and ``engine="jvm"`` (Spark's Kafka connector, then the same
-   decoder through ``parse_values``); ``write.format("noop")`` forces every row, nothing is
-   collected;
-3. writes N batch rows (keys from the same key set, times spread over the aggregates' span,
-   generated in Spark) and the decoded aggregates as Parquet — not timed;
-4. **join**: ``spark_bridge.join.asof_join`` of the N batch rows against the N aggregates from
-   Parquet, written as Parquet (the job's own cost); and **join from Kafka**, once per engine:
-   the same with the aggregates read from the topic in the same job (what ``fiba spark-join``
-   does).
-
-Each figure is wall-clock seconds of one run and rows/s; the load average before and after is
-recorded because the machine is shared. Writes ``bench/results/spark_bench[_quick].json`` and
-prints a Markdown table for ``bench/RESULTS.md``.
+``python -m bench.spark_bench [--records N] [--quick] [--broker embedded|kafka]`` produces N
+aggregate records to a 4-partition topic, reads them into the typed schema with each engine
+(the Python data source and Spark's connector, alternating), and times the as-of join of N
+batch rows with them, from Parquet and from the topic. Writes ``bench/results/spark_bench*.json``
+(docs/benchmarks.md, "Spark"); the steps in detail: docs/bench-methods.md.
 """
 
 from __future__ import annotations

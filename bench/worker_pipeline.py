@@ -1,50 +1,13 @@
 """End-to-end worker throughput and query latency on a broker it starts.
 
 ``python -m bench.worker_pipeline run [--quick] [--occupancies ...] [--scenarios ...]
-[--rounds N] [--broker-kind embedded|kafka]`` starts a broker (``bench.bench_broker``, default
-the embedded one) and, per scenario, a
-worker subprocess (``child`` mode of this module: the real ``app.worker`` pipeline, window
-store included), over a pre-produced input topic: 100 keys, 20% of the events out of order (up
-to ``MAX_LATENESS_MS`` = 5 s late, about 50 events of their key, at every occupancy: FiBA's
-insert costs O(log d) in that distance, so it is held fixed while the window size varies, as
-in the papers' experiments), three windows of sizes R/100, R/10 and R. The per-key event
-spacing is 100 ms, so the largest window holds ``occupancy`` events per key; to start each run
-with full windows, every partition's windows are pre-filled (an O(n) bulk build, not timed,
-not persisted, its objects then frozen out of the cyclic GC as after a real restore) when the
-first record arrives.
-
-Scenarios: ``floor`` — a bare aiokafka consumer that only reads the same topic, fetching as
-the worker's input reader does (``agents.input_reader``: same fetch wait, partition bytes and
-records per ``getmany``), the rate the worker is measured against (issue 20's goals:
-``emit=batch`` at least 1.0x of it, ``emit=event`` at least 0.5x); ``emit-floor`` — the same
-consumer that also encodes and produces one aggregate record per event as ``emit=event`` does,
-without any window work (the bound of ``emit=event``); ``batch-floor`` — everything
-``emit=batch`` does but the window work (``DurableFloor``: parse, lift, the window store's
-local writes and changelog records with one eviction per event, one aggregate record per key
-per batch; the bound of ``emit=batch``); ``bare`` — a Faust agent
-that only consumes the same topic (the framework's floor), ``bare-batch`` — the same with
-``stream.take_events`` batches as ``emit=batch`` uses;
-``event``/``batch`` — the worker with that ``emit`` mode at each occupancy, under each of
-``--guarantees`` (``at_least_once``, ``exactly_once``: rows ``+ exactly_once`` and a line with
-exactly-once's share of at-least-once's throughput per mode). Throughput is the
-accepted-events rate between 30% and 90% of the stream (read from ``GET /stats``). Every
-cell streams 90,000 events, so that every measured part lasts several seconds (at 30,000
-events, a ``batch`` run measured about 2 s and an ``event`` run 4-6 s, and a single pause of the
-machine moved a cell by 20%); ``--quick`` streams 24,000; the ``*floor`` scenarios ten
-times as many. One more
-run of each emit mode at occupancy 10^3 (``+ queries``) times range queries while the worker is
-loaded (kept out of the flatness figures, since its clients share the two cores): sequential
-``GET /windows/{key}?window=`` requests, and query records sent to the query topic, each timed
-until its answer is read back.
-
-``--rounds N`` runs every scenario and occupancy N times, every other round in reverse order:
-this VM's speed drifts by tens of percent within minutes, so one run per cell compares cells
-measured at different speeds. The table gives each cell's median (and range), and each emit
-mode's flatness from the medians and within each round.
-
-Prints the command, the machine (load average and code commit included) and, after the
-run, the load average again; writes ``bench/results/worker_pipeline.json`` and prints a
-Markdown table (for ``bench/RESULTS.md``).
+[--rounds N] [--broker-kind embedded|kafka]`` starts a broker and, per scenario, a worker
+subprocess (``child`` mode: the real pipeline, window store included) over a pre-produced input
+topic (100 keys, 20% of the events up to ``MAX_LATENESS_MS`` late, windows pre-filled to
+``occupancy`` events per key), and measures events/s and CPU per event; the ``floor``,
+``batch-floor``, ``emit-floor`` and ``bare`` scenarios are the bounds the worker is compared
+with. Writes ``bench/results/worker_pipeline*.json`` (``docs/benchmarks.md`` shows them).
+Scenarios, harness and profiler in detail: docs/bench-methods.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """Window-store restore: 10^6 retained entries from the changelog, from local RocksDB, rebuild.
 
 ``python -m bench.worker_restore [--entries N] [--keys K] [--churn F] [--codec C] [--quick]
-[--broker-kind embedded|kafka]`` starts a broker (default the embedded one; or uses
-``KAFKA_BOOTSTRAP``), writes one changelog partition holding
-``entries`` retained entries (``keys`` keys, real partials of the default aggregations
-count,sum,max,mean,pop_stddev, records in the store's format, sent with normal producer
-batching) plus ``churn * entries`` entries upserted earlier and evicted since (their upserts
-and tombstones are history a restore must read and drop), then times:
-
-- ``store restore from the changelog alone`` (no local state: the SIGKILL-without-data-dir
-  case): ``WindowStore.restore`` until it returns the windows;
-- ``index`` right after it: the in-memory FiBA index built as the pipeline builds it
-  (``KeyWindows.load`` per key, O(n) bulk builds, the cyclic GC left as it is); ``ready`` is the
-  sum, the time until a worker that lost its data dir can serve;
-- ``stop`` after them: flush and close, which includes writing the local copy that a
-  changelog-only restore leaves to the background (after the worker is ready);
-- the same phases from the local RocksDB (clean checkpoint, empty changelog tail: a clean
-  restart);
-
-in wall and CPU seconds of this process (the machine may be shared: the 1-minute load average
-is recorded), and measures (tracemalloc, in a separate untimed pass) the memory per retained
-entry of the restored ``windows`` lists and of the FiBA index built from them. Target: ready
-(store restore + index) from the changelog alone for 10^6 entries in at most 10 s.
-
-Codecs of the partials: ``worker`` is the worker's ``PartialJsonCodec``; ``batch`` adds
-``decode_many`` (one JSON parse for all partials, which ``WindowStore.restore`` uses when a codec
-has it); ``marshal`` is the store's ``MarshalStateCodec``. Writes
-``bench/results/worker_restore_<codec>.json`` (``bench/results/quick/`` with ``--quick``) and
-prints a Markdown table (for ``bench/RESULTS.md``).
+[--broker-kind embedded|kafka]`` writes one changelog partition of ``entries`` retained entries
+(plus ``churn`` of history to drop) and times the restore from the changelog alone, from the
+local copy, the index build after each and the time until the partition is ready, plus memory
+per entry. Writes ``bench/results/worker_restore_<codec>.json`` (docs/benchmarks.md,
+"Restore"); each timed step: docs/bench-methods.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Synthetic sliding-window workloads driven by monotonic counters.
 
-:class:`AdversarialWindow` is the papers' out-of-order load generator (seed 000 §5.1, and the
-authors' ``ooo_benchmark``): the window is pre-populated with ``d`` *high* timestamps at its
-young end and ``n - d`` consecutive *low* timestamps below them; every round evicts the oldest
-low, inserts the next low — which lands exactly ``d`` entries from the young end — and queries.
-With ``d = 0`` it is the plain in-order FIFO workload. Timestamps come from counters, never
-from clocks or random numbers, and the value of timestamp ``t`` is ``1 + t % 101``, so every
-algorithm sees exactly the same data.
+:class:`AdversarialWindow` is the papers' out-of-order load generator (§5.1 of *Sub-O(log n)
+Out-of-Order Sliding-Window Aggregation*, and the authors' ``ooo_benchmark``): the window is
+pre-populated with ``d`` *high* timestamps at its young end and ``n - d`` consecutive *low*
+timestamps below them; every round evicts the oldest low, inserts the next low — which lands
+exactly ``d`` entries from the young end — and queries. With ``d = 0`` it is the plain in-order
+FIFO workload. Timestamps come from counters, never from clocks or random numbers, and the value
+of timestamp ``t`` is ``1 + t % 101``, so every algorithm sees exactly the same data.
 
 The window can be moved between configurations without a rebuild: :meth:`widen` raises ``d``
 (appending highs, evicting the oldest lows) and :meth:`grow` raises ``n`` (inserting lows at

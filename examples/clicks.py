@@ -1,5 +1,5 @@
-"""Per-user click windows in a Faust app of your own (README: "Sliding windows in your own
-Faust agents"). Run: ``faust -A examples.clicks worker -l info``."""
+"""Per-user click windows in a Faust app of your own (docs/reference/library.md, "Sliding
+windows in your own Faust agents"). Run: ``faust -A examples.clicks worker -l info``."""
 
 import os
 

@@ -1,19 +1,11 @@
 """Spark's own Kafka connector (``spark-sql-kafka-0-10``) for the installed PySpark.
 
 ``connector_jars()`` resolves ``org.apache.spark:spark-sql-kafka-0-10_2.13:<pyspark version>``
-with its runtime dependencies from Maven Central once, into ``<cache>/spark-sql-kafka-<version>/``
-(``app.kafka_jars.maven_jars``: the project's pom, ``mvn``, an atomic cache), and returns the
-jars Spark does not ship itself: an artifact with a jar of the same artifactId in
-``pyspark/jars`` is left out, so Spark's own (newer) scala-library, lz4, snappy and slf4j stay
-the only copies on the classpath. What remains is the connector, its token provider,
-``kafka-clients`` and ``commons-pool2``. ``connector_conf()`` is the session configuration that
-puts them on the driver's and executors' classpath (``spark.jars``), or, when they cannot be
-resolved (no ``mvn``, offline, a PySpark whose connector Maven Central does not serve), no jars
-and the reason under ``CONNECTOR_ERROR_CONF``. Spark's own ``spark.jars.packages`` (Ivy) is not
-used: it resolves again at every session start, and its ``~/.m2`` resolver fails on a pom
-cached without its jar.
-
-``python -m spark_bridge.connector`` resolves now (``make spark-jars``) and prints the jars.
+from Maven Central once (``app.kafka_jars.maven_jars``: ``mvn``, an atomic cache) and returns
+only the jars Spark does not ship (the connector, its token provider, ``kafka-clients``,
+``commons-pool2``); ``connector_conf()`` is the session configuration that puts them on the
+classpath. ``python -m spark_bridge.connector`` (``make spark-jars``) resolves them ahead.
+Reference: docs/reference/spark.md.
 """
 
 from __future__ import annotations

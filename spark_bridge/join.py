@@ -1,23 +1,12 @@
 """The as-of join job: batch rows enriched with the latest aggregate of their key.
 
-For each row of a batch dataset (a key column and an event-time column) the job attaches the
-aggregate record of the same key, of the chosen window, whose window end is at or before the
-row's time and is the latest such: greatest window end, ties broken by the later Kafka record
-(partition, then offset — a key lives in one partition, so this is the order it was written).
-Records without that window, corrupt records and rows without a match contribute nothing /
-get nulls; every batch row is kept exactly once. Optionally the latest answer (by Kafka
-position) of each range query is attached by ``query_id``.
-
-How it scales: no data goes to the driver. The batch rows and the aggregates are unioned and
-partitioned by key; within a key, rows are ordered by (time, aggregates before batch rows,
-partition, offset) and a running ``last(aggregate, ignorenulls)`` carries the latest aggregate
-to every batch row: one shuffle and one sort, O((n + m) log(n + m)) work split over keys
-(a single very hot key is processed by one task). The answers are attached with one more
-shuffle join on ``query_id``.
-
-Run it with ``fiba spark-join``, ``python -m spark_bridge`` or on a cluster::
-
-    spark-submit --master yarn --py-files fiba_stream.zip spark_bridge/__main__.py --batch ...
+Each row of a batch dataset (a key and an event-time column) gets the aggregate record of its
+key, of the chosen window, with the greatest window end at or before the row's time (ties: the
+record written last); rows without one keep nulls, every row is kept once; optionally the
+latest answer of each range query by ``query_id``. No data goes to the driver: both sides are
+unioned, partitioned by key and sorted, and a running ``last(aggregate, ignorenulls)`` carries
+the latest aggregate forward: one shuffle, O((n + m) log(n + m)) work split over keys.
+Reference: docs/reference/spark.md.
 """
 
 from __future__ import annotations

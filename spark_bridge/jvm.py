@@ -1,21 +1,11 @@
 """The JVM engine: Spark's own Kafka connector (``spark-sql-kafka-0-10``), and its options.
 
-With the connector's jars on the classpath (``spark_bridge.connector``; ``spark_session`` adds
-them), ``format("kafka")`` reads the topic in the JVM and ``parse_values`` decodes its ``value``
-column with the bridge's one decoder (``spark_bridge.decode``, through ``mapInArrow``): exactly
-the rows of the Python data source. Spark's JSON functions are not used because they cannot
-follow the record contract (they coerce a number to a string field, ignore trailing text, pass
-invalid UTF-8, render floats in nested values with Java's ``Double.toString``, fail the query on
-an out-of-range time).
-
-The connector takes "latest" from ListOffsets, right on Kafka and wrong on the embedded broker
-(the base offset of the newest record batch + 1: a multi-record last batch hides its tail).
-With ``broker_profile=embedded`` a batch read therefore gets explicit offsets resolved from the
-Fetch high watermark (``explicit_offsets``), and a streaming read is refused: each micro-batch's
-end comes from ListOffsets inside the connector. ``engine="auto"`` never picks this engine with
-that profile.
-
-``jvm_kafka_options`` maps the bridge's source options to the connector's (see its docstring).
+``format("kafka")`` reads the topic in the JVM and ``parse_values`` decodes its ``value``
+column with the bridge's one decoder (``spark_bridge.decode`` through ``mapInArrow``): the same
+rows as the Python source. ``jvm_kafka_options`` translates the bridge's options (security settings
+as a JAAS config and PEM certificates), passes other ``kafka.*`` and the connector's own
+options through and refuses the rest. On the embedded broker batch reads get explicit ends from
+the Fetch high watermark and streaming is refused. Reference: docs/reference/spark.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """A small synchronous Kafka reader for the data source, over aiokafka on a private event loop.
 
-Spark calls the data source from plain threads (driver) and Python worker processes
-(executors), so each ``KafkaReader`` owns its own asyncio event loop and runs aiokafka on it.
-aiokafka is used because it is already a dependency of the worker; a C client would decode
-faster but adds a second Kafka stack to install and configure.
-
-Offsets are always taken from Kafka's Fetch responses, never from ListOffsets(latest): the
-*high watermark* (offset after the last committed record) that every Fetch response carries is
-exact on every broker, whereas the embedded broker's ListOffsets hides the tail of a
-multi-record batch (see ``app.broker``). The earliest offset comes from ListOffsets(earliest).
-With ``kafka.isolation.level=read_committed`` records of aborted transactions are skipped and
-the end is the *last stable offset* of the Fetch responses.
-
-Options are those of the data source (``spark_bridge.source``): ``kafka.bootstrap.servers``
-(or ``bootstrap``), ``kafka.isolation.level``, and the security passthrough
-``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.username``,
-``kafka.sasl.password``, ``kafka.ssl.cafile``, ``kafka.ssl.certfile``, ``kafka.ssl.keyfile``.
+Spark calls the data source from plain threads and Python worker processes, so each
+``KafkaReader`` owns an asyncio loop running aiokafka. Ends are the Fetch responses' high
+watermark (or last stable offset with ``read_committed``), never ListOffsets(latest), which the
+embedded broker gets wrong; the earliest offset comes from ListOffsets(earliest). Reference:
+docs/reference/spark.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Read the output topics into DataFrames with either engine; flatten one window into columns.
 
 ``read_aggregates(spark, bootstrap, topic)`` / ``read_answers(...)`` return DataFrames of
-``spark_bridge.schema`` (batch, or streaming with ``streaming=True``). ``engine``:
-
-- ``"python"``: the ``fiba-kafka`` Python data source (works everywhere, reads to the Fetch high
-  watermark, so also on the embedded broker);
-- ``"jvm"``: Spark's Kafka connector + ``spark_bridge.jvm.parse_values`` (its jars come from
-  ``spark_bridge.connector``; ``ValueError`` when the session does not have them; on the
-  embedded broker batch only, see ``spark_bridge.jvm``);
-- ``"auto"`` (default): ``"jvm"`` when the connector is on the session's classpath and the
-  broker profile is not ``embedded``; else ``"python"``, with one warning line (once per
-  reason) when it is the connector that is missing.
-
-Both engines decode with ``spark_bridge.decode``: the same rows for the same records. Extra
-``options`` each engine does not take are refused (``ValueError``), never silently dropped.
-
-``flatten_window(df, window)`` turns the ``windows`` map into plain columns for one window.
+``spark_bridge.schema``, batch or streaming (``streaming=True``), with ``engine`` ``"python"``
+(the ``fiba-kafka`` data source), ``"jvm"`` (Spark's connector and the same decoder) or
+``"auto"`` (the connector when on the classpath and the profile is not ``embedded``, with one
+warning line otherwise). ``flatten_window(df, window)`` turns one window into columns.
+Reference: docs/reference/spark.md.
 """
 
 from __future__ import annotations

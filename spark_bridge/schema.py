@@ -1,46 +1,12 @@
 """The Spark schemas of the output topics and the record contract both engines decode by.
 
-Aggregates topic, one row per Kafka record (``AGGREGATES_SCHEMA``)::
-
-    key string, event_ts timestamp, stream_time timestamp,
-    windows map<string, struct<start timestamp, end timestamp, count bigint,
-                               aggregates map<string, double>,
-                               aggregates_json map<string, string>>>,
-    input_partition int, input_offset bigint,
-    topic string, partition int, offset bigint, timestamp timestamp, _corrupt_record string
-
-``input_partition``/``input_offset``: input topic partition and offset of the event the record
-answers (null in records written before the worker added them).
-
-Answers topic (``ANSWERS_SCHEMA``)::
-
-    query_id string, key string, from timestamp, to timestamp,
-    result map<string, double>, result_json map<string, string>, count bigint,
-    stream_time timestamp, error string, topic, partition, offset, timestamp, _corrupt_record
-
-Raw records (``RAW_SCHEMA``, the data source's ``records=raw``): Kafka ``key`` and ``value``
-bytes plus the Kafka columns. ``topic``, ``partition``, ``offset`` and ``timestamp`` (the Kafka
-record timestamp) are named as in Spark's own Kafka source.
-
-The contract (one decoder, ``spark_bridge.decode``, applies it for both engines, so their rows
-are identical by construction). A valid value is exactly one JSON object (RFC 8259: no
-``NaN``/``Infinity``, no trailing text) in valid UTF-8 with no unpaired surrogate escape, whose
-required fields have their JSON type (aggregates: ``key`` string, ``event_ts``, ``stream_time``
-integers, ``windows`` object of objects with integer ``start``, ``end``, ``count`` and object
-``aggregates``; answers: ``query_id`` and ``key`` strings; optional fields null or of their
-type) and are in range: times are epoch ms within 0001-01-02..9999-12-30 (``MIN_TIME_MS``..
-``MAX_TIME_MS``, so a nanosecond time is out of range), counts and ``input_offset`` in
-0..2^63-1, ``input_partition`` in 0..2^31-1; a number with a fraction or exponent must be a
-finite double (no 1e400) and an integer aggregate value must fit one.
-Anything else is a corrupt record: its record columns are null, its Kafka columns set and
-``_corrupt_record`` holds the value as (UTF-8, replaced) text — never a dropped row nor an
-exception. On a valid record ``_corrupt_record`` is null.
-
-Aggregate values: a JSON number, or a string spelling a finite one (``JSON_NUMBER``), goes to
-``aggregates`` as a double, ``null`` to ``aggregates`` as null; any other value goes to
-``aggregates_json`` as text: a string as its characters, anything else as compact JSON with
-floats in their shortest round-trip form (Python's ``repr``: ``[312622855.817]``). So each
-aggregation name is a key of exactly one of the two maps.
+``AGGREGATES_SCHEMA`` and ``ANSWERS_SCHEMA``: the record fields of ``agents.records`` (times as
+timestamps; numeric aggregates in ``aggregates``, every other JSON value as text in
+``aggregates_json``), then the Kafka ``topic``, ``partition``, ``offset``, ``timestamp`` and
+``_corrupt_record``. A record that breaks the contract (not exactly one JSON object in valid
+UTF-8 with its required fields typed and in range) is never dropped: its record columns are
+null and ``_corrupt_record`` holds its text. The full contract and every column:
+docs/reference/spark.md.
 """
 
 from __future__ import annotations

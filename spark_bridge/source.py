@@ -1,41 +1,13 @@
 """The ``fiba-kafka`` Spark Python data source: the output topics as typed DataFrames.
 
-Register once per session, then read in batch or as a stream::
-
-    spark.dataSource.register(FibaKafkaDataSource)
-    df = (spark.read.format("fiba-kafka")
-          .option("kafka.bootstrap.servers", "127.0.0.1:9092")
-          .option("topic", "fiba-aggregates")
-          .load())
-    stream = spark.readStream.format("fiba-kafka").option(...).load()
-
-Options:
-
-- ``kafka.bootstrap.servers`` (or ``bootstrap``), ``topic`` — required;
-- ``records``: ``aggregates`` (default) or ``answers`` — which schema of
-  ``spark_bridge.schema`` the topic holds — or ``raw``: undecoded key/value bytes with the Kafka
-  columns (``RAW_SCHEMA``), to decode in the JVM (``spark_bridge.jvm.parse_values``);
-- ``startingOffsets``: ``earliest`` (batch default), ``latest`` (streaming default) or JSON per
-  partition ``{"topic": {"0": 23}}`` (-2 earliest, -1 latest); ``endingOffsets`` (batch only):
-  ``latest`` (default), ``earliest`` or JSON;
-- ``maxRecordsPerPartition`` (default 200000): a Kafka partition with more records in the range
-  is split into several Spark input partitions of at most that many offsets;
-- ``maxOffsetsPerTrigger`` (streaming): at most that many offsets per micro-batch;
-- ``kafka.isolation.level``: ``read_uncommitted`` (default) or ``read_committed`` (records of
-  aborted transactions skipped; "latest" is the last stable offset);
-- security passthrough: ``kafka.security.protocol``, ``kafka.sasl.mechanism``,
-  ``kafka.sasl.username``, ``kafka.sasl.password``, ``kafka.ssl.cafile``,
-  ``kafka.ssl.certfile``, ``kafka.ssl.keyfile``.
-
-Any other option is refused (``ValueError`` naming the accepted ones), never ignored.
-
-One Spark input partition per Kafka partition (or per slice of a large one); each task opens its
-own consumer, reads exactly its offset range and decodes it (``spark_bridge.decode``) into Arrow
-batches. "Latest" is the Fetch high watermark, never ListOffsets. In streaming, the offsets of
-each micro-batch are ``{"<topic>": {"<partition>": offset}}`` in Spark's checkpoint, so a query
-restarted from its checkpoint re-reads exactly the ranges it had not committed: every record is
-read once into the sink's committed output (exactly-once with an idempotent or transactional
-sink such as files). ``Trigger.AvailableNow`` reads up to the high watermarks taken at start.
+``FibaKafkaDataSource`` (registered by ``spark_session``) reads a topic in batch or as a stream
+with aiokafka inside the Spark tasks, no jar needed: one Spark partition per Kafka partition
+(or per slice of ``maxRecordsPerPartition``), ends from the Fetch high watermark (never
+ListOffsets), records decoded by ``spark_bridge.decode`` into ``spark_bridge.schema``. Streaming
+micro-batches are offset ranges checkpointed by Spark. Options (``kafka.bootstrap.servers``,
+``topic``, ``records``, ``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``,
+``kafka.isolation.level``, the security passthrough) and what each does:
+docs/reference/spark.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Aggregations by name: the built-ins, ``module:attribute`` import paths and entry points.
 
-An entry of the ``aggregations`` setting names a monoid (``stores.monoids``) in one of three
-ways, tried in this order: a built-in name (``sum``); an import path ``package.module:attr``
-(``attr`` may be dotted: ``mod:Class.MONOID``); the name of an entry point of the group
-``fiba_stream.monoids`` (``importlib.metadata``). The object found must have the monoid members
-(``identity``, ``lift``, ``combine``, ``lower``); it is used as it is, with its optional
-``to_state``/``from_state`` for the stored partials.
-
-``check_monoid`` spot-checks a custom monoid before a worker starts: on generated inputs (the
-monoid's own ``sample_inputs`` if it has that attribute, else seeded random ints and floats;
-inputs ``lift`` refuses are skipped) it checks associativity and the identity on a few hundred
-triples of partials, that every partial survives the worker's state codec (``marshal`` of the
-partial, else of its ``to_state``) and that every lowered value has a JSON form (``json_form``).
-Results are compared after ``lower``, floats to a relative 1e-9. A spot-check cannot prove a
-law; it catches the common mistakes (a non-associative combine, a wrong identity, an object
-partial without ``to_state``). Cost: O(triples) combines, once per worker start.
-``validated_monoid`` is both steps, for a name or a monoid object: the worker's settings and
-the Faust API (``agents.sliding``) accept the same aggregations through it.
+An ``aggregations`` entry names a monoid as a built-in (``sum``), an import path
+``package.module:attr`` or an entry point of the group ``fiba_stream.monoids``, tried in that
+order. ``check_monoid`` spot-checks a custom monoid before a worker starts (associativity and
+the identity on generated inputs, the state codec round trip, a JSON form of every lowered
+value) and raises ``AggregationError`` naming it. Details: docs/design/fiba.md; the setting:
+docs/reference/configuration.md.
 """
 
 from __future__ import annotations

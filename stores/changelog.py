@@ -1,29 +1,12 @@
 """The window store's changelog topic: record format, producer port, reading to the high watermark.
 
-Partition ``i`` of the changelog ``<app_id>-windows-changelog`` holds the window state of input
-partition ``i`` (the topics are co-partitioned). An *entry* is one ``(key, time)`` of one key's
-window with its combined partial. Record kinds (keys and values are bytes):
-
-- **upsert** ``key = entry_id(key, time)``, ``value = UPSERT_HEADER(offset, n) + n deleted
-  times + partial bytes``: the whole effect of ONE accepted input record at input ``offset``:
-  the entry's new partial and the times of that key's entries evicted by it. Carrying the
-  deletions inside the upsert makes each event's effect ONE atomic record: replaying any prefix
-  of the changelog yields the state after some prefix of the events, never half an event.
-- **tombstone** ``key = entry_id(key, time)``, ``value = None``: deletion of one entry. Written
-  after the upsert that already carries the deletion (redundant on replay, idempotent), and for
-  the idle-key sweep. Tombstones let a compacted topic (``cleanup.policy=compact`` on a real
-  Kafka) eventually forget evicted entries; the embedded broker never compacts.
-- **applied marker** ``key = APPLIED_KEY``, ``value = offset``: the input offset up to which the
-  partition's input has been consumed, for records with no state effect (late or bad input).
-- **shape** ``key = SHAPE_KEY``, ``value = StateShape.encode()`` (``stores.state_shape``): the
-  settings the partition's state was written with; one per partition, written by the first
-  restore that found none.
-
-``entry_id`` sorts by key (length-prefixed UTF-8), then by time (offset binary, so negative
-times sort first): the local RocksDB iterates a key's entries in time order.
-
-The store reaches the topic only through a ``ChangelogLink`` (send records, flush, read back to
-the end, tail for standbys), implemented above this package: ``agents.kafka_changelog``.
+Partition ``i`` of ``<app_id>-windows-changelog`` holds the window state of input partition
+``i``. Records: an **upsert** (an entry's new partial plus the times its event evicted and the
+input offset: the whole effect of ONE input record, so any prefix of the changelog is the
+state after a prefix of the events), a **tombstone** per deleted entry (for compaction), an
+**applied marker** (offsets without effect) and the reserved **shape** record.
+``ChangelogLink`` is the port the store sends and reads through (``agents.kafka_changelog``
+implements it on Kafka). Record layouts: docs/design/window-store.md.
 """
 
 from __future__ import annotations

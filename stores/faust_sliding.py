@@ -1,20 +1,12 @@
 """A Faust table store keeping ``(key, t) -> partial`` entries as FiBA sliding windows.
 
-``SlidingStore`` is a Faust ``Store`` (the storage driver of a ``faust.Table``) over a
-``stores.sliding_state.SlidingState``: the table's entries are ``(key, t)`` pairs whose values
-are the monoid's JSON states (``to_state`` of the partial at ``t``), and the store keeps them
-as one FiBA per key in memory. So Faust's table machinery does the rest: the changelog topic
-(one record per changed entry, a tombstone per evicted entry), its partitions co-partitioned
-with the source topic, recovery and standby replicas through ``apply_changelog_batch``, which
-replays records in order as entry sets and deletes (idempotent: replaying a record already
-applied changes nothing once the later records are applied too).
-
-The applied changelog offset of each partition is kept in memory (``persisted_offset``), as
-RocksDB stores keep theirs on disk: a standby promoted to active in the same process resumes
-its changelog there instead of reading it again; a new process starts empty and reads the
-changelog from its start, as Faust's memory store does. ``on_recovery_completed`` drops the
-partitions that are neither active nor standby here. Costs: one changelog record costs one
-``put`` or ``remove``, O(log d).
+``SlidingStore`` is the storage driver of a ``faust.Table`` over a
+``stores.sliding_state.SlidingState``: the table's entries are ``(key, t)`` pairs with the
+monoid's JSON states as values, kept as one FiBA per key; Faust does the changelog (one record
+per changed entry, a tombstone per eviction), recovery and standby replicas through
+``apply_changelog_batch`` (idempotent replay). Applied changelog offsets are kept in memory, as
+Faust's memory store does. One changelog record costs one ``put`` or ``remove``, O(log d).
+Design: docs/design/faust-api.md.
 """
 
 from __future__ import annotations

@@ -1,83 +1,18 @@
 """FiBA: the finger B-tree aggregator for out-of-order sliding windows.
 
 Implements Tangwongsan, Hirzel and Schneider, *Sub-O(log n) Out-of-Order Sliding-Window
-Aggregation* (seed 000: Fig. 7-9 insert/evict/query, Fig. 10 range query) and *Out-of-Order
-Sliding-Window Aggregation with Efficient Bulk Evictions and Insertions* (seed 003: bulkEvict §4,
-bulkInsert §5).
+Aggregation* ("the FiBA paper": insert/evict/query, range query) and *Out-of-Order
+Sliding-Window Aggregation with Efficient Bulk Evictions and Insertions* ("the bulk paper":
+``bulk_evict``, ``bulk_insert``). The window is
+a time-ordered sequence of entries ``(t, partial)`` with distinct times (an insert at an
+existing time combines into it, older first), over any totally ordered times and any monoid
+(``identity``, ``lift``, associative ``combine``, ``lower``; see ``stores.monoids``).
 
-The window is a time-ordered sequence of entries ``(t, partial)`` with distinct times; ``insert``
-at an existing time combines into that entry (older partial first). The structure is a B-tree
-with ``MAX_ARITY = 2 * MIN_ARITY`` (arity = entries + 1) that keeps entries in inner nodes and
-leaves, parent pointers, and fingers to the leftmost and rightmost leaf. Rebalancing happens
-after the fact (split on overflow; move or merge on underflow), so it costs amortized O(1).
-
-What makes the cost depend on the distance ``d`` to the nearer end of the window rather than on
-the window size ``n`` is the *position-aware partial aggregate* stored at each node ``y`` with
-entries ``v_0..v_{a-2}`` and children ``c_0..c_{a-1}`` (``up(c)`` = aggregate of c's subtree):
-
-- non-spine nodes store the up aggregate ``up(c_0) v_0 up(c_1) ... v_{a-2} up(c_{a-1})``;
-- the root stores the inner aggregate ``v_0 up(c_1) ... up(c_{a-2}) v_{a-2}``;
-- left-spine nodes store ``inner(y) up(c_{a-1}) left(parent)``, where below the root
-  ``left(root)`` is the root's inner aggregate;
-- right-spine nodes store ``right(parent) up(c_0) inner(y)`` (no parent term below the root).
-
-So the left finger's aggregate covers everything but the root's last subtree, which is the right
-finger's, and ``query()`` is ``left_finger.agg right_finger.agg``: one combine. (The papers give
-the left spine no parent term below the root either, and query with two combines; taking the
-root's term into the left spine saves a combine per query, and costs a walk down the left spine,
-one combine per level, after a change that reaches the root -- a change at distance Omega(the
-root's edge subtrees) from both ends, so still O(log d).) Otherwise an update repairs only the
-nodes on its search path and rebalancing path, up to the first spine node and then down that
-spine to the finger -- never the whole way to the root (unless it starts there). Each node also
-keeps ``cnt``, the number of entries its aggregate covers, maintained the same way, which makes
-``len()`` O(1) and exact after bulk evictions.
-
-Costs (``m`` = entries evicted or inserted in bulk, ``d`` = distance from the nearer end):
-
-=====================  =============================================================
-``insert``/``evict``    amortized O(log d); O(1) at either end (in-order streams)
-``bulk_evict``          amortized O(log m), worst case O(log n)
-``bulk_insert``         amortized O(log d + m (1 + log(d / m)))
-``query``               O(1)
-``query_range``         O(log d_from + log d_to + log of the sub-window size); a suffix or
-                        prefix of the window: O(log d), d its number of entries
-``from_sorted``         O(n)
-``items_from(t)``       O(log n + k) for the first k entries from time t on
-=====================  =============================================================
-
-Times can be any totally ordered values (ints, floats, tuples ...). The monoid is duck-typed
-(see :mod:`stores.monoids`): ``identity``, ``lift(x)``, ``combine(a, b)`` (associative, neither
-commutative nor invertible needed) and ``lower(a)``; ``lift`` (``lower``) is not called when the
-monoid's optional ``lift_is_identity`` (``lower_is_identity``) is true.
-
-Implementation notes (CPython): nodes use ``__slots__`` and parallel lists (times, values,
-children) searched with :mod:`bisect`; no recursion on update paths. Spine nodes cache the folds
-of their own sequence (without the parent's term): each non-root left-spine node its suffix
-folds (from each entry to its end), each non-root inner right-spine node its prefix folds (from
-its start to each entry), and a right finger made by an in-order split the prefix folds of its
-entries. So a repair that changed no spine node walks down a spine in one combine per level, and
-the in-order paths cost O(1) combines each: popping at the left finger is one combine (its next
-suffix fold and the parent's term); when that leaves it short, it merges with its sibling
-whenever the result fits (else takes half of the entries), a merge that may climb the left
-spine, each level dropping its first suffix fold and extending the merged node's; appending at
-the right finger is one combine, and its split, which may climb the right spine, appends to the
-parent's prefix folds (the left halves' up aggregates come from their prefix folds). A repair
-confined to one node's entries refolds only the up aggregates on its path (adding the known
-change to their counts rather than summing the children's). Range queries at either end of the
-window start from the finger and use the spines' folds. Subtrees cut off by ``bulk_evict`` are
-released at once by reference counting (the papers' deferred free list exists to avoid O(m)
-deallocation calls; here that work is C-level and not a combine).
-
-In-order paths avoid list work at a node's front and new lists: an in-order evict only moves
-``_lf_start`` past the left finger's oldest entry (its suffix fold after it is the finger's new
-fold); a refill that merges rewrites the finger in its own lists (its live entries to the front,
-over the evicted ones, then the separator and the sibling's), and any other operation that
-reaches the finger drops the evicted entries first (``_settle``). The leaf a refill merges away
-becomes the node of the next right-finger split, and its lists the up half's, so a split makes
-two lists, for the new finger. A monoid whose ``combine`` is :func:`operator.add` (``sum``,
-``count``) is combined with ``+`` on the in-order paths: the same operation and the same
-combines, without a call. The hot paths use list primitives that mypyc compiles to direct
-calls (typed locals, ``pop``, slices) rather than ``del``.
+Costs (``d`` = distance from the nearer end, ``m`` = entries in bulk): ``insert``/``evict``
+amortized O(log d), O(1) in order; ``bulk_evict`` amortized O(log m); ``bulk_insert`` amortized
+O(log d + m (1 + log(d / m))); ``query`` O(1); ``query_range`` logarithmic; ``from_sorted``
+O(n). ``check_invariants()`` verifies the whole structure in O(n). The position-aware partial
+aggregates, the spine folds and the in-order paths: docs/design/fiba.md.
 """
 
 from __future__ import annotations
@@ -1250,7 +1185,7 @@ class FiBA:
         """The raw (un-lowered) partial of the entries with ``t_from <= t <= t_to``, both bounds
         inclusive; the identity when there are none or ``t_to < t_from``.
 
-        Seed 000 Fig. 10: finger-search the lowest node whose range holds both bounds, then
+        The FiBA paper, Fig. 10: finger-search the lowest node whose range holds both bounds, then
         descend along at most two chains, using stored up aggregates for the subtrees in
         between. O(log d_from + log d_to + log of the sub-window size). A suffix of the window
         (``t_to >= youngest()``) starts from the right finger instead: it climbs the right
@@ -1427,10 +1362,10 @@ class FiBA:
     def bulk_evict(self, t: Any) -> int:
         """Remove every entry with time ``<= t``; return how many were removed.
 
-        Seed 003 §4: search the eviction boundary from the nearer finger, cut the tree along it
-        in one pass up (moving entries from, or merging into, the right neighbour at each level,
-        which need not be a sibling), then repair the left spine in one pass down. Amortized
-        O(log m) for m evicted entries, worst case O(log n); safe for any ``t``.
+        The bulk paper, §4: search the eviction boundary from the nearer finger, cut the tree
+        along it in one pass up (moving entries from, or merging into, the right neighbour at
+        each level, which need not be a sibling), then repair the left spine in one pass down.
+        Amortized O(log m) for m evicted entries, worst case O(log n); safe for any ``t``.
         """
         root = self._root
         if root.children is None:
@@ -1569,7 +1504,8 @@ class FiBA:
 
     def _move_batch(self, node: _Node, neighbor: _Node, ancestor: _Node, k: int) -> None:
         """Move ``k`` children (and ``k - 1`` entries) from the front of ``neighbor`` into the
-        underflowing ``node``, rotating through the separator in ``ancestor`` (seed 003 Fig. 2)."""
+        underflowing ``node``, rotating through the separator in ``ancestor`` (bulk paper,
+        Fig. 2)."""
         a = bisect_left(ancestor.times, neighbor.times[0]) - 1
         ntimes = neighbor.times
         nvalues = neighbor.values
@@ -1612,7 +1548,7 @@ class FiBA:
     def _merge_into_neighbor(self, node: _Node, neighbor: _Node, ancestor: _Node) -> None:
         """Merge what is left of ``node`` and the separator in ``ancestor`` into the front of the
         non-sibling ``neighbor``; the ancestor's subtrees left of that separator, which held only
-        evicted entries and ``node``, are cut off (seed 003 Fig. 3)."""
+        evicted entries and ``node``, are cut off (bulk paper, Fig. 3)."""
         a = bisect_left(ancestor.times, neighbor.times[0]) - 1
         neighbor.times[:0] = [*node.times, ancestor.times[a]]
         neighbor.values[:0] = [*node.values, ancestor.values[a]]
@@ -1634,7 +1570,7 @@ class FiBA:
         before any change); equal times are combined in the given order, and into an existing
         entry at that time, exactly as a loop of :meth:`insert` would.
 
-        Seed 003 §5: one finger search visits all insertion sites in order (each next search
+        The bulk paper, §5: one finger search visits all insertion sites in order (each next search
         climbs only to the common ancestor with the previous site); then one pass up, level by
         level, interleaves the new entries into their nodes and splits overflowing nodes into
         several at once, promoting separators to the next level; a final pass down repairs the
@@ -1810,7 +1746,7 @@ class FiBA:
         self, node: _Node, twigs: list[list[Any]], upper: list[list[Any]], upper_level: int
     ) -> None:
         """Interleave twigs into ``node`` and split the result into nodes of arity
-        MIN_ARITY + 1 and a last one of arity between MIN_ARITY and MAX_ARITY (seed 003,
+        MIN_ARITY + 1 and a last one of arity between MIN_ARITY and MAX_ARITY (bulk paper,
         Claim 1); ``node`` keeps the first part. The separators, each with the new node on its
         right, are queued as twigs for the parent in ``upper`` (a new root is made first if
         ``node`` is the root)."""

@@ -8,10 +8,16 @@ Semantics (KIP-450 sliding windows, generalised to out-of-order data and several
 * The stream time ``S`` of the partition is the largest window time accepted on it (``None``
   before the first event).
 * An event at time ``t`` is *late* when ``t < S - R`` (``R`` = retention) and *future* when
-  ``t > S + max_future_skew``, or when ``t`` is more than ``max_wall_clock_skew`` ahead of the
-  worker's clock (unless that is off: ``None``), which keeps one wrong timestamp (microseconds
-  instead of ms) from moving ``S`` decades ahead, on a fresh partition too; all are rejected
-  (``Rejected``), move no stream time and change nothing. Otherwise it
+  ``t`` is more than ``max_wall_clock_skew`` ahead of the worker's clock (unless that is off:
+  ``None``), which keeps one wrong timestamp (microseconds instead of ms) from moving ``S``
+  decades ahead, on a fresh partition too. With ``max_future_skew`` set (default ``None``:
+  off, as Kafka Streams and Quix just advance the stream time) an event is also *future* when
+  ``t > S + max_future_skew`` *and* ``t > P + max_future_skew``, ``P`` being the window time
+  of the partition's previous event whose time was checked, whatever became of it (``S`` in
+  its place after a ``clear``/``restore``): a lone outlier is refused, but a jump that the next
+  event confirms (a pause in a healthy stream) costs one event, never every later one, since
+  a refused event still moves ``P``. All are rejected (``Rejected``), move no stream time and
+  change nothing but ``P``. Otherwise it
   is accepted, ``S`` becomes ``max(S, t)`` and the event is inserted at ``t`` into its key's
   window. Distinct events with equal times all count (their partials combine, older first).
 * The window of size ``w`` of key ``k`` at stream time ``S`` holds the accepted events of ``k``
@@ -131,7 +137,7 @@ class WindowConfig:
 
     windows: tuple[WindowSpec, ...]
     retention: int
-    max_future_skew: int
+    max_future_skew: int | None
     max_wall_clock_skew: int | None
     resolution: int | None
     aggregations: tuple[str, ...]
@@ -295,6 +301,9 @@ class KeyWindows:
         self._suffixes: dict[str, list[WindowSuffix | None]] = {}
         self._lateness = 0
         """The largest ``S - t`` of an accepted out-of-order event (``WindowSuffix`` margins)."""
+        self._previous: int | None = None
+        """``P``: the window time of the previous event whose time was checked (accepted or
+        not; ``None``: ``S`` stands for it), for ``max_future_skew``."""
         self._empty = config.composed.lower(config.composed.identity)
         self._sizes = tuple((spec.name, spec.size_ms) for spec in config.windows)
         self._lower = config.composed.lower
@@ -350,6 +359,7 @@ class KeyWindows:
         self._last_emitted.clear()
         self._suffixes.clear()
         self._lateness = 0
+        self._previous = None
 
     def forget(self, key: str) -> None:
         """Drop ``key`` and its entries, its tree freed at once (``FiBA.clear``); the stream
@@ -383,11 +393,21 @@ class KeyWindows:
         config = self.config
         skew = config.max_wall_clock_skew
         wall = None if skew is None else int(self._clock() * 1000) + skew
-        if (s is not None and not s - config.retention <= t <= s + config.max_future_skew) or (
-            wall is not None and t > wall
-        ):
-            raise self._rejection(t, wall)
+        previous = self._previous
+        self._previous = t
+        if (s is not None and t < s - config.retention) or (wall is not None and t > wall):
+            raise self._rejection(t, wall, previous)
+        if self._too_far_ahead(t, s, previous):
+            raise self._rejection(t, wall, previous)
         return t
+
+    def _too_far_ahead(self, t: int, s: int | None, previous: int | None) -> bool:
+        """Whether ``t`` breaks ``max_future_skew`` at stream time ``s`` after an event at
+        ``previous`` (see the module docstring)."""
+        max_skew = self.config.max_future_skew
+        if max_skew is None or s is None or t <= s + max_skew:
+            return False
+        return t > (s if previous is None else previous) + max_skew
 
     def accept(self, key: str, ts: int, value: Any) -> Accepted:
         """Apply one event (``emit`` = ``event`` or ``changes``); ``Rejected`` if it is refused.
@@ -461,12 +481,12 @@ class KeyWindows:
         resolution = config.resolution
         skew = config.max_wall_clock_skew
         wall = None if skew is None else int(self._clock() * 1000) + skew
+        ceiling = _NEVER if wall is None else wall
         lift_number, lift = config.composed.lift, config.lift
         s = self.stream_time
+        previous = s if self._previous is None else self._previous
         low = -_NEVER if s is None else s - retention
-        high = _NEVER if s is None else s + max_skew
-        if wall is not None and wall < high:
-            high = wall
+        high = ceiling if s is None or max_skew is None else min(s + max_skew, ceiling)
         lateness = self._lateness
         effects: list[tuple[Any, str, int, Any]] = []
         rejected: list[tuple[Any, Rejected]] = []
@@ -474,9 +494,14 @@ class KeyWindows:
         groups: dict[str, tuple[list[int], list[Any], list[int]]] = {}
         for tag, (key, ts, value) in zip(tags, events, strict=True):
             t = ts if resolution is None else ts - ts % resolution
-            if not low <= t <= high:
-                rejected.append((tag, self._rejection(t, wall)))
+            if not low <= t <= high and (
+                # beyond S + max_future_skew only: still in if the previous event confirms it
+                t < low or t > ceiling or previous is None or t > previous + max_skew  # type: ignore[operator]
+            ):
+                rejected.append((tag, self._rejection(t, wall, previous)))
+                previous = t
                 continue
+            previous = t
             try:
                 # a number needs no combine check (``WindowConfig.lift``)
                 partial = lift_number(value) if type(value) in _NUMBERS else lift(value)
@@ -488,9 +513,8 @@ class KeyWindows:
                 continue
             if s is None or t > s:
                 s = self.stream_time = t
-                low, high = t - retention, t + max_skew
-                if wall is not None and wall < high:
-                    high = wall
+                low = t - retention
+                high = ceiling if max_skew is None else min(t + max_skew, ceiling)
             elif s - t > lateness:
                 lateness = self._lateness = s - t
             group = groups.get(key)
@@ -501,22 +525,26 @@ class KeyWindows:
             group[2].append(len(effects))
             effects.append((tag, key, t, partial))
             last[key] = (tag, ts)
+        if previous is not None:
+            self._previous = previous
         for key, (times, partials, slots) in groups.items():
             self._insert_group(key, times, partials, slots, effects)
         return AppliedBatch(effects, rejected, last)
 
-    def _rejection(self, t: int, wall: int | None) -> Rejected:
-        """Why window time ``t`` is refused at the stream time (``wall``: the worker's clock
-        plus ``max_wall_clock_skew``, as read for the batch)."""
+    def _rejection(self, t: int, wall: int | None, previous: int | None) -> Rejected:
+        """Why window time ``t`` is refused at the stream time after an event at ``previous``
+        (``wall``: the worker's clock plus ``max_wall_clock_skew``, as read for the batch)."""
         s, config = self.stream_time, self.config
         if s is not None and t < s - config.retention:
             return Rejected(
                 REASON_LATE, f"time {t} < stream time {s} - retention {config.retention}"
             )
-        if s is not None and t > s + config.max_future_skew:
+        if (wall is None or t <= wall) and self._too_far_ahead(t, s, previous):
             return Rejected(
                 REASON_FUTURE,
-                f"time {t} > stream time {s} + max_future_skew {config.max_future_skew}",
+                f"time {t} > stream time {s} + max_future_skew {config.max_future_skew}, "
+                f"and > the previous event's time {s if previous is None else previous} + "
+                "max_future_skew",
             )
         return Rejected(
             REASON_FUTURE,

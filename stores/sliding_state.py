@@ -3,20 +3,20 @@
 Entries are ``(key, t) -> partial`` (``t`` an int, e.g. milliseconds), kept as one FiBA per key
 in time order. Each partition ``p`` has its own stream time ``S_p``, the largest ``t`` added on
 it. ``add`` rejects a time older than ``S_p - retention`` (``LateEvent``, nothing changes),
-refuses one more than ``max_future_skew`` after ``S_p`` (``FutureEvent``; no limit when None),
-inserts the lifted value (equal times combine, older first), advances ``S_p`` and evicts every
-entry of the partition with ``t < S_p - retention``, returning the evicted ``(key, t)`` so that a
-changelog can delete them. The window of size ``w`` of a key is ``[S_p - w, S_p]`` (both bounds
-inclusive) at its partition's stream time; ``range`` is any ``[t_from, t_to]`` of the retained
-entries (``t >= S_p - retention``). ``put``/``remove`` set or delete one entry as a changelog
-record does (replacing, not combining), so replaying a changelog in order rebuilds the state
-whatever it held before.
+refuses one more than ``max_future_skew`` after ``S_p`` *and* after ``P_p``, the time of the
+partition's previous ``add`` whatever became of it (``FutureEvent``; none when None: a pause
+costs at most one event); then it inserts the lifted value (equal times combine, older first),
+advances ``S_p`` and evicts every entry of the partition with ``t < S_p - retention``,
+returning the evicted ``(key, t)`` so that a changelog can delete them. The window of size
+``w`` of a key is ``[S_p - w, S_p]`` (both bounds inclusive); ``range`` is any span of the
+retained entries. ``put``/``remove`` set or delete one entry as a changelog record does
+(replacing), so replaying a changelog in order rebuilds the state. Design:
+docs/design/faust-api.md.
 
 Costs (``d``: distance of an insert from the young end of its key's tree; ``n_w``: entries of
 a window; ``K``: keys of the partition): ``add`` O(log d + sum over windows of log n_w) combines
-amortized, plus O(log K) when a key's oldest time changes and O(log K) per key cleaned by the
-retention; each entry is evicted once, so evictions are O(1) amortized per added entry.
-``put``/``remove`` O(log d); ``window`` O(log n_w); ``range`` O(log n).
+amortized, plus O(log K) per key whose oldest time changes or is cleaned; evictions O(1)
+amortized per entry; ``put``/``remove`` O(log d); ``window`` O(log n_w); ``range`` O(log n).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ class PartitionWindows:
         "_by_oldest",
         "_max_future_skew",
         "_oldest",
+        "_previous",
         "_retention",
         "_stored",
         "_trees",
@@ -79,6 +80,7 @@ class PartitionWindows:
         self._oldest: dict[Hashable, int] = {}
         self._by_oldest = SortedList()  # (oldest time, key), for the retention
         self.stream_time: int | None = None
+        self._previous: int | None = None  # P: the previous add's time (None: S stands for it)
 
     def __len__(self) -> int:
         """Number of entries. O(keys)."""
@@ -107,16 +109,28 @@ class PartitionWindows:
         s = self.stream_time
         return None if s is None else s - self._retention
 
-    def add(self, key: Hashable, t: int, partial: Any) -> AddOutcome:
-        """Combine ``partial`` into ``(key, t)`` after its old partial; see the module doc."""
-        horizon = self.horizon()
-        if horizon is not None and t < horizon:
-            raise LateEvent(
-                f"time {t} < stream time {self.stream_time} - retention {self._retention}"
-            )
+    def admit(self, t: int) -> None:
+        """Check time ``t`` of an event about to be added (``LateEvent``, ``FutureEvent``; see
+        the module doc); it becomes ``P``, whatever the outcome."""
+        s, previous = self.stream_time, self._previous
+        self._previous = t
+        if s is None:
+            return
+        if t < s - self._retention:
+            raise LateEvent(f"time {t} < stream time {s} - retention {self._retention}")
         skew = self._max_future_skew
-        if skew is not None and self.stream_time is not None and t > self.stream_time + skew:
-            raise FutureEvent(f"time {t} > stream time {self.stream_time} + max_future_skew {skew}")
+        if skew is None or t <= s + skew:
+            return
+        p = s if previous is None else previous
+        if t > p + skew:
+            raise FutureEvent(
+                f"time {t} > stream time {s} + max_future_skew {skew}, and > the previous "
+                f"event's time {p} + max_future_skew"
+            )
+
+    def add(self, key: Hashable, t: int, partial: Any) -> AddOutcome:
+        """Combine ``partial`` into ``(key, t)`` after its old partial, ``t`` admitted
+        (``admit``); see the module doc."""
         tree = self._tree(key)
         tree.insert(t, partial)
         if t < self._oldest[key]:
@@ -201,6 +215,7 @@ class PartitionWindows:
         self._oldest.clear()
         self._by_oldest.clear()
         self.stream_time = None
+        self._previous = None
 
 
 _NEVER = 1 << 62
@@ -262,6 +277,7 @@ class SlidingState:
             raise ValueError(f"time must be an int (e.g. milliseconds), got {t!r}")
         self._check_partition(key, partition)
         windows = self._partition(partition)
+        windows.admit(t)
         outcome = windows.add(key, t, self.lift(value, windows.total(key)))
         self._key_partition[key] = partition
         for evicted_key, _ in outcome.evicted:

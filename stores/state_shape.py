@@ -1,27 +1,11 @@
 """What shapes a window store's contents, recorded with the state, checked before it is served.
 
-The entries of the window store (``stores.window_store``) are partials of the composed monoid
-of ``aggregations`` in their configured order (an entry point named with its target,
-``stores.aggregations.stored_name``), at window times rounded to ``resolution``,
-kept for ``retention``, in one codec's bytes, one changelog partition per input partition;
-``windows`` decide what every worker of an ``app_id`` answers. State written under one
-``StateShape`` is meaningless under another (reordered aggregations swap their values; another
-count makes the partials fail to unpack), so the shape is stored with the state and compared
-before any of it is used:
-
-- in the changelog, as the record ``SHAPE_KEY`` of every partition (written by the first
-  restore that finds none; a reserved key survives compaction): the changelog is the arbiter
-  between workers of one ``app_id``, so a worker started with other settings refuses the first
-  partition it is given (``StateMismatch``) instead of serving it. (Rather than Faust's
-  assignor metadata: the record outlives every worker, holds for workers started at any time,
-  and needs no custom assignor; a newcomer given no partition serves no state anyway);
-- in each local RocksDB copy under the same key (replayed from the changelog with the rest),
-  and in ``<store root>/state-shape.json``, checked when the worker starts, before it joins
-  the group (``check_local_shape``).
-
-A state without a shape (written before shapes were recorded) is adopted as it is. The stored
-form is canonical JSON of ``{field: text}``, so the refusal can say what changed
-(``changes_from``). O(1) per check.
+A ``StateShape`` (aggregations in order, windows, retention, resolution, partial codec,
+partitions) is stored with the state: as the reserved record ``SHAPE_KEY`` of every changelog
+partition (the arbiter between the workers of an ``app_id``), in the local copies and in
+``state-shape.json``. A worker whose settings differ refuses to start, or stops at the first
+partition it is given, with one line naming what changed (``StateMismatch``); state written
+before shapes were recorded is adopted. Details: docs/design/window-store.md.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ class WindowSettings(Protocol):
 
     windows: tuple[WindowSpec, ...]
     retention: int
-    max_future_skew: int
+    max_future_skew: int | None
     max_wall_clock_skew: int | None
     resolution: int | None
     aggregations: tuple[str, ...]

@@ -1,127 +1,18 @@
 """Durable, changelog-backed contents of the per-key windows of the input partitions a worker owns.
 
-The pipeline keeps one in-memory FiBA per key; that FiBA is only an *index*, rebuilt with an
-O(n) bulk build from what ``WindowStore.restore`` returns. The durable contents are *entries*
-``(key, time) -> partial`` (times are FiBA times: event ms, or pane starts with ``resolution``),
-one local RocksDB (rocksdict) per input partition under
-``<state_dir>/<app_id>/window-store/partition-<i>``, mirrored to partition ``i`` of the changelog
-topic ``<app_id>-windows-changelog`` (record format: ``stores.changelog``).
-
-API (all methods of one partition must be called from one task at a time, as a Faust agent
-does; different partitions may interleave):
-
-- ``WindowStore(settings, codec, producer)`` (``producer``: a ``stores.changelog.ChangelogLink``);
-  ``await start()``; ``await stop()``.
-- ``await restore(partition) -> RestoredPartition(partition, applied_offset, windows)``:
-  ``windows[key]`` is that key's ``[(time, partial), ...]`` sorted by time; ``applied_offset`` is
-  the last input offset whose effect is in the state (-1: none).
-- ``record(partition, offset, key, time, partial, evicted_times=())``: the effect of ONE
-  accepted input record, queued: locally the upsert, the deletions and the applied offset; on
-  the changelog one upsert record carrying the deletions, plus one tombstone per evicted entry
-  (for compaction); O(1 + evicted) per event, amortized O(1) since each entry is
-  evicted once. ``offset`` must exceed ``applied_offset(partition)`` (the pipeline skips
-  redeliveries).
-- ``record_many(partition, effects)``: ``record`` for many ``(offset, key, time, partial)``
-  without evictions, in one call (the same changelog records; the applied offset written once
-  per local piece).
-- ``record_skipped(partition, offset)``: an input record with no state effect; O(1), no
-  changelog record of its own (see ``send_changes``).
-- ``evict(partition, key, times)``: the idle-key sweep; one queued tombstone per entry.
-- ``await send_changes(partition)``: writes the queued local writes (RocksDB WriteBatches of
-  about ``LOCAL_PIECE_OPS`` operations, one WAL write each, the event loop getting a turn
-  between two), then hands the queued changelog records to the producer as
-  whole record batches (``agents.batched_send``: much cheaper per record than one ``send`` each),
-  plus one applied marker covering the records without effect since the last upsert, once
-  ``before_changelog`` (the owner's outputs barrier, if set) returned. The pipeline calls it
-  after each fetched chunk; ``flush`` calls it for every partition.
-- ``await flush()``: every changelog record so far acknowledged, local checkpoints written
-  (after the local copy a changelog-only restore leaves to the background, see below).
-- ``await release(partition)``: partition revoked: flush, checkpoint, close its RocksDB.
-- ``applied_offset(partition)``; ``partitions`` (the open ones).
-- ``await follow(partitions)``: standby replicas (``standby_replicas``): tail these partitions'
-  changelogs into their local copies in the background, so that taking one over (``restore``)
-  replays only a short tail. With ``standby_replicas`` > 0 the store follows the standbys its
-  link reports by itself (``ChangelogLink.on_standbys``; Faust's assignor's with a
-  ``FaustChangelog``).
-
-Design choice: an own changelog, not Faust tables. Faust's table recovery reads changelogs to
-the end offset given by ListOffsets, which the embedded broker gets wrong for multi-record
-batches; Faust tables are exact there only with single-record producer batches, far below the
-worker's throughput with one changelog record per event (``bench/RESULTS.md``). This store produces
-with normal batching and reads changelogs to the high watermark of Fetch responses, which is
-correct on every broker, so one code path serves the embedded broker and a real Kafka.
-
-Exactness (at-least-once input, SIGKILL at any instant, with or without the data dir). Facts:
-
-1. Each event's whole effect is ONE changelog upsert record (deletions inside it), appended in
-   input-offset order per partition (queued in that order, handed over in that order, and
-   aiokafka keeps one in-flight batch per partition, so records land in that order). Replaying
-   any prefix of a changelog partition therefore yields the exact state after some prefix of
-   that partition's events; the applied offset it yields is the largest input offset seen
-   (upserts carry theirs; markers cover skipped records).
-2. The input is read again from where the restored state ends. The worker does exactly that
-   (``agents.input_reader`` reads each partition from its applied offset + 1; the progress it
-   commits is for monitoring only and never read back). A consumer that resumes at committed
-   offsets instead must commit only after the changelog records of the committed events are
-   acknowledged (``flush()`` before every commit), so that the changelog is never behind the
-   committed offset.
-3. Replaying records on top of a state that already holds some of them is harmless: upserts
-   overwrite, deletes are idempotent; the final value of every entry is its last record.
-4. A sweep (``evict``) is one tombstone per entry, so a prefix may hold part of a sweep. Swept
-   entries are older than stream time - R, outside every window, so this changes no aggregate;
-   the pipeline's restore sweeps them again.
-
-Recovery treats the local RocksDB as a *cache of a changelog prefix*: a checkpoint
-``(changelog offset C, applied offset A)`` is written when every record of the events up to
-``A`` is acknowledged and lies below ``C`` (``flush``, ``release``, ``stop``, end of
-``restore``). On restore, local state is used only if its applied offset still equals ``A``
-and no sweep happened since (nothing was written after the checkpoint) and ``C`` does not
-exceed the changelog's end; then the changelog tail from ``C`` is replayed on top (fact 3),
-which also picks up what another worker wrote while it owned the partition. Otherwise (SIGKILL
-after the checkpoint: local may be AHEAD of the changelog with effects nobody else can see; no
-data dir; changelog recreated) the local copy is discarded and rebuilt from the changelog
-alone. Either way the restored state is the replay of a changelog prefix (fact 1), and the
-applied offset is the last input offset it covers. The worker resumes reading at applied + 1
-(fact 2): nothing counted twice, nothing lost. (A consumer resuming at a committed offset
-instead skips offsets <= applied, which the changelog got ahead of the commit with, and a
-record below the committed offset whose effect is missing can only be one without effect.)
-Records without effect (late or bad input) after the last applied marker are read again after
-a crash: their dead letters may repeat, the state never changes.
-
-Exactly-once (``processing_guarantee``): the producer is a transactional one per partition
-(``agents.transactions``), and each ``send_changes`` is one transaction carrying the changelog
-records and the outputs of the same input records; it returns once committed, so a
-checkpoint never covers an uncommitted record, and the changelog is read ``read_committed``
-(``ChangelogReader``): an aborted transaction's records, whose local writes may be on disk,
-are never replayed, and a local copy holding them has an applied offset past its checkpoint,
-so it is discarded as above. ``flush`` hands each partition over through ``hand_over`` (the
-owner's, which waits until none of its records is being applied).
-
-How a restore runs (``restore``): the entries are gathered in memory, entry id -> partial
-bytes: the local copy's if usable, then the changelog records from the start offset replayed
-on top (the last record of an entry wins; tombstones and the deletions inside upserts remove
-it), each Fetch response applied while the next one is in flight (``ChangelogLink.reader``); the
-windows are built from them, every partial decoded once (``decode_many``). A reused local copy
-got the replayed tail along (WriteBatches without the WAL, flushed before the checkpoint). A
-copy rebuilt from the changelog alone is written *after* ``restore`` returns, in the
-background once the partition is in use (``_backfill``: one SST file ingested at once, then
-the local writes made meanwhile applied again on top), so the restore does not wait for it;
-its checkpoint comes with the next ``flush`` after that (``release`` and ``stop`` flush). A
-crash before either leaves no new checkpoint: the copy is discarded, or replayed again from its
-old checkpoint. Little is lost by the delay: after a crash a copy is reusable only if no event
-was recorded since its last checkpoint anyway.
-
-Local format (version 2, in the checkpoint key): key = entry id, value = the codec's partial
-bytes; meta keys ``_META_APPLIED`` and ``_META_CHECKPOINT`` (shorter than any entry id), and
-the state's shape under ``SHAPE_KEY`` as on the changelog (``stores.state_shape``): a restore
-whose local copy or changelog holds another shape than the store's settings raises
-``StateMismatch`` before any state is used.
-
-Complexity: ``record`` O(1 + evicted) RocksDB writes and changelog records; ``restore`` of n
-entries replaying R changelog records O(R + n log n) (one sort of the entry ids; linear on a
-local copy's, which come sorted), plus decoding every restored partial once; memory O(n) for
-the restored lists, plus the entry ids and partial bytes while the restore runs. Measured
-figures: ``bench/RESULTS.md``, section "Window-store restore".
+Entries ``(key, time) -> partial`` live in one local RocksDB per input partition
+(``<state_dir>/<app_id>/window-store/partition-<i>``), mirrored to partition ``i`` of the
+compacted changelog ``<app_id>-windows-changelog`` (format: ``stores.changelog``), with the
+partition's applied input offset stored in the same records. The in-memory FiBAs are only an
+index, rebuilt from ``restore`` in O(n). ``record`` queues the effect of ONE accepted input
+record (one upsert carrying its evictions, plus a tombstone per evicted entry): O(1 + evicted),
+amortized O(1); ``send_changes`` writes the local batches and hands the changelog records over
+as whole record batches once the owner's outputs barrier returned; ``restore`` replays a local
+copy (if its checkpoint still holds) plus the changelog tail, or the changelog alone: the state
+is always the replay of a changelog prefix, so the worker resumes at applied + 1 with nothing
+lost or counted twice, after a SIGKILL at any instant, with or without the data dir. Methods of
+one partition run from one task at a time. Design, proof and restore path:
+docs/design/window-store.md; figures: docs/benchmarks.md ("Restore").
 """
 
 from __future__ import annotations

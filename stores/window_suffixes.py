@@ -1,43 +1,13 @@
 """One window size's aggregate of one key, kept between events: Two-Stacks over a FiBA.
 
-``KeyWindows`` answers every window ``[S - w, S]`` of a key from the key's one FiBA (window
-sharing). Asked afresh, a window smaller than the retained data is a suffix range query,
-O(log m) combines for the m entries it holds, on every event. ``WindowSuffix`` keeps the answer
-for one ``w`` in three parts, cut at two times ``cut <= split`` chosen at its last rebuild::
-
-    A[start, S] = front_folds[first] ⊕ mid ⊕ back        (start = S - w)
-
-* ``front``: the times of the entries with ``start <= t < cut`` at the last rebuild and their
-  suffix folds (``front_folds[i]`` folds the entries from ``front_times[i]`` up to ``cut``). As
-  ``start`` advances, ``first`` moves right (a bisect): no combine. ``cut`` is a span after
-  ``start`` that would hold about ``FRONT_ENTRIES`` entries, so a rebuild walks few entries.
-* ``mid``: the fold of the entries with ``cut <= t < split`` (a FiBA range aggregate).
-* ``back``: the fold of every entry with ``t >= split`` (``split`` = ``S - margin`` at the
-  rebuild). An insert at the young end (a new youngest time, or the youngest time again,
-  combined after the old partial) costs one combine; any other insert at ``t >= split`` marks it
-  stale, and the next answer recomputes it with one FiBA suffix aggregate, O(log b) for the
-  ``b`` entries from ``split`` on (the margin plus at most a span's worth).
-* ``start > cut`` (the front is used up): rebuild. The front's entries are walked
-  (``FiBA.items_from``) and folded right to left, ``mid`` and ``back`` are two FiBA range
-  aggregates: O(k + log n) for the k entries of a span, once per span of stream-time advance.
-* An insert at ``cut <= t < split`` marks ``mid`` stale (one range aggregate at the next
-  answer); one at ``start <= t < cut`` invalidates the front, and until the next rebuild the
-  window is answered by a FiBA range query, as without this cache. The margin is twice the
-  largest lateness seen (``S - t`` of an out-of-order insert), at most ``w / 2``, so after the
-  first late event late inserts land in the back.
-* A window asked at most ``MIN_ANSWERS`` times between two rebuilds (a sparse key, a window of a
-  few entries) is answered by range queries for the next ``DIRECT_ANSWERS`` answers: there,
-  keeping it would cost more than asking.
-
-Entries older than ``start`` never matter again (``start`` only grows), so evictions, which
-remove entries older than ``S - R <= start``, need no notice. Costs per event: O(1) combines
-amortized in order (plus O(log n) per span of the key's events), O(log b) for a late insert
-behind the split; never more than the range query plus that. Memory: one time and one partial
-per entry of the front, about ``FRONT_ENTRIES`` per key and window whatever the window's size.
-
-The answer is always the fold, in time order, of exactly the entries with
-``start <= t <= S`` (``S`` at or after every entry's time); ``tests/test_window_suffixes.py``
-and ``tests/test_key_windows.py`` compare it with brute force.
+``WindowSuffix`` answers the window ``[S - w, S]`` of one key without a range query on every
+event: a front of suffix folds (consumed as ``S`` advances, no combine), a middle fold and a
+back fold behind a split that follows the lateness seen, rebuilt once per span of stream-time
+advance. Costs per event: O(1) combines amortized in order, O(log b) for a late insert behind
+the split, never more than the FiBA range query plus that; memory about ``FRONT_ENTRIES``
+partials per key and window. The answer is always the fold, in time order, of exactly the
+entries with ``start <= t <= S`` (tests compare it with brute force). Design:
+docs/design/windows.md.
 """
 
 from __future__ import annotations

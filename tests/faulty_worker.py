@@ -1,20 +1,12 @@
 """``fiba worker`` with one injected fault, for tests/test_crash_recovery.py (the broker is real).
 
 Run as ``python -m tests.faulty_worker`` with the worker's ``FIBA_*`` environment and
-
-- ``FAULT_PARTITION`` and ``FAULT_OFFSET``: the store call of the accepted input record at that
-  offset raises right after queuing its changes, so the record is half applied (its changes
-  queued, the pipeline's applied offset not moved) and the exception ends the input reader's
-  task, as a bug would; or
-- ``FAULT_QUERY_ID``: handling the query record with that id raises, which ends the query
-  consumer's task; or
-- ``FAULT_SLOW_CHANGELOG_S``: every hand-over of changelog records waits that many seconds
-  first (``delay_changelog``): the window in which a SIGKILL repeats outputs under
-  at-least-once, and must not under exactly-once (tests/test_exactly_once.py); or
-- ``FAULT_SLOW_OUTPUTS_S``: every hand-over of outputs (aggregates, dead letters) reaches the
-  broker that many seconds late, as on a cluster where their partitions' leader is slow or
-  another broker than the changelog's: their acknowledgement comes long after the changelog's
-  would (the window store must wait for it, ``WindowsPipeline.deliver_outputs``).
+one fault: ``FAULT_PARTITION``/``FAULT_OFFSET`` (the store call of that input record raises
+after queuing its changes, ending the input reader as a bug would), ``FAULT_QUERY_ID``
+(handling that query raises, ending the query consumer), ``FAULT_SLOW_CHANGELOG_S`` (every
+changelog hand-over waits first: the window in which a SIGKILL repeats outputs under
+at-least-once and must not under exactly-once) or ``FAULT_SLOW_OUTPUTS_S`` (outputs are
+acknowledged late, which the store must wait for). Details: docs/testing.md.
 """
 
 from __future__ import annotations

@@ -198,6 +198,12 @@ def test_config_show_prints_each_setting_with_its_layer(tmp_path):
     assert rows["web_host"] == "127.0.0.1  (default)"
     assert rows["sasl_password"] == f"****  ({config}: sasl_password)"
     assert "hunter2" not in result.stdout
+    assert rows["max_wall_clock_skew"] == "1d  (default)"
+    assert rows["max_future_skew"] == "off  (default)"
+    assert fiba("config", "show", "--max-future-skew", "off").exit_code == 0
+    help_text = " ".join(fiba("worker", "-h").stdout.split())
+    assert "FIBA_MAX_WALL_CLOCK_SKEW; default: 1d]" in help_text
+    assert "FIBA_MAX_FUTURE_SKEW; default: off]" in help_text
 
 
 def test_help_lists_every_command():
@@ -641,9 +647,9 @@ def test_config_file_before_or_after_the_command_and_precedence(tmp_path):
     assert "window '2h' is longer than the retention" in result.stderr
 
 
-def test_the_readme_configuration_table_lists_every_setting_once():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+def test_the_configuration_reference_table_lists_every_setting_once():
+    page = Path(__file__).resolve().parent.parent / "docs" / "reference" / "configuration.md"
+    section = page.read_text().split("## Settings", 1)[1].split("\n## ", 1)[0]
     lines = section.splitlines()
     at = [i for i, line in enumerate(lines) if line.startswith("| `")]
     rows = [lines[i] for i in at]

@@ -1,7 +1,9 @@
 """Fuzzing range queries (issue 16, "Also build"): any HTTP query parameters of
 ``GET /windows/{key}`` (``query_from_params``) and any query record (``parse_query``) give a
 ``BadQuery`` (HTTP 400 / a dead letter) or a query whose answer is a valid answer record
-(``schemas/answer.schema.json``), never another exception."""
+(``schemas/answer.schema.json``), never another exception. A bad query record that carries a
+usable ``query_id`` (a string or an integer) keeps it, so the worker answers it too, with an
+error answer that is also a valid answer record (issue 28)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.queries import BadQuery, answer, parse_query, query_from_params
+from agents.queries import BadQuery, answer, failed, parse_query, query_from_params
 from agents.records import encode_json
 from stores.key_windows import KeyWindows, WindowConfig
 from tests.aggregation_samples import group_settings, group_values
@@ -47,6 +49,32 @@ def check_answers(query) -> None:
     validate("answer", json.loads(encode_json(result.to_json())))
 
 
+def usable_id(value: bytes | None) -> str | None:
+    """The ``query_id`` a query record carries, as its answer writes it, if usable: a string or
+    an integer of at most 100 digits, in an object that is JSON but perhaps for values JSON
+    cannot hold (NaN, infinities, longer integers)."""
+    try:
+        obj = json.loads(
+            value or b"",
+            parse_constant=lambda name: None,
+            parse_int=lambda text: int(text) if len(text) <= 100 else None,
+        )
+    except (ValueError, RecursionError):
+        return None
+    query_id = obj.get("query_id") if isinstance(obj, dict) else None
+    if isinstance(query_id, bool) or not isinstance(query_id, str | int):
+        return None
+    return str(query_id)
+
+
+def check_bad_query(bad: BadQuery, value: bytes | None) -> None:
+    """``bad`` keeps the record's usable id, and its error answer is a valid answer record."""
+    assert str(bad)
+    assert bad.query_id == usable_id(value)
+    if bad.query_id is not None:
+        validate("answer", json.loads(encode_json(failed(bad.query_id, bad.key or "", str(bad)))))
+
+
 @settings(max_examples=300)
 @given(
     keys,
@@ -68,7 +96,8 @@ fields = st.sampled_from(["query_id", "key", "from", "to", "window", "aggregatio
 
 @st.composite
 def query_records(draw: st.DrawFn) -> bytes | None:
-    obj = draw(st.dictionaries(fields, st.one_of(json_values, texts, keys, times)))
+    no_json = st.sampled_from([float("nan"), float("-inf"), 10**150])  # written, not JSON
+    obj = draw(st.dictionaries(fields, st.one_of(json_values, texts, keys, times, no_json)))
     if draw(st.booleans()):
         obj.setdefault("query_id", draw(st.one_of(st.text(max_size=8), st.integers())))
         obj.setdefault("key", draw(keys))
@@ -89,8 +118,9 @@ def test_any_query_record_answers_or_is_a_bad_query(value) -> None:
     try:
         query = parse_query(value)
     except BadQuery as bad:
-        assert str(bad)
+        check_bad_query(bad, value)
         return
+    assert query.query_id == usable_id(value)
     query.key.encode()  # the worker compares it with the record's Kafka key
     check_answers(query)
 
@@ -107,8 +137,46 @@ def test_any_query_record_answers_or_is_a_bad_query(value) -> None:
     ],
 )
 def test_query_records_that_escaped_are_bad_queries(value) -> None:
-    with pytest.raises(BadQuery):
+    with pytest.raises(BadQuery) as bad:
         parse_query(value)
+    check_bad_query(bad.value, value)
+
+
+@pytest.mark.parametrize(
+    "value, key",
+    [
+        (b'{"query_id": "q2", "key": "k", "from": "x", "to": 5}', "k"),  # issue 28
+        (b'{"query_id": "q3", "key": "k", "window": 5}', "k"),
+        (b'{"query_id": "q4", "key": "k", "window": "1s", "aggregations": [1]}', "k"),
+        (b'{"query_id": 5, "key": 7, "window": "1s"}', None),
+        (b'{"query_id": "q6", "key": "\\ud800", "window": "1s"}', None),
+        (b'{"query_id": "q7"}', None),
+        (b'{"query_id": "q8", "key": "k", "from": NaN, "to": 5}', "k"),  # no JSON, but an id
+        (b'{"query_id": "q9", "key": "k", "from": ' + b"9" * 200 + b', "to": 5}', "k"),
+        (b'{"query_id": ' + b"9" * 200 + b', "key": "k", "window": "1s"}', None),
+    ],
+)
+def test_a_bad_query_record_with_an_id_keeps_it_for_its_error_answer(value, key) -> None:
+    with pytest.raises(BadQuery) as bad:
+        parse_query(value)
+    assert (bad.value.query_id, bad.value.key) == (usable_id(value), key)
+    check_bad_query(bad.value, value)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"window": "1s", "from": "1"},
+        {"window": "1s", "to": "5"},
+        {"window": "1s", "from": "1", "to": "5"},
+    ],
+)
+def test_a_window_with_bounds_is_an_error_answer_not_a_silent_choice(params) -> None:
+    """The CLI refuses ``--window`` with ``--from``/``--to``; HTTP and query records answer
+    an error (HTTP 400) instead of dropping the bounds."""
+    result = answer(WINDOWS, query_from_params("k0", params))
+    assert result.error == "give from and to, or a window, not both"
+    assert result.count == 0 and result.result == {}
 
 
 @pytest.mark.parametrize(

@@ -42,14 +42,19 @@ class Model:
         self.stream_time: int | None = None
         self.events: dict[str, list[tuple[int, int, object]]] = {}
         self.arrivals = 0
+        self.previous: int | None = None
 
     def decide(self, ts: int, value: object) -> str | int:
         r = self.s.resolution
         t = ts if r is None else ts // r * r
-        if self.stream_time is not None:
-            if t < self.stream_time - self.s.retention:
+        previous, self.previous = self.previous, t
+        s, skew = self.stream_time, self.s.max_future_skew
+        if s is not None:
+            if t < s - self.s.retention:
                 return "late"
-            if t > self.stream_time + self.s.max_future_skew:
+            # future: beyond the skew from both S and the previous event, whatever became of it
+            p = s if previous is None else previous
+            if skew is not None and t > s + skew and t > p + skew:
                 return "future"
         if not isinstance(value, int):
             return "bad_value"
@@ -340,8 +345,10 @@ def test_range_queries_match_the_model(stream, ranges):
 
 @given(stream=events, split=st.integers(0, 60))
 def test_restore_then_continue_equals_uninterrupted(stream, split):
+    """Without ``max_future_skew`` (its previous event's time is not state: see
+    ``test_a_restart_costs_at_most_one_more_event_after_a_pause``)."""
     first, rest = stream[:split], stream[split:]
-    windows, _ = run_one_by_one(SETTINGS, first, "event")
+    windows, _ = run_one_by_one(replace(SETTINGS, max_future_skew=None), first, "event")
     copy = KeyWindows(windows.config, emit="event")
     copy.restore({key: windows.entries(key) for key in windows})
     assert copy.stream_time == windows.stream_time
@@ -519,3 +526,99 @@ def test_an_event_far_ahead_of_the_clock_is_future_and_moves_no_stream_time():
 
     replay = KeyWindows(replace(config, max_wall_clock_skew=None), clock=lambda: now_ms / 1000)
     assert replay.accept("a", now_ms * 1000, 1).time == now_ms * 1000
+
+
+MINUTE, DAY = 60_000, 86_400_000
+T0 = 1_700_000_000_000
+
+
+def paused_stream(pause: int) -> list[tuple[str, int, int]]:
+    """Three keys, an event every 7 s (every fifth 20 s late) for 10 minutes, a pause of
+    ``pause`` in event time, then 10 minutes more."""
+    stream = []
+    for i in range(2 * 86):
+        t = T0 + 7_000 * i + (pause if i >= 86 else 0)
+        stream.append((KEYS[i % 3], t - 20_000 if i % 5 == 4 else t, i % 11))
+    return stream
+
+
+@pytest.mark.parametrize("emit", ["event", "batch"])
+@pytest.mark.parametrize(
+    "pause, wall_clock_skew",
+    [(6 * MINUTE, DAY), (DAY, DAY), (30 * DAY, None)],
+    ids=["6 minutes", "a day", "a month, replayed"],
+)
+def test_a_pause_in_event_time_rejects_nothing(pause, wall_clock_skew, emit):
+    """Default settings (``max_future_skew`` off): a healthy stream that pauses for 6 minutes
+    or a day, read live (the worker's clock at the newest event), or for a month replayed
+    ahead of the clock (``max_wall_clock_skew = off``), has every event accepted and every
+    record equal to the brute-force model. (Before: everything after the pause was
+    ``future``, for good.)"""
+    settings = replace(
+        Settings(), aggregations=("sum", "max", "collect"), max_wall_clock_skew=wall_clock_skew
+    )
+    stream = paused_stream(pause)
+    live = wall_clock_skew is not None
+    newest = [T0]
+    windows = KeyWindows(
+        WindowConfig.from_settings(settings),
+        emit=emit,
+        clock=lambda: (newest[0] if live else T0) / 1000,
+    )
+    model = Model(settings)
+    for lo in range(0, len(stream), 1 if emit == "event" else 9):
+        batch = stream[lo : lo + (1 if emit == "event" else 9)]
+        newest[0] = max(newest[0], *(ts for _, ts, _ in batch))
+        result = windows.accept_batch(batch)
+        for (key, ts, value), outcome in zip(batch, result.outcomes, strict=True):
+            assert isinstance(outcome, Accepted), (ts, outcome)
+            assert model.accept(key, ts, value) == outcome.time
+        for record in result.records:
+            check_record(record, model, record.key)
+    assert windows.stream_time == stream[-1][1] - 20_000 * (len(stream) % 5 == 0)
+    check_entries(windows, model)
+
+
+def test_max_future_skew_refuses_a_lone_outlier_and_cannot_latch():
+    """With ``max_future_skew`` set: an event more than it ahead of the stream time and of the
+    previous event is ``future`` (a lone outlier; the stream goes on); a pause costs only the
+    first event after it, which the next one confirms, one by one and in a batch alike."""
+    settings = replace(Settings(), max_future_skew=5 * MINUTE, max_wall_clock_skew=None)
+    stream = [("a", T0, 1), ("a", T0 + 365 * DAY, 2), ("a", T0 + 1000, 3)]  # outlier
+    stream += [("a", T0 + 10 * MINUTE + i, 10 + i) for i in range(5)]  # after a pause
+    stream += [("b", T0 + 12 * MINUTE, 20)]
+    for emit in ("event", "batch"):
+        windows = KeyWindows(WindowConfig.from_settings(settings), emit=emit)
+        if emit == "batch":
+            outcomes = windows.accept_batch(stream).outcomes
+        else:
+            outcomes = []
+            for event in stream:
+                try:
+                    outcomes.append(windows.accept(*event))
+                except Rejected as rejected:
+                    outcomes.append(rejected)
+        refused = [i for i, o in enumerate(outcomes) if isinstance(o, Rejected)]
+        assert refused == [1, 3], emit
+        assert outcomes[1].reason == outcomes[3].reason == "future"
+        assert "and > the previous event's time" in outcomes[3].detail
+        assert windows.stream_time == T0 + 12 * MINUTE
+        after = [T0 + 10 * MINUTE + i for i in range(1, 5)]
+        assert [t for t, _ in windows.entries("a")] == [T0, T0 + 1000, *after]
+
+
+def test_a_restart_costs_at_most_one_more_event_after_a_pause():
+    """The previous event's time is not state: a partition restored right after a refused
+    event measures the next one against the stream time alone, so the pause may cost one
+    more event, never every later one."""
+    settings = replace(Settings(), max_future_skew=5 * MINUTE, max_wall_clock_skew=None)
+    windows = KeyWindows(WindowConfig.from_settings(settings))
+    windows.accept("a", T0, 1)
+    with pytest.raises(Rejected):
+        windows.accept("a", T0 + 10 * MINUTE, 2)
+    restored = KeyWindows(windows.config)
+    restored.restore({"a": windows.entries("a")})
+    with pytest.raises(Rejected):
+        restored.accept("a", T0 + 10 * MINUTE + 1, 3)
+    assert restored.accept("a", T0 + 10 * MINUTE + 2, 4).time == T0 + 10 * MINUTE + 2
+    assert windows.accept("a", T0 + 10 * MINUTE + 1, 3).time == T0 + 10 * MINUTE + 1

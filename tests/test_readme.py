@@ -1,4 +1,5 @@
-"""The README's "FiBA as a library" example and its command-line session run as written."""
+"""The README's command-line session runs as written (every other code block of the README and
+of docs/: ``tests/test_docs.py``)."""
 
 import json
 import os
@@ -18,19 +19,6 @@ from app.cli import parse_time
 from app.generator import generate_events
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-def library_example() -> str:
-    section = README.read_text().split("## FiBA as a library", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    assert len(blocks) == 1, "the library section has exactly one python example"
-    return blocks[0]
-
-
-def test_readme_library_example_runs() -> None:
-    code = library_example()
-    assert "FiBA" in code
-    exec(compile(code, str(README), "exec"), {"__name__": "readme_example"})
 
 
 # --- the command-line session --------------------------------------------------------------

@@ -12,6 +12,7 @@ from app.settings import (
     load_settings,
     parse_bootstrap_servers,
     parse_duration,
+    setting_text,
 )
 
 
@@ -109,6 +110,29 @@ def test_max_wall_clock_skew_is_a_day_a_duration_or_off():
     )
     with pytest.raises(ConfigError, match="--max-wall-clock-skew: not a duration"):
         load_settings(overrides={"max_wall_clock_skew": "never"}, environ={})
+
+
+def test_max_future_skew_is_off_by_default_and_takes_off_everywhere(tmp_path):
+    """``off`` (no limit: a pause in event time rejects nothing) is the default and is
+    accepted from TOML, the environment and the flags; a duration still works."""
+    assert load_settings(environ={}).max_future_skew is None
+    toml = tmp_path / "fiba.toml"
+    toml.write_text('max_future_skew = "off"\n')
+    assert load_settings(toml, environ={}).max_future_skew is None
+    assert load_settings(environ={"FIBA_MAX_FUTURE_SKEW": "Off"}).max_future_skew is None
+    overrides = {"max_future_skew": "off"}
+    assert load_settings(overrides=overrides, environ={}).max_future_skew is None
+    assert load_settings(environ={"FIBA_MAX_FUTURE_SKEW": "5m"}).max_future_skew == 300_000
+    with pytest.raises(ConfigError, match=r"--max-future-skew: not a duration: 'never'.*or off"):
+        load_settings(overrides={"max_future_skew": "never"}, environ={})
+
+
+def test_limits_are_shown_as_durations_or_off():
+    """``config show`` and ``-h`` write a limit as configured: ``1d``, not 86400000."""
+    assert setting_text("max_wall_clock_skew", 86_400_000) == "1d"
+    assert setting_text("max_wall_clock_skew", None) == "off"
+    assert setting_text("max_future_skew", None) == "off"
+    assert setting_text("max_future_skew", 300_000) == "5m"
 
 
 @pytest.mark.parametrize(

@@ -50,14 +50,18 @@ class Oracle:
         self.composed = composed
         self.keys: dict[str, OracleWindow] = {}
         self.stream_time: dict[int, int] = {}
+        self.previous: dict[int, int] = {}
 
     def add(self, key: str, t: int, value: int) -> type[Exception] | None:
-        """The exception of an event that is late or too far ahead (nothing changes)."""
+        """The exception of an event that is late or too far ahead of both the stream time and
+        the partition's previous event, whatever became of that (nothing changes)."""
         p = partition_of(key)
         s = self.stream_time.get(p)
+        previous = self.previous.get(p, s)
+        self.previous[p] = t
         if s is not None and t < s - RETENTION:
             return LateEvent
-        if s is not None and t > s + MAX_FUTURE_SKEW:
+        if s is not None and t > s + MAX_FUTURE_SKEW and t > previous + MAX_FUTURE_SKEW:
             return FutureEvent
         self.keys.setdefault(key, OracleWindow(self.composed)).insert(t, value)
         self.stream_time[p] = t if s is None else max(s, t)
@@ -80,7 +84,7 @@ class Oracle:
 @st.composite
 def events(draw) -> list[tuple[str, int, int]]:
     """``(key, t, value)``: times drift forward by steps of -6..12, or jump 45 back (late) or
-    ahead (too far ahead for ``MAX_FUTURE_SKEW``, then accepted after a few steps)."""
+    ahead (too far ahead for ``MAX_FUTURE_SKEW``: refused, then the next event is accepted)."""
     steps = draw(
         st.lists(
             st.tuples(
@@ -231,11 +235,12 @@ def test_durations_are_read_as_the_worker_settings_read_them() -> None:
         load_settings(environ={"FIBA_RETENTION": "5 minutes"})
 
 
-def test_readme_example_is_the_tested_example_file() -> None:
-    """The README's Faust example is ``examples/clicks.py`` verbatim (which
+def test_the_documented_faust_example_is_the_tested_example_file() -> None:
+    """The library page's Faust example is ``examples/clicks.py`` verbatim (which
     ``tests/test_sliding_e2e.py`` runs as a worker)."""
     root = Path(__file__).resolve().parent.parent
-    section = (root / "README.md").read_text().split("## Sliding windows in your own Faust", 1)[1]
+    page = root / "docs" / "reference" / "library.md"
+    section = page.read_text().split("## Sliding windows in your own Faust", 1)[1]
     blocks = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], flags=re.DOTALL)
     assert blocks == [(root / "examples" / "clicks.py").read_text()]
 
@@ -308,3 +313,28 @@ def test_the_faust_api_refuses_a_bad_aggregation_as_the_worker_does(aggregation,
     with pytest.raises(AggregationError, match=message):
         SlidingWindows(app, "bad", windows=["1m"], retention="1h", aggregations=aggregations)
     assert "bad" not in app.tables
+
+
+MINUTE, DAY = 60_000, 86_400_000
+
+
+@pytest.mark.parametrize("pause", [6 * MINUTE, DAY, 30 * DAY], ids=["6m", "1d", "30d"])
+def test_a_pause_in_event_time_latches_nothing(pause) -> None:
+    """Five events, a pause, five more: with no ``max_future_skew`` all ten count; with one
+    (5m) only the first after the pause is ``FutureEvent``, the next confirms the jump and the
+    rest count (before, every event after the pause was refused for good)."""
+    times = [i * 1000 for i in range(5)] + [4000 + pause + i * 1000 for i in range(5)]
+    composed = composed_monoid(["count", "sum"])
+    free = SlidingState(composed, {"5m": 5 * MINUTE}, 60 * MINUTE)
+    guarded = SlidingState(composed, {"5m": 5 * MINUTE}, 60 * MINUTE, 5 * MINUTE)
+    refused = []
+    for value, t in enumerate(times):
+        free.add(0, "k", t, value)
+        try:
+            guarded.add(0, "k", t, value)
+        except FutureEvent:
+            refused.append(value)
+    assert free.window("k", "5m") == {"count": 5, "sum": 5 + 6 + 7 + 8 + 9}
+    assert refused == [5]
+    assert guarded.window("k", "5m") == {"count": 4, "sum": 6 + 7 + 8 + 9}
+    assert guarded.stream_time("k") == times[-1]

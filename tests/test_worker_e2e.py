@@ -196,11 +196,18 @@ def matches(record: AggregateRecord, stream_time: int, windows: dict, settings: 
     return True
 
 
-def run_scenario(settings: Settings, tmp_path: Path, n: int) -> None:
+def run_scenario(settings: Settings, tmp_path: Path, n: int, records=None) -> dict:
+    """Run a worker over ``records`` (default: ``input_stream(n)``) and check every output
+    against the model; returns the worker's last ``/stats``."""
     asyncio.run(create_topics(settings))
-    records = input_stream(n, seed=zlib.crc32(settings.emit.encode()))
+    generated = records is None
+    if generated:
+        records = input_stream(n, seed=zlib.crc32(settings.emit.encode()))
     placed = asyncio.run(produce(settings, settings.input_topic, records))
     models, snapshots, rejected = replay_model(settings, records, placed)
+    if generated:
+        reasons = {"late", "future", "malformed_json", "bad_value", "oversize"}
+        assert reasons <= set(rejected.values())
     worker = start_worker(settings, tmp_path / "worker.log")
     try:
         stats = wait_for_stats(settings, worker, len(records))
@@ -216,6 +223,7 @@ def run_scenario(settings: Settings, tmp_path: Path, n: int) -> None:
         check_dead_letters(settings, dead, records, placed, rejected)
         check_queries(settings, models)
         check_progress_committed(settings, placed)
+        return stats
     except BaseException:
         print((tmp_path / "worker.log").read_text(errors="replace")[-5000:])
         raise
@@ -340,7 +348,6 @@ def check_dead_letters(settings: Settings, dead, records, placed, rejected) -> N
         assert (r.key, r.value) == (key, value)
         found[position] = headers[DLQ_REASON]
     assert found == rejected
-    assert {"late", "future", "malformed_json", "bad_value", "oversize"} <= set(found.values())
 
 
 def check_queries(settings: Settings, models) -> None:
@@ -368,18 +375,42 @@ def check_queries(settings: Settings, models) -> None:
             Model(settings).aggregates([]),
         )
     )
-    bad = {"query_id": "inverted", "key": KEYS[0], "from": 10, "to": 5}
+    k0 = KEYS[0]
+    # every query with a usable id gets one answer, an error one when it is bad; the
+    # malformed ones (bad_query) a dead letter as well, and one without an id only that
+    errors = {
+        "inverted": ({"query_id": "inverted", "key": k0, "from": 10, "to": 5}, False),
+        "both": ({"query_id": "both", "key": k0, "window": "5s", "from": 1}, False),
+        "bad-from": ({"query_id": "bad-from", "key": k0, "from": "x", "to": 5}, True),
+        "no-key": ({"query_id": "no-key", "from": 1, "to": 5}, True),
+        "7": ({"query_id": 7, "key": k0, "window": ["5s"]}, True),
+    }
     to_send = [(q["key"].encode(), json.dumps(q).encode()) for q, _ in queries]
-    to_send.append((bad["key"].encode(), json.dumps(bad).encode()))
+    to_send += [(k0.encode(), json.dumps(q).encode()) for q, _ in errors.values()]
+    to_send.append((k0.encode(), json.dumps({"key": k0, "window": "5s"}).encode()))  # no id
     asyncio.run(produce(settings, settings.queries_topic, to_send))
     deadline = time.monotonic() + 60
     answers: dict[str, dict] = {}
-    while len(answers) < len(to_send) and time.monotonic() < deadline:
+    received: Counter[str] = Counter()
+    while len(answers) < len(to_send) - 1 and time.monotonic() < deadline:
+        received.clear()
         for r in asyncio.run(read_to_end(settings, settings.answers_topic)):
             answer = json.loads(r.value)
             answers[answer["query_id"]] = answer
+            received[answer["query_id"]] += 1
         time.sleep(0.5)
-    assert answers["inverted"]["error"] and answers["inverted"]["count"] == 0
+    assert set(received.values()) == {1} and len(received) == len(to_send) - 1
+    for query_id in errors:
+        assert answers[query_id]["error"] and answers[query_id]["count"] == 0, query_id
+    assert answers["no-key"]["key"] == k0  # the record's Kafka key
+    assert "not both" in answers["both"]["error"]
+    wanted = 1 + sum(d for _, d in errors.values())
+    bad_queries: list = []
+    while len(bad_queries) < wanted and time.monotonic() < deadline + 30:
+        dead = asyncio.run(read_to_end(settings, settings.dead_letter_topic))
+        bad_queries = [r for r in dead if dict(r.headers)[DLQ_REASON] == b"bad_query"]
+        time.sleep(0.2)
+    assert len(bad_queries) == wanted
     for query, (count, aggregates) in queries:
         answer = answers[query["query_id"]]
         assert answer["error"] is None
@@ -393,6 +424,8 @@ def check_queries(settings: Settings, models) -> None:
         assert via_http["result"] == answer["result"]
     status, inverted = http_get(settings, f"/windows/{KEYS[0]}?from=10&to=5")
     assert status == 400 and inverted["error"]
+    status, both = http_get(settings, f"/windows/{KEYS[0]}?window=5s&from=1")
+    assert status == 400 and "not both" in both["error"]
     counts = Counter(a["error"] is None for a in answers.values())
     assert counts[True] == len(queries)
 
@@ -409,6 +442,33 @@ def test_worker_end_to_end(kafka_bootstrap, embedded_profile, tmp_path, emit):
             aggregations=("count", "sum", "max", "mean"),
         )
     run_scenario(settings, tmp_path, n=600)
+
+
+@pytest.mark.parametrize("emit", ["event", "batch"])
+def test_pauses_in_event_time_reject_nothing(kafka_bootstrap, embedded_profile, tmp_path, emit):
+    """A stream that pauses for 6 minutes, a day and a month, ending now (a replay of the
+    last month, then live), with the default ``max_future_skew`` (off) and
+    ``max_wall_clock_skew``: every event is accepted, no dead letter, and every aggregate and
+    query answer equals the model's. (Before: everything after the first pause was ``future``.)"""
+    settings = replace(
+        make_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", emit),
+        max_future_skew=Settings().max_future_skew,
+    )
+    minute, day = 60_000, 86_400_000
+    pauses = [0, 6 * minute, day, 30 * day]
+    start = int(time.time() * 1000) - sum(pauses) - 60_000
+    rng = random.Random(28)
+    records, t = [], start
+    for pause in pauses:
+        t += pause
+        for _ in range(40):
+            t += 250
+            ts = t - rng.choice([0, 0, 0, 1_500])
+            value = json.dumps({"ts": ts, "value": rng.randrange(-100, 100)}).encode()
+            records.append((rng.choice(KEYS).encode(), value, None))
+    stats = run_scenario(settings, tmp_path, len(records), records)
+    assert stats["counts"]["accepted"] == len(records)
+    assert stats["dead_letters"] == {}
 
 
 def test_http_query_is_answered_by_the_owning_worker(kafka_bootstrap, embedded_profile, tmp_path):

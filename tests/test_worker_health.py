@@ -116,6 +116,16 @@ def test_health_metrics_bind_and_startup_log(kafka_bootstrap, embedded_profile, 
         assert m[("fiba_events_rejected_total", (("reason", "malformed_json"),))] == 1
         assert m[("fiba_events_rejected_total", (("reason", "bad_value"),))] == 1
         assert m[("fiba_output_records_total", (("topic", "aggregates"),))] == 40
+        # the aggregates carry their 2023 event times, older than the topic's 7 days; the dead
+        # letters the bad records' Kafka timestamps (the producer's clock), and no answer went
+        # to the topic: said for the aggregates only, once
+        older = "fiba_output_older_than_retention"
+        assert m[(older, (("topic", "aggregates"),))] == 1
+        assert m[(older, (("topic", "dead_letters"),))] == 0
+        assert m[(older, (("topic", "answers"),))] == 0
+        said = "are older than its retention.ms"
+        assert log.read_text(errors="replace").count(said) == 1
+        assert f"records written to topic {settings.aggregates_topic} {said}" in log.read_text()
         assert m[("fiba_partitions_owned", ())] == m[("fiba_partitions_restored", ())] == 3
         keys = sum(m[("fiba_window_keys", (("partition", p),))] for p in partitions)
         entries = sum(m[("fiba_window_entries", (("partition", p),))] for p in partitions)

@@ -1,32 +1,10 @@
 """A reusable hypothesis state machine: any sliding-window aggregator against ``OracleWindow``.
 
-:func:`window_machine` builds a ``RuleBasedStateMachine`` that drives an aggregator and
-:class:`tests.oracle.OracleWindow` side by side with random mixes of operations, and after every
+``window_machine(make, monoid)`` builds a ``RuleBasedStateMachine`` that drives an aggregator
+and ``tests.oracle.OracleWindow`` side by side with random mixes of operations, and after every
 step compares every observable (``len``, iteration, ``oldest``, ``youngest``, ``query``) and
-calls ``check_invariants()``. Usage::
-
-    from hypothesis import settings
-    from tests.window_machine import window_machine
-
-    TestFiBACollect = window_machine(lambda m: FiBA(m, 2), COLLECT).TestCase
-    TestFiBACollect.settings = settings(max_examples=40, stateful_step_count=50)
-
-The aggregator must offer the ADT of ``OracleWindow``: ``insert(t, x)``, ``evict(t) -> bool``,
-``bulk_evict(t) -> int``, ``bulk_insert(pairs)``, ``query()``, ``len``, iteration over
-``(t, partial)`` in time order, ``oldest()``, ``youngest()``; with ``range_query=True`` also
-``query_range(t_from, t_to)`` (both bounds inclusive), with ``check_invariants=True`` also
-``check_invariants()``.
-
-Capabilities:
-
-- ``out_of_order=True``: inserts anywhere (before the oldest entry, between entries, onto
-  existing times), evicts of present and absent times anywhere, bulk inserts of sorted runs
-  anywhere (with duplicates and collisions).
-- ``out_of_order=False`` (FIFO aggregators): inserts only at ``t >= youngest`` (an equal time
-  combines into the youngest entry), evicts only of the oldest entry, bulk inserts only of runs
-  at or after the youngest time. ``bulk_evict(t)`` always works at the old end.
-
-Times are ints in ``[-10, time_span + 10]``; inputs come from the ``values`` strategy.
+calls ``check_invariants()``. The ADT an aggregator must offer, the options and a runnable
+example: docs/testing.md.
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ SPLIT_FILES = frozenset(
 # The files whose tests use the session's SparkSession (tests/spark_fixtures.py).
 SPARK_FILES = frozenset(
     {
+        "tests/test_docs.py",
         "tests/test_kafka_security.py",
         "tests/test_spark_connector.py",
         "tests/test_spark_contract.py",

@@ -1,4 +1,7 @@
-"""``bulk``: bulk evict and bulk insert against bulk size m (seed 003 Fig. 7-9 and 11-13).
+"""``bulk``: bulk evict and bulk insert against bulk size m.
+
+As Fig. 7-9 and 11-13 of *Out-of-Order Sliding-Window Aggregation with Efficient Bulk
+Evictions and Insertions*.
 
 A batch round evicts the ``m`` oldest entries, inserts ``m`` new ones and queries once, on a
 window of ``n`` entries. The new entries are in order (d = 0) or land ``d = m`` entries from the
@@ -144,7 +147,7 @@ def _findings(result: ExperimentResult, config: BenchConfig, bulk_sizes: list[in
         result.findings.append(
             Finding(
                 f"evicting {m} oldest: FiBA bulk_evict vs single evicts, {monoid_name} "
-                "(seed 003 Fig. 7: O(log m) vs O(m))",
+                "(bulk paper Fig. 7: O(log m) vs O(m))",
                 f"{bulk:,.1f} us vs {single:,.1f} us = {times(ratio(single, bulk))} faster",
             )
         )
@@ -154,7 +157,7 @@ def _findings(result: ExperimentResult, config: BenchConfig, bulk_sizes: list[in
             result.findings.append(
                 Finding(
                     f"inserting {m} at {placement}: FiBA bulk_insert vs single inserts, "
-                    f"{monoid_name} (seed 003 Fig. {8 if placement == 'd=0' else 9})",
+                    f"{monoid_name} (bulk paper Fig. {8 if placement == 'd=0' else 9})",
                     f"{bulk:,.1f} us vs {single:,.1f} us = {times(ratio(single, bulk))} faster",
                 )
             )
@@ -163,7 +166,7 @@ def _findings(result: ExperimentResult, config: BenchConfig, bulk_sizes: list[in
         result.findings.append(
             Finding(
                 f"batch-round throughput at m={m}, d=0: FiBA bulk vs TwoStacksLite, {monoid_name} "
-                "(seed 003 Fig. 12: TwoStacksLite best in order)",
+                "(bulk paper Fig. 12: TwoStacksLite best in order)",
                 f"{fiba:,.0f} vs {lite:,.0f} entries/s = {times(ratio(fiba, lite))}",
             )
         )
@@ -179,7 +182,7 @@ def _draw(result: ExperimentResult):
         ("entries_per_s", "d=m", "throughput, d=m", "entries per second"),
     ]
     figure, axes = subplots(
-        len(monoids) * len(panels), title="bulk operations against bulk size m (seed 003)"
+        len(monoids) * len(panels), title="bulk operations against bulk size m (bulk paper)"
     )
     axis_iter = iter(axes)
     for monoid_name in monoids:

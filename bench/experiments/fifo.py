@@ -1,4 +1,6 @@
-"""``fifo``: in-order throughput against window size n for every algorithm (seed 000 Fig. 13).
+"""``fifo``: in-order throughput against window size n for every algorithm.
+
+As Fig. 13 of *Sub-O(log n) Out-of-Order Sliding-Window Aggregation*.
 
 Rounds of evict-oldest + insert + query on a FIFO window. Each algorithm's window is built
 once at the smallest n and then grown in place (in-order inserts without evictions) to the

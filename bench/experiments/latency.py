@@ -1,4 +1,6 @@
-"""``latency``: distribution of per-round latency, in order and out of order (seed 000 Fig. 12).
+"""``latency``: distribution of per-round latency, in order and out of order.
+
+As Fig. 12 of *Sub-O(log n) Out-of-Order Sliding-Window Aggregation*.
 
 Each round (evict oldest + insert + query) is timed on its own with the run's clock, the
 garbage collector paused, after an untimed warm-up, for 2n rounds (so that a Two-Stacks flip,

@@ -1,5 +1,6 @@
-"""``ooo``: throughput against out-of-order distance d (seed 000 Fig. 11), and against n at a
-fixed d.
+"""``ooo``: throughput against out-of-order distance d, and against n at a fixed d.
+
+As Fig. 11 of *Sub-O(log n) Out-of-Order Sliding-Window Aggregation*.
 
 The adversarial generator (:class:`~bench.workloads.AdversarialWindow`) places every insert
 exactly ``d`` entries from the young end; a round is evict-oldest + insert + query. One window

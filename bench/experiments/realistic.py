@@ -1,22 +1,11 @@
-"""``realistic``: a bursty out-of-order stream in a one-day time-based window (seed 003 §7.4).
+"""``realistic``: a bursty out-of-order stream in a one-day time-based window (*Out-of-Order
+Sliding-Window Aggregation with Efficient Bulk Evictions and Insertions*, §7.4).
 
-The stream (:mod:`bench.bursty`) has daily cycles, bursts and heavy-tailed lateness, so the
-window size n, the eviction bulk size m and the out-of-order distance d all vary within the run
-(their histograms are plotted like seed 003 Fig. 15). Every arrival advances stream time to
-the largest timestamp seen; the window keeps the last day of stream time; arrivals already
-older than that are dropped. The first simulated day fills the window untimed; the rest is
-timed in consecutive segments, every variant processing segment k before any goes on to k+1
-(in an order rotated by k), and the median segment throughput reported. Variants, all fed
-the same arrivals:
-
-* ``fiba4 bulk_evict``: per arrival ``insert``, one ``bulk_evict`` of everything that fell
-  out of the window, ``query``;
-* ``fiba4 single``: the same with a loop of single ``evict(oldest())`` calls;
-* ``fiba4 polls``: arrivals handled per consumer poll of 500 (Kafka's default
-  ``max.poll.records``): one ``bulk_insert``, one ``bulk_evict``, one ``query`` per poll (the
-  window after each poll is the same as per-arrival processing gives, but only one answer per
-  poll);
-* ``classic_btree4``: per arrival ``insert``, its ``bulk_evict`` (a loop), ``query``.
+The stream (``bench.bursty``) has daily cycles, bursts and heavy-tailed lateness, so the window
+size n, the eviction bulk size m and the out-of-order distance d all vary within the run. The
+first simulated day fills the window untimed; the rest is timed in segments, every variant
+(FiBA with ``bulk_evict``, with single evicts, ...) on the same arrivals, the median segment
+throughput reported. Details: docs/bench-methods.md.
 """
 
 from __future__ import annotations
@@ -149,7 +138,7 @@ def _findings(result: ExperimentResult, config: BenchConfig, stats) -> None:
     sizes, evicted, distances = (sorted(v) for v in (stats.sizes, stats.evicted, stats.distances))
     result.findings.append(
         Finding(
-            "window size n (like seed 003 Fig. 15 left)",
+            "window size n (like the bulk paper's Fig. 15 left)",
             f"min {sizes[0]:,}, median {percentile(sizes, 50):,}, max {sizes[-1]:,}",
         )
     )
@@ -177,7 +166,7 @@ def _findings(result: ExperimentResult, config: BenchConfig, stats) -> None:
 
         result.findings.append(
             Finding(
-                f"FiBA with vs without bulk evict, {monoid_name} (seed 003 Fig. 16: bulk "
+                f"FiBA with vs without bulk evict, {monoid_name} (bulk paper Fig. 16: bulk "
                 "operations give FiBA an advantage on real data)",
                 f"{times(ratio(rate('fiba4 bulk_evict'), rate('fiba4 single')))}; per poll of "
                 f"{POLL}: {times(ratio(rate('fiba4 polls'), rate('fiba4 single')))}; "
@@ -189,7 +178,7 @@ def _findings(result: ExperimentResult, config: BenchConfig, stats) -> None:
 
 def _draw(result: ExperimentResult, stats):
     figure, (size_axis, evict_axis, distance_axis, rate_axis) = subplots(
-        4, title="bursty stream, one-day window (seed 003 Fig. 15-16)"
+        4, title="bursty stream, one-day window (bulk paper Fig. 15-16)"
     )
     size_axis.hist(stats.sizes, bins=50)
     size_axis.set_xlabel("window size n")

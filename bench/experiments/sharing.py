@@ -1,4 +1,6 @@
-"""``sharing``: one FiBA answering a small window by range query vs two FiBAs (seed 000 Fig. 14).
+"""``sharing``: one FiBA answering a small window by range query vs two FiBAs.
+
+As Fig. 14 of *Sub-O(log n) Out-of-Order Sliding-Window Aggregation*.
 
 Two queries per round: a big window of fixed size and a small one of size ``s`` (the x axis);
 inserts land ``d = s / 2`` entries from the young end (adversarial generator). *range*: one

@@ -1,28 +1,11 @@
 """Classic B-tree augmented with aggregates: the O(log n) baseline that FiBA is measured against.
 
-This is the "basic algorithm" of Tangwongsan, Hirzel and Schneider, *Sub-O(log n) Out-of-Order
-Sliding-Window Aggregation* (seed 000, §3.1, Fig. 1). Timestamps are the keys; every node (leaf or
-internal) holds a sorted array of ``(time, partial)`` entries, and internal nodes hold one more
-child than entries. The size invariants, with ``MAX_ARITY = 2 * MIN_ARITY``, are
-
-* a non-root node has ``MIN_ARITY <= arity <= MAX_ARITY`` (arity = number of entries + 1);
-* the root has ``2 <= arity <= MAX_ARITY`` unless the window is empty;
-* all leaves are at the same depth.
-
-Each node keeps only the *up-aggregate* (the aggregation invariant of §3.1)::
-
-    node.agg = agg(child_0) ⊕ v_0 ⊕ agg(child_1) ⊕ v_1 ⊕ ... ⊕ v_{k-1} ⊕ agg(child_k)
-
-so the root's aggregate is the whole window. What makes it *classic*, as opposed to FiBA: there
-are no fingers and no parent pointers, every ``insert``/``evict`` searches from the root, rebalances
-after the fact on the way back up (split on overflow; move or merge on underflow) and then repairs
-the up-aggregates of *every* ancestor up to the root. Each operation therefore costs
-``O(MAX_ARITY * log n)`` combines and time even for FIFO (in-order) windows, whereas FiBA's cost
-depends on the distance from the window's ends.
-
-The monoid is duck-typed: ``identity``, ``lift(x)``, ``combine(a, b)`` (associative, not
-necessarily commutative or invertible) and ``lower(a)``. Partials stored in the tree are lifted;
-an insert at an existing time combines into that entry, older partial first.
+The "basic algorithm" of *Sub-O(log n) Out-of-Order Sliding-Window Aggregation* (§3.1):
+timestamps are the keys, every node holds sorted ``(time, partial)`` entries and its subtree's
+up-aggregate, ``MIN_ARITY <= arity <= 2 * MIN_ARITY`` except at the root. No fingers and no
+parent pointers: every ``insert``/``evict`` searches from the root and repairs the aggregates
+on the whole path, O(log n) combines whatever the distance; ``query`` O(1). The same interface
+as ``stores.fiba.FiBA``. Details: docs/design/fiba.md.
 """
 
 from __future__ import annotations

@@ -1,43 +1,10 @@
-"""DABA, the De-Amortized Banker's Aggregator: FIFO sliding-window aggregation in worst-case
-O(1) combines per operation (Tangwongsan, Hirzel, Schneider, DEBS 2017; seed 002).
+"""DABA, the De-Amortized Banker's Aggregator: FIFO sliding-window aggregation in worst-case O(1)
+combines per operation (*Low-Latency Sliding-Window Aggregation in Worst-Case Constant Time*).
 
-DABA keeps the window as one queue of ``(value, aggregate)`` slots and six positions
-``F <= L <= R <= A <= B <= E`` cutting it into five lists (``F`` = oldest slot, ``E`` = one past
-the youngest). What each slot's aggregate holds depends on its list:
-
-=============  ===================  ==============================================
-list           slots                aggregate of slot ``i``
-=============  ===================  ==============================================
-``l_F``        ``[F, L)``           ``v[i] ⊕ ... ⊕ v[B-1]``  (suffix to the back)
-``l_L``        ``[L, R)``           ``v[i] ⊕ ... ⊕ v[R-1]``  (suffix to ``R``)
-``l_R``        ``[R, A)``           ``v[R] ⊕ ... ⊕ v[i]``    (prefix from ``R``)
-``l_A``        ``[A, B)``           ``v[i] ⊕ ... ⊕ v[B-1]``  (suffix to the back)
-``l_B``        ``[B, E)``           ``v[B] ⊕ ... ⊕ v[i]``    (prefix from ``B``)
-=============  ===================  ==============================================
-
-``[F, B)`` is the *front*, ``[B, E)`` the *back*; the window's aggregate is
-``Σ_F ⊕ Σ_B = agg[F] ⊕ agg[E-1]``. Insert appends to the back (``agg = Σ_B ⊕ v``), evict pops
-``F``; then one *fixup* step does a constant amount of the work Two-Stacks does all at once in
-its flip:
-
-* *flip* when ``L == B`` (front fully processed, which the size invariant makes happen exactly
-  when front and back have equal sizes): ``L ← F, R ← B, A ← E, B ← E`` — the old front becomes
-  ``l_L`` (suffix aggregates to ``R``), the old back ``l_R`` (prefix aggregates); ``Σ_R ⊕ Σ_A``,
-  which stays constant until the next flip, is remembered;
-* then, if the front is not empty, *shrink* — ``A`` moves one slot left
-  (``agg[A-1] ← v[A-1] ⊕ Σ_A``) if ``l_R`` is not empty, and ``L`` one slot right with
-  ``agg[L] ← agg[L] ⊕ Σ_R ⊕ Σ_A`` — or, when ``l_L`` is empty, *shift* — ``L``, ``R``, ``A``
-  move right together (``l_A``'s slots already hold what ``l_F`` needs).
-
-Size invariant after every operation: the window is empty, or ``|l_L| = |l_R|`` and
-``|l_L| + |l_R| + |l_A| + 1 = |front| - |back|``; so the front is processed before the back
-outgrows it. Costs in combine calls, for every single operation and not on average: push 3,
-pop 2, whole-window aggregate 1; through the window ADT (which adds the staged youngest entry)
-insert at most 3, evict at most 2, query at most 2.
-
-Storage is a chunked array queue (slots in fixed-size chunks keyed by chunk number), so that no
-operation ever copies the queue either: positions are absolute and only grow. This is a
-:class:`~stores.baselines.fifo.FifoAggregator` (staged youngest entry, FIFO rules, collisions).
+The window is one queue of ``(value, aggregate)`` slots cut into five lists by six positions;
+each operation does a bounded step of the flip that Two-Stacks does at once, so no single
+evict costs O(n). In order only (a FIFO aggregator, see ``stores.baselines.fifo``). The lists,
+their invariants and the step: docs/design/fiba.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """The part every FIFO aggregator shares: time bookkeeping, collisions, FIFO rules, bulk loops.
 
-A FIFO sliding-window aggregator (Two-Stacks, DABA) only ever appends at the young end and
-removes at the old end. :class:`FifoAggregator` turns such a structure into the window ADT of
-``stores.fiba`` (timestamps, ``insert(t, x)``, ``evict(t)``, ...) with the same collision rule
-as FiBA: an insert at the youngest time ``t`` combines into that entry, existing partial first.
-
-The youngest entry is *staged*: it is kept outside the structure as ``(t, partial)`` and pushed
-into it only when an insert at a younger time arrives. Collisions then combine into the staged
-partial in O(1) whatever the structure (in Two-Stacks and DABA the youngest entry may sit in
-the front, where changing it would invalidate O(n) stored aggregates), and every entry is pushed
-exactly once, with its final partial. A query costs one more combine (structure ⊕ staged).
-
-Rules (each raises :class:`ValueError` with the reason):
-
-* ``insert(t, x)`` with ``t`` older than the youngest time: FIFO windows only grow at the end;
-* ``evict(t)`` of a present entry that is not the oldest: FIFO windows only shrink at the front;
-* ``bulk_insert(pairs)`` whose times decrease or start before the youngest time (checked before
-  any insert, so the window is left unchanged).
-
-``evict`` of an absent time returns ``False``; ``bulk_evict(t)`` evicts the oldest entries while
-their time is ``<= t``; ``bulk_insert`` inserts the pairs in order (a loop).
+``FifoAggregator`` turns a structure that only appends at the young end and removes at the old
+end (Two-Stacks, DABA) into the window ADT of ``stores.fiba``, with FiBA's collision rule (an
+insert at the youngest time combines into it). The youngest entry is staged outside the
+structure, so collisions cost O(1) and every entry is pushed once; a query costs one more
+combine. An out-of-order insert, or an evict other than of the oldest entry, raises
+``ValueError`` with the reason. Details: docs/design/fiba.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,13 @@
-"""FlatFAT: the flat fixed-sized aggregator behind the Reactive Aggregator (seed 004, §4-§5).
+"""FlatFAT: the flat fixed-sized aggregator behind the Reactive Aggregator (*General Incremental
+Sliding-Window Aggregation*, VLDB 2015).
 
-Tangwongsan, Hirzel, Schneider and Wu, *General Incremental Sliding-Window Aggregation* (VLDB
-2015). A FAT is a complete binary tree over ``capacity`` leaves (a power of two) whose internal
-nodes obey invariant (4.1), ``T(v) = T(left(v)) ⊕ T(right(v))``. FlatFAT stores it pointer-less in
-one list: node ``i`` has children ``2i+1`` and ``2i+2`` and leaf slot ``j`` is node
-``capacity - 1 + j`` (the paper's 1-based numbering shifted to 0-based).
-
-The leaves are a circular buffer of time-ordered entries (§5.1.1): a front slot and a span of
-slots starting there. Insertion happens only at the young end (the Reactive Aggregator needs
-in-order arrival; an older time raises ValueError, the youngest time combines). Eviction works
-anywhere: the leaf is set to the monoid identity and becomes a *hole* that keeps its stale time, so
-the span stays sorted for binary search; holes at either end are trimmed at once, so the span
-always starts and ends with a live entry. Every slot that holds no live entry holds the identity,
-which is what the paper's ⊥ marker achieves (identity operands are short-circuited by ``is``).
-
-Aggregate repair is batched (Algorithm 2, ``update``): ``insert``/``evict`` write leaves and
-record them; the next query repairs all recorded leaf-to-root paths together, level by level,
-with at most ``m * (1 + ceil(log2(capacity / m)))`` combines for ``m`` changed leaves, that is
-``O(m + m log(n/m))`` (Theorem 4.2). A whole-window query is then the root (``aggregate``) or,
-when the buffer wraps around the array end, ``suffix(front) ⊕ prefix(back)`` (§5.1.2), at most
-``2 log2(capacity)`` combines; ``query_range`` folds a contiguous run of leaves in
-``O(log capacity)``.
-
-Capacity follows §5.1.1 with amortized O(1) cost per event: when the span reaches the array end,
-the live entries are compacted in place if they fill at most 3/4 of it, otherwise the capacity
-doubles; after evictions leave fewer than capacity/4 live entries, it halves (never below the
-initial capacity). Both rebuild the tree as ``new`` does (Algorithm 1, ``capacity - 1`` combines
-at most).
-
-The monoid is duck-typed: ``identity``, ``lift(x)``, ``combine(a, b)`` (associative, not
-necessarily commutative or invertible) and ``lower(a)``.
+A complete binary tree over ``capacity`` leaves stored pointer-less in one list (node ``i`` has
+children ``2i+1`` and ``2i+2``), the leaves a circular buffer of time-ordered entries. Inserts
+at the young end only (an older time raises ``ValueError``); an evict anywhere leaves a hole
+holding the identity. Inserts and evicts only write leaves; the next query repairs every
+changed leaf-to-root path together, O(m + m log(n/m)) combines for m changed leaves, then
+reads the root (at most 2 log2(capacity) combines when the buffer wraps). The capacity doubles
+or halves at amortized O(1) per event. Details: docs/design/fiba.md.
 """
 
 from __future__ import annotations

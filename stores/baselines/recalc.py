@@ -1,4 +1,7 @@
-"""ReCalc: the recalculate-from-scratch baseline (seed 002's "Related Work": worst O(n)).
+"""ReCalc: the recalculate-from-scratch baseline (worst O(n) per query).
+
+The "Related Work" baseline of *Low-Latency Sliding-Window Aggregation in Worst-Case Constant
+Time* (DEBS 2017).
 
 The window is a sorted map from time to the entry's partial; nothing else is stored, so updates
 are cheap and every query folds the monoid over the window (or the sub-window) oldest first.

@@ -1,24 +1,11 @@
-"""Two-Stacks: the amortized O(1) FIFO sliding-window aggregator (seed 002, DEBS 2017 slides).
+"""Two-Stacks: the amortized O(1) FIFO sliding-window aggregator (*Low-Latency Sliding-Window
+Aggregation in Worst-Case Constant Time*).
 
-The window is split in two stacks. The *back* stack receives inserts and stores, with every
-value, the aggregate of the back from its bottom up to that value, so its top holds ``Σ_B``.
-The *front* stack holds the older entries, youngest at the bottom, and stores with every value
-the aggregate from that value down to the bottom, so its top holds ``Σ_F``; evict pops it. When
-an evict finds the front empty it *flips*: it moves the back, top first, onto the front,
-computing the front aggregates on the way (``F.push(v, v ⊕ Σ_F)``). The window's aggregate is
-``Σ_F ⊕ Σ_B``.
-
-Costs in combine calls: insert 1, evict 0 except the flip (one combine per moved entry: O(n)
-for that one evict, the latency spike DABA removes, amortized O(1) since each entry is flipped
-once), query 1. Works for any associative combine (no inverse, no commutativity needed).
-
-:class:`TwoStacksLite` is the space-lean variant: the back keeps only values plus a running
-``Σ_B``, the front only aggregates (no values), so it stores one partial per entry instead of two
-— and therefore cannot report an entry's own partial (no ``get``/``__iter__``).
-
-Both are :class:`~stores.baselines.fifo.FifoAggregator` s: FIFO only, with the collision and
-error rules documented there. The front is an array read from a moving head (popping the front
-stack = advancing the head), replaced wholesale by the next flip.
+A back stack takes inserts with its running aggregate, a front stack holds the older entries
+with theirs, and an evict that finds the front empty flips the back onto it. Combines: insert
+1, evict 0 except the flip (O(n) once, amortized O(1)), query 1; any associative combine.
+``TwoStacksLite`` keeps only the aggregates the query needs. In order only (see
+``stores.baselines.fifo``). Details: docs/design/fiba.md.
 """
 
 from __future__ import annotations

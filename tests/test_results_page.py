@@ -1,0 +1,58 @@
+"""``docs/benchmarks.md`` and the README's peers table are what ``bench.results_page`` makes of
+the committed ``bench/results/``."""
+
+import json
+
+import pytest
+
+from bench import results_page
+
+
+def test_the_committed_results_page_is_current():
+    page, plots = results_page.render()
+    assert results_page.PAGE.read_text() == page, (
+        "docs/benchmarks.md is stale: run `python -m bench.results_page`"
+    )
+    for image in ("ooo.png", "fifo.png", "peers.png"):
+        assert f"](img/{image})" in page
+        assert (results_page.IMAGES / image).stat().st_size > 0
+    assert len(plots) == 3
+
+
+def test_the_readme_peers_table_is_current():
+    readme = results_page.README.read_text()
+    assert results_page.readme_with_peers(readme) == readme, (
+        "the README's peers table is stale: run `python -m bench.results_page`"
+    )
+
+
+def test_every_results_json_is_on_the_page():
+    page, _ = results_page.render()
+    for path in sorted(results_page.RESULTS.glob("*.json")):
+        if path.name != "paper_claims.json":
+            assert f"`bench/results/{path.name}`" in page, path.name
+    for claim in json.loads((results_page.RESULTS / "paper_claims.json").read_text()):
+        assert claim["claim"] in page
+
+
+def test_a_changed_result_changes_the_page(tmp_path, monkeypatch):
+    """The page follows the data: a faster Quix run in a copy of the results shows up in both
+    tables, and a run without a machine says so."""
+    for path in results_page.RESULTS.iterdir():
+        if path.is_file():
+            (tmp_path / path.name).write_bytes(path.read_bytes())
+    peers = json.loads((tmp_path / "peers.json").read_text())
+    for row in peers:
+        if row["scenario"] == "quix":
+            row["events_per_s"] = 123_456.0
+    (tmp_path / "peers.json").write_text(json.dumps(peers))
+    monkeypatch.setattr(results_page, "RESULTS", tmp_path)
+    page, _ = results_page.render()
+    assert "123,456 (" in page
+    assert "123,456 (" in results_page.readme_with_peers(results_page.README.read_text())
+    assert "- machine: not recorded" in page
+
+
+def test_a_readme_without_the_markers_is_refused():
+    with pytest.raises(SystemExit, match="peers-table"):
+        results_page.readme_with_peers("# no table here\n")
