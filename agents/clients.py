@@ -6,7 +6,8 @@ end offsets, fetches that survive a failure.
 broker's refusals as one line), ``end_offsets`` (ListOffsets on Kafka, the Fetch high watermark
 on the embedded profile), ``topic_partitions`` (never auto-creating a topic), ``fetch`` (a
 failed fetch is logged and retried) and ``throttle_failed_metadata_updates`` (no busy loop
-while no broker is reachable). Each function: docs/reference/operations.md.
+while no broker is reachable: a growing backoff; listeners hear of each update). Each
+function: docs/reference/operations.md.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -39,6 +40,16 @@ logger = logging.getLogger(__name__)
 
 FETCH_RETRY_S = 0.1
 """Seconds before fetching again after a failed fetch (``fetch``)."""
+
+MAX_METADATA_BACKOFF_S = 1.0
+"""The longest pause of a client between two failed metadata updates: the backoff starts at the
+client's ``retry_backoff_ms`` and doubles with each failure in a row up to this, so a client
+finds a broker that is back within this long."""
+
+MetadataListener = Callable[[AIOKafkaClient, bool], None]
+"""Called with a client and whether its metadata update just succeeded."""
+
+_metadata_listeners: list[MetadataListener] = []
 
 
 TOPIC_AUTHORIZATION_FAILED = TopicAuthorizationFailedError.errno
@@ -250,16 +261,25 @@ async def fetch(
         return None
 
 
+def on_metadata_update(listener: MetadataListener) -> None:
+    """Call ``listener(client, updated)`` after every metadata update of every client of the
+    process (once ``throttle_failed_metadata_updates`` is installed), before the backoff of a
+    failed one. Listeners must be quick and must not raise."""
+    if listener not in _metadata_listeners:
+        _metadata_listeners.append(listener)
+
+
 def throttle_failed_metadata_updates() -> None:
-    """Make a failed metadata update of every ``AIOKafkaClient`` return only after the client's
-    ``retry_backoff_ms``. Idempotent; affects the whole process.
+    """Make a failed metadata update of every ``AIOKafkaClient`` return only after a backoff:
+    the client's ``retry_backoff_ms``, doubled with each failure in a row, at most
+    ``MAX_METADATA_BACKOFF_S``. Idempotent; affects the whole process.
 
     Why: when no broker answers (a broker restart), aiokafka's producer and fetcher ask for a
     new update as soon as one fails, and each refused connection asks again: every client
     spins, keeping a core busy and logging errors without pause, for as long as the outage
     lasts. Callers waiting for the update wait the backoff along with it, so retries
     (of metadata, fetches, produce requests) pace themselves; a successful update is not
-    delayed. O(1) per update.
+    delayed and resets the backoff. O(listeners) per update.
     """
     update = AIOKafkaClient._metadata_update
     if getattr(update, "throttled", False):
@@ -267,8 +287,13 @@ def throttle_failed_metadata_updates() -> None:
 
     async def throttled_update(client: AIOKafkaClient, *args: Any) -> bool:
         updated = await update(client, *args)
+        for listener in _metadata_listeners:
+            listener(client, updated)
+        failures = 0 if updated else getattr(client, "_fiba_failed_updates", 0) + 1
+        client._fiba_failed_updates = failures  # type: ignore[attr-defined]
         if not updated:
-            await asyncio.sleep(client._retry_backoff)
+            backoff = client._retry_backoff * 2 ** min(failures - 1, 16)
+            await asyncio.sleep(min(backoff, MAX_METADATA_BACKOFF_S))
         return updated
 
     throttled_update.throttled = True  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ commands of ``bench.cli`` and ``spark_bridge.cli``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import json
@@ -35,6 +36,7 @@ from app.settings import (
     load_settings_with_sources,
     setting_text,
 )
+from app.wording import counted, were
 from stores.durations import parse_duration
 
 T = TypeVar("T")
@@ -183,6 +185,16 @@ def require_broker(settings: Settings) -> None:
         raise CliFailure(f"{exc}; is it running? (`fiba broker` starts one)", 2) from None
 
 
+def require_topics(settings: Settings, *topics: str) -> None:
+    """Stop with one line (exit code 1) when one of ``topics`` does not exist, before anything
+    is sent or read: the one check of every command that names a topic
+    (``app.kafka_io.existing_partitions``; a producer would otherwise wait for the topic's
+    metadata until its request timeout, or auto-create it on some brokers)."""
+    from app.kafka_io import require_topics as check
+
+    run_async(check(settings, topics))
+
+
 def require_free_port(host: str, port: int, what: str) -> None:
     """Stop with exit code 2 when ``host:port`` cannot be listened on (another process holds
     it, or the address is not this machine's), before anything is started. The probe socket
@@ -197,15 +209,24 @@ def require_free_port(host: str, port: int, what: str) -> None:
         raise CliFailure(f"cannot listen on {host}:{port} for {what}: {exc.strerror}", 2) from None
 
 
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
+def run_async(coro: Coroutine[Any, Any, T], report_outages: bool = True) -> T:
     """Run ``coro``; Kafka connection errors and the broker's refusals (credentials, ACLs)
-    become exit code 2, other Kafka errors 1."""
+    become exit code 2, a missing topic and other Kafka errors 1. While the broker does not
+    answer, the clients retry with backoff and, with ``report_outages``, the command says so
+    once per interval (``app.broker_outage``; not in a worker's process, whose log keeps
+    aiokafka's records)."""
     from aiokafka.errors import KafkaConnectionError, KafkaError
 
     from agents.clients import refusal
+    from app.broker_outage import watch_broker_outages
+    from app.kafka_io import MissingTopic
 
+    if report_outages:
+        watch_broker_outages(lambda line: click.echo(f"fiba: {line}", err=True))
     try:
         return asyncio.run(coro)
+    except MissingTopic as exc:
+        raise CliFailure(str(exc)) from None
     except KafkaConnectionError as exc:
         raise CliFailure(f"cannot reach the Kafka broker: {exc}", 2) from None
     except KafkaError as exc:
@@ -375,7 +396,7 @@ def topics_create(settings: Settings, names: tuple[str, ...], compacted: tuple[s
         raise CliFailure(str(exc)) from None
     for outcome in outcomes:
         state = "created" if outcome.created else "exists "
-        click.echo(f"{state} {outcome.name} ({outcome.partitions} partitions)")
+        click.echo(f"{state} {outcome.name} ({counted(outcome.partitions, 'partition')})")
 
 
 @topics.command("list")
@@ -387,7 +408,7 @@ def topics_list(settings: Settings, internal: bool) -> None:
 
     require_broker(settings)
     for name, partitions in run_async(list_topics(settings, internal)).items():
-        click.echo(f"{name}  ({partitions} partitions)")
+        click.echo(f"{name}  ({counted(partitions, 'partition')})")
 
 
 @topics.command("describe")
@@ -404,7 +425,10 @@ def topics_describe(settings: Settings, name: str, all_configs: bool) -> None:
         info = run_async(describe_topic(settings, name, all_configs))
     except UnknownTopic as exc:
         raise CliFailure(str(exc)) from None
-    click.echo(f"topic {info.name}: {len(info.partitions)} partitions, {info.records} records")
+    click.echo(
+        f"topic {info.name}: {counted(len(info.partitions), 'partition')},"
+        f" {counted(info.records, 'record')}"
+    )
     for p in info.partitions:
         click.echo(
             f"  partition {p.partition}  leader {p.leader}  replicas {list(p.replicas)}"
@@ -443,7 +467,7 @@ def status(settings: Settings, as_json: bool, workers: tuple[str, ...]) -> None:
     if as_json:
         click.echo(json.dumps(report.to_json()))
         return
-    click.echo(f"group {report.group}: {report.state}, {len(report.members)} member(s)")
+    click.echo(f"group {report.group}: {report.state}, {counted(len(report.members), 'member')}")
     rows = [("partition", "owner", "applied", "end", "lag", "restore", "applied from")]
     for p in report.partitions:
         rows.append(
@@ -477,10 +501,10 @@ def worker(settings: Settings) -> None:
         from agents.transactions import NoTransactions, check_transactions
 
         try:
-            run_async(check_transactions(settings))
+            run_async(check_transactions(settings), report_outages=False)
         except NoTransactions as exc:
             raise CliFailure(str(exc), 2) from None
-    problems = run_async(missing_or_mismatched(settings))
+    problems = run_async(missing_or_mismatched(settings), report_outages=False)
     if problems:
         raise CliFailure("; ".join(problems) + " (run `fiba topics create` with these settings)")
     try:
@@ -569,13 +593,15 @@ def produce(
     else:
         records = file_records(file, settings)
     require_broker(settings)
+    require_topics(settings, settings.input_topic)
     try:
         sent = run_async(send_records(settings, records, total=count, rate=rate))
     except BadInputLine as exc:
         raise CliFailure(
-            f"{file.name}: {exc} ({exc.sent} records before it were sent; nothing after it)"
+            f"{file.name}: {exc} ({counted(exc.sent, 'record')} before it {were(exc.sent)}"
+            " sent; nothing after it)"
         ) from None
-    click.echo(f"sent {sent} records to {settings.input_topic}", err=True)
+    click.echo(f"sent {counted(sent, 'record')} to {settings.input_topic}", err=True)
 
 
 # --- tail --------------------------------------------------------------------------------------
@@ -606,15 +632,16 @@ def tail(
     Dead letters carry their reason headers (fiba.error.reason, fiba.error.detail, ...).
     Follows the topic until Ctrl-C, --limit or --idle-timeout.
     """
-    from app.kafka_io import MissingTopic, tail_topic
+    from app.kafka_io import tail_topic
 
     require_broker(settings)
     topic = getattr(settings, TAIL_TOPICS[which]) if which in TAIL_TOPICS else which
+    require_topics(settings, topic)
 
     def show(record: dict[str, Any]) -> None:
         click.echo(json.dumps(record, ensure_ascii=False))
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         run_async(
             tail_topic(
                 settings,
@@ -625,10 +652,6 @@ def tail(
                 idle_timeout_ms=idle_timeout,
             )
         )
-    except MissingTopic as exc:
-        raise CliFailure(str(exc)) from None
-    except KeyboardInterrupt:
-        pass
 
 
 # --- query -------------------------------------------------------------------------------------
@@ -681,12 +704,13 @@ def query(
         except BadWorkerAnswer as exc:
             raise CliFailure(str(exc)) from None
     else:
-        from app.kafka_io import MissingTopic, NoAnswer, ask
+        from app.kafka_io import NoAnswer, ask
 
         require_broker(settings)
+        require_topics(settings, settings.queries_topic, settings.answers_topic)
         try:
             answer = run_async(ask(settings, request, timeout / 1000))
-        except (MissingTopic, NoAnswer) as exc:
+        except NoAnswer as exc:
             raise CliFailure(str(exc)) from None
     click.echo(json.dumps(answer, ensure_ascii=False))
     if answer.get("error"):

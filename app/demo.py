@@ -49,6 +49,7 @@ from app.generator import Event, generate_events
 from app.kafka_io import ask, event_record, record_as_dict, send_records, start_consumer
 from app.settings import OFF_SETTINGS, SETTINGS_HELP, Settings
 from app.topics import create_topics
+from app.wording import counted
 from app.worker_http import BadWorkerAnswer, WorkerUnreachable, http_ask
 
 DEMO_START_MS = 1_700_000_000_000
@@ -230,7 +231,10 @@ def run_demo(
         )
         demo.state_dir.mkdir()
         lateness = min(max_lateness_ms, demo.retention // 2)
-        log(f"broker on {demo.broker}; creating topics ({demo.partitions} partitions each)")
+        log(
+            f"broker on {demo.broker};"
+            f" creating topics ({counted(demo.partitions, 'partition')} each)"
+        )
         asyncio.run(create_topics(demo))
         worker = start_worker(demo, workdir / "worker.log")
         log(f"worker started (pid {worker.pid}, log {workdir / 'worker.log'})")
@@ -247,8 +251,9 @@ def run_demo(
         )
         bad = bad_records(stream, demo)
         log(
-            f"producing {events} events over {keys} keys ({ooo_fraction:.0%} out of order, "
-            f"up to {lateness} ms late) and {len(bad)} bad records"
+            f"producing {counted(events, 'event')} over {counted(keys, 'key')}"
+            f" ({ooo_fraction:.0%} out of order, up to {lateness} ms late)"
+            f" and {counted(len(bad), 'bad record')}"
         )
         asyncio.run(send_records(demo, [event_record(e, demo) for e in stream], progress=False))
         asyncio.run(send_records(demo, [(k, v, None) for k, v, _ in bad], progress=False))
@@ -346,7 +351,10 @@ async def collect(
     finally:
         await aggregates.stop()
         await dead_letters.stop()
-    log(f"all {len(by_key)} keys exact; asking range queries (query topic and HTTP) ...")
+    log(
+        f"every key exact ({counted(len(by_key), 'key')});"
+        " asking range queries (query topic and HTTP) ..."
+    )
     for query in sample_queries(summary, settings):
         wait = max(1.0, deadline - time.monotonic())
         answers = [("topic", await ask(settings, query, wait))]
@@ -418,7 +426,7 @@ def sample_queries(summary: DemoSummary, settings: Settings) -> list[RangeQuery]
 
 def report(summary: DemoSummary, settings: Settings, log: Callable[[str], Any]) -> None:
     """Print the final aggregates, dead letters, answers and the verdict."""
-    log(f"\n{summary.aggregates} aggregate records; the last one of each key:")
+    log(f"\n{counted(summary.aggregates, 'aggregate record')}; the last one of each key:")
     for key in sorted(summary.final):
         final = summary.final[key]
         log(f"  {key}  {STREAM_TIME}={final.stream_time}  {EVENT_TS}={final.event_ts}")
@@ -434,7 +442,8 @@ def report(summary: DemoSummary, settings: Settings, log: Callable[[str], Any]) 
     if summary.exact:
         log(
             f"\nexact: every key's {WINDOWS} and every answer match a brute-force recomputation"
-            f" of the {summary.events} events; {summary.bad_records} bad records dead-lettered"
+            f" of the {counted(summary.events, 'event')};"
+            f" {counted(summary.bad_records, 'bad record')} dead-lettered"
         )
     else:
         log("\nNOT exact:")

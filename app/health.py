@@ -2,9 +2,13 @@
 
 - ``/live``: 200 while the worker runs (its event loop answers and no task failed); 503 with
   the failure otherwise (the worker is exiting).
-- ``/ready``: 200 only when a partition assignment arrived, no rebalance is in progress and
-  every owned partition is restored and being read; 503 with ``{"ready": false, "reason":
-  ...}`` otherwise. A worker owning no partition (more workers than partitions) is ready.
+- ``/ready``: 200 only when the broker answers, a partition assignment arrived, no rebalance
+  is in progress and every owned partition is restored and being read; 503 with ``{"ready":
+  false, "reason": ...}`` otherwise. A worker owning no partition (more workers than
+  partitions) is ready. "The broker answers" is asked of the broker itself
+  (``BrokerProbe``: a metadata request for every topic, at most one per
+  ``BROKER_PROBE_TTL_S``), not inferred from the group: a worker whose broker went away kept
+  its assignment, and so its 200, until the group's session expired.
 - ``/metrics``: the Prometheus text format (``prometheus_client``, one registry per worker).
   Counters and gauges are read from the worker's state when scraped (``StateCollector``, no
   cost on the record path); query latency and event-loop lag are histograms observed as they
@@ -18,21 +22,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaError
 from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agents.clients import client_options
 from agents.input_reader import InputReader
 from agents.records import REASON_BAD_QUERY
 from agents.retention_watch import RetentionCheck
 from agents.windows import WindowsPipeline
 from app.faust_app import FibaApp
-from app.settings import SETTINGS_HELP, setting_text
+from app.settings import SETTINGS_HELP, Settings, setting_text
 
 
 class Worker(Protocol):
@@ -50,6 +58,12 @@ logger = logging.getLogger(__name__)
 
 LOOP_PROBE_S = 0.25
 """Period of the event-loop lag probe."""
+
+BROKER_PROBE_TTL_S = 1.0
+"""How long a broker probe's verdict is reused by ``/ready`` (probes of frequent scrapes)."""
+BROKER_PROBE_TIMEOUT_S = 3.0
+"""How long the broker has to answer a probe (a broker that hangs is as down as one that is
+gone)."""
 
 QUERY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 LOOP_LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
@@ -135,11 +149,56 @@ class StateCollector(Collector):
         yield older
 
 
+class BrokerProbe:
+    """Whether the broker answers now: a metadata request for every topic (never one naming a
+    topic, which some brokers would answer by creating it) on a client of its own, within
+    ``BROKER_PROBE_TIMEOUT_S``. A verdict is reused for ``BROKER_PROBE_TTL_S``, so the broker
+    sees at most one probe per second however often ``/ready`` is asked. O(topics) per probe.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._client: AIOKafkaClient | None = None
+        self._verdict: str | None = None
+        self._probed_at = -math.inf
+        self._lock = asyncio.Lock()
+
+    async def problem(self) -> str | None:
+        """Why the broker does not serve this worker now, or None when it answered."""
+        async with self._lock:
+            if time.monotonic() - self._probed_at >= BROKER_PROBE_TTL_S:
+                self._verdict = await self._probe()
+                self._probed_at = time.monotonic()
+            return self._verdict
+
+    async def _probe(self) -> str | None:
+        servers = ",".join(self.settings.bootstrap_servers)
+        try:
+            async with asyncio.timeout(BROKER_PROBE_TIMEOUT_S):
+                if self._client is None:
+                    client = AIOKafkaClient(**client_options(self.settings))
+                    await client.bootstrap()
+                    self._client = client
+                await self._client.fetch_all_metadata()
+        except TimeoutError:
+            return f"the broker ({servers}) did not answer within {BROKER_PROBE_TIMEOUT_S:g} s"
+        except (KafkaError, OSError) as exc:
+            return f"the broker ({servers}) does not answer: {exc}"
+        return None
+
+    async def close(self) -> None:
+        """Close the probe's client (if one was started)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+
 class WorkerHealth:
     """The metrics registry of one worker and its readiness/liveness judgements."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
+        self.broker = BrokerProbe(worker.fiba.settings)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StateCollector(worker))
         self.query_seconds = Histogram(
@@ -165,9 +224,11 @@ class WorkerHealth:
         failure = self.worker.pipeline.failure
         return None if failure is None else f"a worker task failed: {type(failure).__name__}"
 
-    def not_ready(self) -> str | None:
-        """Why the worker does not serve every owned partition yet, or None."""
+    async def not_ready(self) -> str | None:
+        """Why the worker does not serve every owned partition now, or None."""
         if (reason := self.not_live()) is not None:
+            return reason
+        if (reason := await self.broker.problem()) is not None:
             return reason
         if self.worker.fiba.app.rebalancing:
             return "a rebalance is in progress"
@@ -213,7 +274,11 @@ def install(worker: Worker, health: WorkerHealth) -> None:
     @app.page("/ready")
     class ReadyView(View):
         async def get(self, request: Request) -> Response:
-            return verdict(self, "ready", health.not_ready())
+            return verdict(self, "ready", await health.not_ready())
+
+    @app.on_before_shutdown.connect
+    async def close_broker_probe(sender: Any, **kwargs: Any) -> None:
+        await health.broker.close()
 
     @app.page("/metrics")
     class MetricsView(View):

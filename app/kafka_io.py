@@ -18,21 +18,31 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import TopicAuthorizationFailedError
+from aiokafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.structs import ConsumerRecord
 
 from agents.batched_send import kafka_timestamp
-from agents.clients import client_options, end_offsets, topic_partitions, topic_refused
+from agents.clients import client_options, end_offsets, topic_refused
 from agents.records import QUERY_ID, RangeQuery, dumps
 from app.generator import Event
 from app.settings import Settings
+
+MAX_RECORD_BYTES = 1_048_576
+"""The largest record (as aiokafka sizes it in a batch) the producers of the CLI send: Apache
+Kafka's default ``message.max.bytes`` (a broker or topic setting, ``max.message.bytes``), so a
+larger one is refused before the broker sees it."""
 
 InputRecord = tuple[bytes, bytes, int | None]
 """An input-topic record: Kafka key, value, timestamp (ms, or None for the producer's clock)."""
 
 
 class MissingTopic(Exception):
-    """The topic to read does not exist; ``str(exc)`` is one clear line."""
+    """A topic a command names does not exist; ``str(exc)`` is one clear line."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"topic {topic!r} does not exist (run `fiba topics create`)")
+        self.topic = topic
 
 
 class BadInputLine(ValueError):
@@ -68,7 +78,8 @@ def file_records(lines: Iterable[bytes], settings: Settings) -> Iterator[InputRe
     the value. An integer event time becomes the Kafka timestamp (``send_records`` keeps it
     within what a broker accepts). Raises ``BadInputLine`` (with the line number) at the first
     line that is not such an object: not UTF-8, not JSON, no string key, a key that is no
-    Unicode text (a lone surrogate, ``"\\ud800"``), or a number that is not finite.
+    Unicode text (a lone surrogate, ``"\\ud800"``), a number that is not finite, or a record
+    larger than ``MAX_RECORD_BYTES``.
     """
     key_field = settings.key_field or "key"
     for number, raw in enumerate(lines, 1):
@@ -97,12 +108,30 @@ def file_records(lines: Iterable[bytes], settings: Settings) -> Iterator[InputRe
             raise BadInputLine(
                 f"line {number}: a number that is not finite (NaN, Infinity or beyond 1.8e308)"
             ) from None
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key_bytes, value, [])
+        if size > MAX_RECORD_BYTES:
+            raise BadInputLine(
+                f"line {number}: {size} bytes as a Kafka record, over the {MAX_RECORD_BYTES}"
+                " bytes one record may have (Kafka's default message.max.bytes, which fiba's"
+                " producer keeps): split the event (the worker would dead-letter a value over"
+                f" max_value_bytes, {settings.max_value_bytes} bytes, anyway)"
+            )
         yield key_bytes, value, timestamp
 
 
 async def start_producer(settings: Settings) -> AIOKafkaProducer:
-    """A started aiokafka producer for ``settings`` (acks=all, small linger)."""
-    producer = AIOKafkaProducer(**client_options(settings), acks="all", linger_ms=5)
+    """A started aiokafka producer for ``settings`` (acks=all, small linger), idempotent but
+    with the embedded profile (its broker has no idempotence): such a producer retries a
+    batch until the broker takes it, and the broker drops a retry of a batch it already has,
+    so a broker outage neither loses nor doubles a record. Without idempotence a batch that
+    cannot be delivered within ``request_timeout_ms`` (40 s) fails."""
+    producer = AIOKafkaProducer(
+        **client_options(settings),
+        acks="all",
+        linger_ms=5,
+        max_request_size=MAX_RECORD_BYTES,
+        enable_idempotence=not settings.embedded,
+    )
     await producer.start()
     return producer
 
@@ -113,6 +142,53 @@ async def require_access(settings: Settings, client: AIOKafkaClient, topic: str)
     broker would auto-create the topic named (``agents.clients.topic_refused``)."""
     if not settings.embedded and await topic_refused(client, topic):
         raise TopicAuthorizationFailedError(topic)
+
+
+async def existing_partitions(
+    settings: Settings, client: AIOKafkaClient, topics: Iterable[str]
+) -> dict[str, set[int]]:
+    """The partition numbers of each of ``topics``: the one check, shared by every command
+    that names a topic, that they exist before anything is sent to or read from them.
+
+    One metadata request for every topic (never one naming a topic, which would auto-create
+    it on some brokers and make a producer wait ``request_timeout_ms`` for it on others).
+    ``MissingTopic`` for the first one absent; outside the embedded profile a topic absent from
+    the answer is first asked for by name without auto-creation
+    (``TopicAuthorizationFailedError`` when the ACLs hide it). ``client`` is a started client.
+    """
+    cluster = await client.fetch_all_metadata()
+    found = {}
+    for topic in topics:
+        if topic not in cluster.topics():
+            await require_access(settings, client, topic)
+            raise MissingTopic(topic)
+        found[topic] = set(cluster.partitions_for_topic(topic) or ())
+    return found
+
+
+async def require_topics(settings: Settings, topics: Iterable[str]) -> None:
+    """``existing_partitions`` with a client of its own (closed before returning)."""
+    client = AIOKafkaClient(**client_options(settings))
+    await client.bootstrap()
+    try:
+        await existing_partitions(settings, client, topics)
+    finally:
+        await client.close()
+
+
+async def send_one(
+    producer: AIOKafkaProducer, topic: str, key: bytes, value: bytes, timestamp_ms: int | None
+) -> asyncio.Future[Any]:
+    """``producer.send(...)``: the future of the record's delivery. A send refused because the
+    record's partition still has a full batch waiting for the broker (``KafkaTimeoutError``
+    after ``request_timeout_ms``: the record was not taken) is tried again, for as long as it
+    takes: the wait of a broker outage (but not when the topic left the metadata)."""
+    while True:
+        try:
+            return await producer.send(topic, value, key=key, timestamp_ms=timestamp_ms)
+        except KafkaTimeoutError:
+            if producer.client.cluster.partitions_for_topic(topic) is None:
+                raise  # not an outage: the topic is gone from the metadata
 
 
 async def send_records(
@@ -131,11 +207,14 @@ async def send_records(
     (``agents.batched_send.kafka_timestamp``): a time ahead of this machine's clock is sent as
     the clock's time (Apache Kafka refuses a batch with one more than an hour ahead, and a
     time beyond 64 bits cannot be sent at all), a negative one or None as the producer's clock.
-    ``rate`` caps the records per second; ``progress`` shows a tqdm bar on stderr.
+    ``rate`` caps the records per second; ``progress`` shows a tqdm bar on stderr when it is a
+    terminal (elsewhere, a log or a pipe, each redraw would be one more copy of the bar).
     ``TopicAuthorizationFailedError`` before the first send when the ACLs deny ``topic``
     (checked outside the embedded profile). Deliveries
     are awaited every ``chunk`` records, so memory stays bounded and a failed delivery stops
-    the run with its exception.
+    the run with its exception. While the broker does not answer, a send waits for it
+    (``send_one``), and with the idempotent producer (``start_producer``) nothing sent is
+    lost or doubled.
     """
     from tqdm import tqdm
 
@@ -147,7 +226,11 @@ async def send_records(
     try:
         await require_access(settings, producer.client, target)
         with tqdm(
-            total=total, unit="ev", desc="produce", file=sys.stderr, disable=not progress
+            total=total,
+            unit="ev",
+            desc="produce",
+            file=sys.stderr,
+            disable=not (progress and sys.stderr.isatty()),
         ) as bar:
             try:
                 for key, value, timestamp in records:
@@ -156,9 +239,7 @@ async def send_records(
                         if ahead > 0:
                             await asyncio.sleep(ahead)
                     pending.append(
-                        await producer.send(
-                            target, value, key=key, timestamp_ms=kafka_timestamp(timestamp)
-                        )
+                        await send_one(producer, target, key, value, kafka_timestamp(timestamp))
                     )
                     sent += 1
                     if len(pending) >= chunk:
@@ -180,10 +261,8 @@ async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
     reading ``settings.outputs_isolation_level`` (``read_committed`` but on the embedded
     profile: an aborted exactly-once transaction is never shown).
 
-    The topic's existence is checked in the full topic list first (``MissingTopic`` if absent):
-    a metadata request naming a missing topic would auto-create it on some brokers. Outside the
-    embedded profile a topic absent from that list is asked for by name, without
-    auto-creation: ``TopicAuthorizationFailedError`` when the ACLs deny it.
+    The topic's existence is checked first (``existing_partitions``: ``MissingTopic``,
+    ``TopicAuthorizationFailedError``).
     """
     consumer = AIOKafkaConsumer(
         **client_options(settings),
@@ -192,15 +271,25 @@ async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
     )
     await consumer.start()
     try:
-        partitions = await topic_partitions(consumer, topic)
-        if partitions is None:
-            await require_access(settings, consumer._client, topic)
-            raise MissingTopic(f"topic {topic!r} does not exist (run `fiba topics create`)")
+        partitions = (await existing_partitions(settings, consumer._client, [topic]))[topic]
         consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
     except BaseException:
-        await consumer.stop()
+        await stop_consumer(consumer)
         raise
     return consumer
+
+
+async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """``consumer.stop()``, also while the broker does not answer: aiokafka's fetcher then
+    cancels a fetch waiting out its retry backoff and re-raises that task's
+    ``CancelledError`` from ``stop`` (``fiba tail --idle-timeout`` ending during an outage
+    printed it as a traceback). A cancellation of the caller's own task still propagates."""
+    try:
+        await consumer.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
 
 
 async def seek_to_end(consumer: AIOKafkaConsumer, settings: Settings) -> None:
@@ -288,7 +377,7 @@ async def tail_topic(
             ):
                 break
     finally:
-        await consumer.stop()
+        await stop_consumer(consumer)
     return shown
 
 
@@ -318,7 +407,7 @@ async def ask(settings: Settings, query: RangeQuery, timeout: float) -> dict[str
                     if isinstance(answer, dict) and answer.get(QUERY_ID) == query.query_id:
                         return answer
     finally:
-        await consumer.stop()
+        await stop_consumer(consumer)
     raise NoAnswer(
         f"no answer on {settings.answers_topic} within {timeout:g}s (is a worker running?)"
     )

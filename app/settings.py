@@ -4,7 +4,9 @@ Precedence, lowest to highest: defaults, a TOML file (``--config`` or ``FIBA_CON
 the top level or in ``[fiba]``), environment variables ``FIBA_<NAME>``, CLI flags
 ``--<name-with-dashes>``; every setting has the same name in all four (``SETTINGS_HELP``).
 Invalid values, unknown keys and inconsistent settings raise ``ConfigError`` naming the
-setting and the layer it came from. Every setting: docs/reference/configuration.md.
+setting and the layer it came from; every layer is checked, not only the winning one (a bad
+value that a higher layer overrides is still an error). Every setting:
+docs/reference/configuration.md.
 """
 
 from __future__ import annotations
@@ -280,7 +282,12 @@ def setting_text(name: str, value: Any) -> str:
         return ",".join(w.name for w in value)
     if isinstance(value, tuple):
         return ",".join(value)
-    if _PARSERS[name] in (parse_duration, _optional_duration, _duration_or_off):
+    if _PARSERS[name] in (
+        parse_duration,
+        _optional_duration,
+        _duration_or_off,
+        _positive_duration,
+    ):
         return format_duration(value)
     return str(value)
 
@@ -305,11 +312,11 @@ def load_settings_with_sources(
 ) -> tuple[Settings, dict[str, str]]:
     """``load_settings`` plus, per setting, the layer its value came from: ``default``,
     ``<file>: <key>``, ``environment FIBA_<NAME>`` or ``--<flag>``."""
-    raw: dict[str, tuple[Any, str]] = {}
+    layers: list[tuple[str, Any, str]] = []  # (setting, value, source), lowest layer first
     path = config_file if config_file is not None else environ.get(CONFIG_ENV) or None
     if path is not None:
         for name, value in _read_toml(Path(path)).items():
-            raw[name] = (value, f"{path}: {name}")
+            layers.append((name, value, f"{path}: {name}"))
     unknown = sorted(
         variable
         for variable in environ
@@ -325,22 +332,23 @@ def load_settings_with_sources(
     for name in SETTINGS_HELP:
         env_name = f"{ENV_PREFIX}{name.upper()}"
         if env_name in environ:
-            raw[name] = (environ[env_name], f"environment {env_name}")
+            layers.append((name, environ[env_name], f"environment {env_name}"))
     for flag, value in (overrides or {}).items():
         name = flag.lstrip("-").replace("-", "_")
         if name not in SETTINGS_HELP:
             raise ConfigError(f"unknown setting --{flag.lstrip('-').replace('_', '-')}")
         if value is not None:
-            raw[name] = (value, f"--{name.replace('_', '-')}")
+            layers.append((name, value, f"--{name.replace('_', '-')}"))
 
     values: dict[str, Any] = {}
-    for name, (value, source) in raw.items():
+    sources: dict[str, str] = {}
+    for name, value, source in layers:  # every layer parsed; the highest one wins
         try:
             values[name] = _PARSERS[name](value)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
+        sources[name] = source
     settings = Settings(**values)
-    sources = {name: source for name, (_, source) in raw.items()}
     _validate(settings, sources)
     return settings, {name: sources.get(name, "default") for name in SETTINGS_HELP}
 
@@ -383,6 +391,32 @@ def _int(value: Any) -> int:
         return int(_text(value))
     except ValueError:
         raise ValueError(f"expected an integer, got {value!r}") from None
+
+
+def _at_least(low: int) -> Callable[[Any], int]:
+    """A parser of integers >= ``low``."""
+
+    def parse(value: Any) -> int:
+        number = _int(value)
+        if number < low:
+            raise ValueError(f"must be >= {low}, got {number}")
+        return number
+
+    return parse
+
+
+def _port(value: Any) -> int:
+    number = _int(value)
+    if not 0 < number < 65536:
+        raise ValueError(f"must be a TCP port (1-65535), got {number}")
+    return number
+
+
+def _positive_duration(value: Any) -> int:
+    duration = parse_duration(value)
+    if duration <= 0:
+        raise ValueError("must be a positive duration")
+    return duration
 
 
 def _path(value: Any) -> Path:
@@ -471,9 +505,9 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "queries_topic": _text,
     "answers_topic": _text,
     "dead_letter_topic": _text,
-    "partitions": _int,
-    "replication_factor": _int,
-    "retention": parse_duration,
+    "partitions": _at_least(1),
+    "replication_factor": _at_least(1),
+    "retention": _positive_duration,
     "windows": _windows,
     "aggregations": _names,
     "max_future_skew": _duration_or_off,
@@ -482,19 +516,19 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "emit": _choice(EMIT_MODES),
     "window_end": _choice(WINDOW_ENDS),
     "processing_guarantee": _choice(PROCESSING_GUARANTEES),
-    "batch_max_records": _int,
-    "batch_max_wait": parse_duration,
+    "batch_max_records": _at_least(1),
+    "batch_max_wait": _positive_duration,
     "key_field": _optional_text,
     "ts_field": _text,
     "value_field": _text,
     "timestamp_source": _choice(TIMESTAMP_SOURCES),
-    "max_key_bytes": _int,
-    "max_value_bytes": _int,
+    "max_key_bytes": _at_least(1),
+    "max_value_bytes": _at_least(1),
     "state_dir": _path,
     "web_host": _text,
-    "web_port": _int,
-    "sweep_interval": parse_duration,
-    "standby_replicas": _int,
+    "web_port": _port,
+    "sweep_interval": _positive_duration,
+    "standby_replicas": _at_least(0),
     "log_level": _choice(LOG_LEVELS),
 }
 OFF_SETTINGS = frozenset(name for name, parse in _PARSERS.items() if parse is _duration_or_off)
@@ -525,23 +559,6 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
     names = [getattr(s, t) for t in topics]
     if len(set(names)) != len(names):
         fail("input_topic", f"the five topics must be distinct, got {', '.join(names)}")
-    positive = (
-        "partitions",
-        "replication_factor",
-        "batch_max_records",
-        "max_key_bytes",
-        "max_value_bytes",
-    )
-    for name in positive:
-        if getattr(s, name) < 1:
-            fail(name, f"must be >= 1, got {getattr(s, name)}")
-    for name in ("retention", "sweep_interval", "batch_max_wait"):
-        if getattr(s, name) <= 0:
-            fail(name, "must be a positive duration")
-    if s.standby_replicas < 0:
-        fail("standby_replicas", f"must be >= 0, got {s.standby_replicas}")
-    if not 0 < s.web_port < 65536:
-        fail("web_port", f"must be a TCP port (1-65535), got {s.web_port}")
     if s.session_timeout is not None and s.session_timeout <= 0:
         fail("session_timeout", "must be a positive duration (or unset for the default)")
     if s.resolution is not None and s.resolution <= 0:

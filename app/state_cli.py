@@ -20,6 +20,7 @@ import click
 
 from app.cli import CONNECTION_SETTINGS, TIME, CliFailure, require_broker, run_async, with_settings
 from app.settings import Settings
+from app.wording import are, counted
 from stores.state_lock import StateDirBusy, StateDirLock, StateDirUnusable
 
 RECREATE_TIMEOUT_S = 60.0
@@ -45,12 +46,18 @@ def state() -> None:
 
 
 def _locked(settings: Settings) -> StateDirLock:
-    """The ``state_dir`` lock, taken; exit code 2 while a worker holds it or when the directory
-    cannot be used."""
+    """The ``state_dir`` lock, taken; exit code 2 while a worker holds it (saying to stop it)
+    or when the directory cannot be used."""
     lock = StateDirLock(settings.state_dir)
     try:
         lock.acquire()
-    except (StateDirBusy, StateDirUnusable) as exc:
+    except StateDirBusy as busy:
+        raise CliFailure(
+            f"a worker is running on state_dir {busy.state_dir} (pid {busy.holder}):"
+            " stop it first, the state cannot change under it",
+            2,
+        ) from None
+    except StateDirUnusable as exc:
         raise CliFailure(str(exc), 2) from None
     return lock
 
@@ -95,7 +102,11 @@ def reset_stream_time(settings: Settings, partition: int, after: int | None, yes
     locally and on the changelog, so that its stream time falls back to the youngest one
     left. Stop the worker owning the partition first."""
     if partition >= settings.partitions:
-        raise CliFailure(f"--partition {partition}: there are {settings.partitions} partitions", 2)
+        raise CliFailure(
+            f"--partition {partition}: there {are(settings.partitions)}"
+            f" {counted(settings.partitions, 'partition')}",
+            2,
+        )
     if after is None:
         after = int(time.time() * 1000) + (settings.max_wall_clock_skew or 0)
     lock = _locked(settings)
@@ -109,7 +120,8 @@ def reset_stream_time(settings: Settings, partition: int, after: int | None, yes
     finally:
         lock.release()
     click.echo(
-        f"partition {partition}: {removed} entries later than {after} removed; "
+        f"partition {partition}: {counted(removed, 'entry', 'entries')} later than {after}"
+        " removed; "
         f"stream time {before} -> {now}"
     )
 
@@ -121,7 +133,8 @@ def _refuse_running_workers(settings: Settings) -> None:
     members = 0 if settings.embedded else run_async(_group_members(settings))
     if members:
         raise CliFailure(
-            f"{members} worker(s) of app_id {settings.app_id} are running: stop them first"
+            f"{counted(members, 'worker')} of app_id {settings.app_id} {are(members)} running:"
+            f" stop {'it' if members == 1 else 'them'} first"
         )
 
 

@@ -21,6 +21,7 @@ from aiokafka.errors import TopicAuthorizationFailedError
 
 from agents.clients import client_options, topic_refused
 from app.settings import Settings
+from app.wording import counted
 
 DATA_RETENTION_MS = 7 * 24 * 3_600_000
 """How long the input and output topics keep records (``retention.ms``)."""
@@ -147,7 +148,8 @@ async def create_topics(
     for spec in existing:
         if counts[spec.name] != spec.partitions:
             raise TopicMismatch(
-                f"topic {spec.name!r} already exists with {counts[spec.name]} partitions, "
+                f"topic {spec.name!r} already exists with"
+                f" {counted(counts[spec.name], 'partition')}, "
                 f"but the settings need {spec.partitions} (the input, queries and changelog "
                 "topics must be co-partitioned): set partitions accordingly or recreate it"
             )
@@ -180,7 +182,8 @@ async def missing_or_mismatched(settings: Settings) -> list[str]:
             problems.append(f"topic {spec.name!r} is missing")
         elif counts[spec.name] != spec.partitions:
             problems.append(
-                f"topic {spec.name!r} has {counts[spec.name]} partitions, not {spec.partitions}"
+                f"topic {spec.name!r} has {counted(counts[spec.name], 'partition')},"
+                f" not {spec.partitions}"
             )
     return problems
 

@@ -16,7 +16,13 @@ from typing import Any
 
 import click
 
-from app.cli import CONNECTION_SETTINGS, CliFailure, require_broker, run_async, with_settings
+from app.cli import (
+    CONNECTION_SETTINGS,
+    CliFailure,
+    require_broker,
+    require_topics,
+    with_settings,
+)
 from app.settings import Settings
 from spark_bridge.read import ENGINES
 from spark_bridge.schema import AGGREGATES, ANSWERS
@@ -58,23 +64,6 @@ def check_source_options(engine: str, options: dict[str, str]) -> None:
         except ValueError as exc:
             errors.append(exc)
     raise CliFailure(str(errors[0]), 2)
-
-
-def require_topics(settings: Settings, *topics: str) -> None:
-    """Stop with one line (exit code 1, as ``fiba tail``) when a topic to read does not exist,
-    before Spark starts: the read would fail inside Spark's planning with a Python traceback.
-    One metadata request per topic (``app.kafka_io.start_consumer``)."""
-    from app.kafka_io import MissingTopic, start_consumer
-
-    async def check(topic: str) -> None:
-        consumer = await start_consumer(settings, topic)
-        await consumer.stop()
-
-    for topic in topics:
-        try:
-            run_async(check(topic))
-        except MissingTopic as exc:
-            raise CliFailure(str(exc)) from None
 
 
 @contextmanager

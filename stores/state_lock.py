@@ -20,7 +20,16 @@ LOCK_FILE = "fiba.lock"
 
 
 class StateDirBusy(Exception):
-    """The state directory is locked by another process; ``str(exc)`` is one line."""
+    """The state directory is locked by another process (``holder``: its pid as written in the
+    lock file); ``str(exc)`` is one line for a second worker."""
+
+    def __init__(self, state_dir: Path, holder: str) -> None:
+        super().__init__(
+            f"state_dir {state_dir} is in use by another process (pid {holder}): "
+            "one worker per state_dir (give this one its own --state-dir)"
+        )
+        self.state_dir = state_dir
+        self.holder = holder
 
 
 class StateDirUnusable(Exception):
@@ -52,10 +61,7 @@ class StateDirLock:
         except BlockingIOError:
             holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise StateDirBusy(
-                f"state_dir {self.path.parent} is in use by another process (pid {holder}): "
-                "one worker per state_dir (give this one its own --state-dir)"
-            ) from None
+            raise StateDirBusy(self.path.parent, holder) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd

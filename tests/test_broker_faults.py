@@ -6,7 +6,9 @@ checked against the brute-force oracle as lost and doubled event counts (tests.e
 - the changelog is really compacted by the log cleaner (tiny ``segment.ms``,
   ``min.cleanable.dirty.ratio``, ``delete.retention.ms``), then a worker without its data dir
   restores from it: exact;
-- three workers with standby replicas scale 1 -> 3 -> 1 during the stream: exact.
+- three workers with standby replicas scale 1 -> 3 -> 1 during the stream: exact;
+- ``fiba produce`` runs through a broker SIGKILL and restart: it waits with backoff, says so
+  once per interval, and the topic ends with every event exactly once.
 
 The broker (module-scoped: one JVM start for the three tests) runs with a fast log cleaner;
 the kill test restarts it. Only on the ``kafka`` broker kind: Tansu keeps no log on disk and
@@ -16,12 +18,16 @@ never compacts, and an external cluster cannot be killed by a test.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
+import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from subprocess import Popen
+from subprocess import DEVNULL, Popen
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -29,7 +35,9 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from agents.clients import client_options, end_offsets, read_to_end
 from agents.kafka_changelog import consumer_for
 from app.broker import free_port
-from app.demo import log_tail, start_worker, stop_worker
+from app.broker_outage import REPORT_INTERVAL_S
+from app.demo import log_tail, settings_environ, start_worker, stop_worker
+from app.generator import generate_events
 from app.kafka_broker import KafkaBroker
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
@@ -157,6 +165,62 @@ def test_the_worker_rides_out_a_broker_sigkill_and_restart(
         assert retries < MAX_METADATA_RETRIES_PER_S * outage, f"{retries} in {outage:.1f} s"
     finally:
         stop_worker(worker)
+
+
+PRODUCED = 3_000
+PRODUCE_RATE = 300
+"""``fiba produce`` of the outage test: events, and events per second (a 10 s run)."""
+
+
+def test_fiba_produce_waits_out_a_broker_sigkill_and_sends_every_event_once(
+    running: KafkaBroker, tmp_path: Path
+) -> None:
+    """SIGKILL the broker under a ``fiba produce``, restart it: the command waits (it used to
+    busy-loop, logging "Unable to update metadata" 2,000 times a second), says so once per
+    interval, says when the broker is back, and the topic holds every generated event exactly
+    once (its idempotent producer: a batch retried after the restart is not written twice)."""
+    settings = worker_settings(running.bootstrap, False, tmp_path / "state", partitions=2)
+    asyncio.run(create_topics(settings))
+    start = int(time.time() * 1000)
+    flags = ["--generate", str(PRODUCED), "--rate", str(PRODUCE_RATE), "--seed", "9"]
+    command = [sys.executable, "-m", "app.cli", "produce", *flags, "--start", str(start)]
+    stderr = tmp_path / "produce.err"
+    with stderr.open("wb") as err:
+        env = {**os.environ, **settings_environ(settings)}
+        producer = Popen(command, env=env, stdout=DEVNULL, stderr=err)
+    try:
+        wait_until(lambda: len(input_records(settings)) >= PRODUCED // 5, 60, "some sent")
+        running.kill()
+        down_at = time.monotonic()
+        time.sleep(3)  # the producer's requests and metadata updates fail meanwhile
+        assert producer.poll() is None, "produce gave up:\n" + stderr.read_text()
+        running.start()
+        outage = time.monotonic() - down_at
+        producer.wait(timeout=120)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
+    text = stderr.read_text()
+    print(f"outage {outage:.1f} s; produce said:\n{text}")
+    assert producer.returncode == 0, text
+    sent = Counter(
+        (r.key.decode(), json.loads(r.value)["ts"], json.loads(r.value)["value"])
+        for r in input_records(settings)
+    )
+    events = generate_events(PRODUCED, seed=9, start_ms=start)
+    assert sent == Counter((e.key, e.ts, e.value) for e in events)
+    lines = text.splitlines()
+    waiting = [line for line in lines if "no answer from the broker" in line]
+    back = [line for line in lines if "the broker answers again" in line]
+    assert 1 <= len(waiting) <= 1 + outage / REPORT_INTERVAL_S, text
+    assert len(back) == 1, text
+    assert lines == [*waiting, *back, f"sent {PRODUCED} records to {settings.input_topic}"], text
+
+
+def input_records(settings: Settings) -> list:
+    """Every record of the input topic of ``settings``."""
+    return asyncio.run(read_to_end(settings, settings.input_topic))
 
 
 def changelog_records(settings: Settings) -> tuple[int, int]:

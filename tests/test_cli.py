@@ -26,8 +26,10 @@ from app.brokers import BROKER_KINDS
 from app.cli import cli, command_names
 from app.demo import run_demo
 from app.generator import MAX_VALUE, generate_events, key_name, ooo_count
+from app.kafka_io import MAX_RECORD_BYTES
 from app.settings import SETTINGS_HELP, load_settings
 from app.topics import topic_specs
+from stores.state_lock import StateDirLock
 from tests.test_crash_recovery import wait_until
 
 TOPIC_FLAGS = ("input-topic", "queries-topic", "aggregates-topic", "answers-topic")
@@ -343,7 +345,7 @@ def test_produce_file_stops_at_a_line_that_is_no_utf8_or_whose_key_is_no_unicode
     assert result.exit_code == 1
     last = result.stderr.splitlines()[-1]  # after the progress bar
     assert last.startswith(f"fiba: {path}: {says}"), last
-    assert "1 records before it were sent" in last
+    assert "1 record before it was sent" in last
 
 
 @pytest.mark.kafka
@@ -437,10 +439,86 @@ def test_tail_prints_any_value_as_strict_json(broker_env):
 
 
 @pytest.mark.kafka
-def test_tail_of_a_missing_topic_is_a_clear_error(broker_env):
-    result = fiba("tail", "--topic", "answers", "--limit", "1", env=broker_env)
+@pytest.mark.parametrize(
+    ("args", "topic"),
+    [
+        (["tail", "--topic", "answers", "--limit", "1"], "FIBA_ANSWERS_TOPIC"),
+        (["produce", "--generate", "3"], "FIBA_INPUT_TOPIC"),
+        (["query", "k", "--window", "5m", "--timeout", "1s"], "FIBA_QUERIES_TOPIC"),
+    ],
+)
+def test_a_command_naming_a_missing_topic_says_so_at_once_and_creates_nothing(
+    broker_env, args, topic
+):
+    """One check for every command (app.kafka_io.existing_partitions): the same line, before
+    anything is sent (a producer would wait 40 s for the topic's metadata on Apache Kafka, and
+    auto-create it with 4 partitions on Tansu)."""
+    result = fiba(*args, env=broker_env)
     assert result.exit_code == 1
-    assert "does not exist (run `fiba topics create`)" in result.stderr
+    name = broker_env[topic]
+    assert result.stderr == f"fiba: topic {name!r} does not exist (run `fiba topics create`)\n"
+    again = fiba("tail", "--topic", "input", "--limit", "1", env=broker_env)
+    input_topic = broker_env["FIBA_INPUT_TOPIC"]
+    assert again.stderr == (
+        f"fiba: topic {input_topic!r} does not exist (run `fiba topics create`)\n"
+    ), "a command created the input topic"
+
+
+@pytest.mark.parametrize("command", [["reset"], ["reset-stream-time", "--partition", "0"]])
+def test_a_state_command_on_the_state_dir_of_a_running_worker_says_to_stop_it(tmp_path, command):
+    """The lock of a running worker (held here by this process: a ``flock`` of another open
+    file conflicts) refuses the state commands with what to do, not "give this one its own
+    --state-dir" (the advice to a second worker)."""
+    with StateDirLock(tmp_path):
+        result = fiba("state", *command, "--yes", "--state-dir", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"fiba: a worker is running on state_dir {tmp_path} (pid {os.getpid()}):"
+        " stop it first, the state cannot change under it\n"
+    )
+
+
+@pytest.mark.kafka
+def test_produce_says_what_it_sent_once_with_plurals_right(broker_env, tmp_path):
+    """No progress bar off a terminal (it was printed twice, empty, before the summary), and
+    "1 record", not "1 records" (nor "1 partitions")."""
+    broker_env = {**broker_env, "FIBA_PARTITIONS": "1"}
+    created = fiba("topics", "create", env=broker_env)
+    assert all(line.endswith("(1 partition)") for line in created.stdout.splitlines())
+    mismatch = fiba("topics", "create", "--partitions", "2", env=broker_env).stderr
+    assert "already exists with 1 partition, but" in mismatch
+    topic = broker_env["FIBA_INPUT_TOPIC"]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert fiba("produce", str(empty), env=broker_env).stderr == f"sent 0 records to {topic}\n"
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"key": "a", "ts": 1, "value": 1}\n')
+    assert fiba("produce", str(one), env=broker_env).stderr == f"sent 1 record to {topic}\n"
+    two = fiba("produce", "--generate", "2", env=broker_env)
+    assert two.stderr == f"sent 2 records to {topic}\n"
+
+
+@pytest.mark.kafka
+def test_produce_of_a_line_too_large_for_kafka_names_it_what_was_sent_and_the_limit(
+    broker_env, tmp_path
+):
+    assert fiba("topics", "create", env=broker_env).exit_code == 0
+    path = tmp_path / "events.jsonl"
+    small = '{"key": "a", "ts": 1, "value": 1}'
+    huge = json.dumps({"key": "b", "ts": 2, "value": "x" * 2_000_000})
+    path.write_text(f"{small}\n{huge}\n{small}\n")
+    result = fiba("produce", str(path), env=broker_env)
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"fiba: {path}: line 2: 2000")
+    assert f"over the {MAX_RECORD_BYTES} bytes one record may have" in line
+    assert "message.max.bytes" in line and "max_value_bytes, 65536 bytes" in line
+    assert "max_request_size" not in line
+    assert line.endswith("(1 record before it was sent; nothing after it)")
+    tailed = fiba(
+        "tail", "--topic", "input", "--from-beginning", "--idle-timeout", "2s", env=broker_env
+    )
+    assert len(tailed.stdout.splitlines()) == 1
 
 
 # --- query ---------------------------------------------------------------------------------

@@ -219,3 +219,24 @@ def test_the_fiba_variables_that_name_no_setting_are_not_refused(tmp_path):
     command must still load its settings."""
     env = {"FIBA_PURE_PYTHON": "1", "FIBA_CACHE_DIR": str(tmp_path), "FIBA_APP_ID": "x"}
     assert load_settings(environ=env).app_id == "x"
+
+
+@pytest.mark.parametrize(
+    ("toml", "environ", "overrides", "fragment"),
+    [
+        ('web_port = "abc"', {"FIBA_WEB_PORT": "6067"}, {}, "fiba.toml: web_port: expected an"),
+        ("web_port = 70000", {}, {"web_port": "6067"}, "fiba.toml: web_port: must be a TCP port"),
+        ("partitions = 0", {"FIBA_PARTITIONS": "2"}, {}, "fiba.toml: partitions: must be >= 1"),
+        ("", {"FIBA_RETENTION": "soon"}, {"retention": "1h"}, "FIBA_RETENTION: not a duration"),
+        ("", {"FIBA_EMIT": "never"}, {"emit": "batch"}, "FIBA_EMIT: 'never' is not one of"),
+        ("", {"FIBA_BATCH_MAX_WAIT": "0s"}, {"batch_max_wait": "1s"}, "positive duration"),
+    ],
+)
+def test_a_bad_value_is_reported_even_where_a_higher_layer_overrides_it(
+    tmp_path, toml, environ, overrides, fragment
+):
+    """Every layer is validated (module doc of app.settings): the mistake is reported now,
+    not the day its override goes away."""
+    with pytest.raises(ConfigError) as info:
+        load_settings(_toml(tmp_path, toml + "\n"), overrides=overrides, environ=environ)
+    assert fragment in str(info.value)

@@ -95,7 +95,7 @@ def test_reset_stream_time_repairs_a_partition_poisoned_by_a_far_future_timestam
     settings = replace(unguarded, max_wall_clock_skew=86_400_000)
     result = fiba_state(settings, "reset-stream-time", "--partition", "0", "--yes")
     assert result.exit_code == 0, result.output
-    assert "1 entries later than" in result.stdout
+    assert "1 entry later than" in result.stdout
     assert f"stream time {POISON_TS} -> None" in result.stdout
 
     # with the clock rule, the same mistake is a dead letter and moves no stream time

@@ -81,7 +81,7 @@ def test_one_worker_per_state_dir_and_no_state_of_other_settings(
                 cli, ["state", *command, "--yes"], env=settings_environ(elsewhere)
             )
             assert result.exit_code == 1, result.output
-            assert f"1 worker(s) of app_id {settings.app_id} are running" in result.stderr
+            assert f"1 worker of app_id {settings.app_id} is running" in result.stderr
         # a newcomer with another window joins the group, is given a partition whose
         # changelog says otherwise, and stops with one line instead of serving it
         newcomer = replace(

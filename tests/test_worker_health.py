@@ -21,9 +21,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.broker import free_port
+from app.brokers import make_broker, options_keeping_old_records
 from app.demo import start_worker, stop_worker
+from app.health import BROKER_PROBE_TTL_S
 from app.topics import create_topics
+from tests.conftest import broker_kinds_under_test
 from tests.impatient_worker import STREAM_PROCESSING_TIMEOUT_S
+from tests.test_crash_recovery import worker_settings
 from tests.test_worker_e2e import BASE, make_settings, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -256,3 +260,41 @@ def test_a_worker_on_an_ipv6_web_host(kafka_bootstrap, embedded_profile, tmp_pat
         raise
     finally:
         stop_worker(worker)
+
+
+@pytest.mark.parametrize("kind", [k for k in broker_kinds_under_test() if k != "external"])
+def test_ready_says_503_with_the_reason_while_the_broker_is_down(kind, tmp_path):
+    """A broker of the test's own (an external cluster cannot be stopped) is stopped under a
+    ready worker: the next answers of ``/ready`` are 503 naming the broker (they stayed 200
+    until the group's session expired), and 200 again once the broker is back (Tansu comes
+    back empty: its topics are created again, as after any restart of it)."""
+    options = options_keeping_old_records(kind)
+    if kind == "kafka":
+        options["data_dir"] = tmp_path / "kafka"  # the restart finds its log again
+    broker = make_broker(kind, port=free_port(), **options)
+    broker.start()
+    worker = None
+    try:
+        settings = worker_settings(broker.bootstrap, kind == "embedded", tmp_path / "state", 2)
+        asyncio.run(create_topics(settings))
+        worker = start_worker(settings, tmp_path / "worker.log")
+        wait_ready(settings.web_port, worker)
+        broker.stop()
+        answers = []
+        while not answers or answers[-1][0] == 200:  # one last 200 probed before the stop
+            assert worker.poll() is None, "the worker exited"
+            assert len(answers) < 3, f"/ready after the broker stopped: {answers}"
+            status, body = get(settings.web_port, "/ready")
+            answers.append((status, json.loads(body)))
+            time.sleep(BROKER_PROBE_TTL_S)
+        status, body = answers[-1]
+        assert status == 503 and body["ready"] is False, answers
+        assert f"the broker ({broker.bootstrap})" in body["reason"], answers
+        broker.start()
+        if kind == "embedded":
+            asyncio.run(create_topics(settings))
+        wait_ready(settings.web_port, worker, timeout=120)
+    finally:
+        if worker is not None:
+            stop_worker(worker, timeout=10)
+        broker.stop()
