@@ -6,9 +6,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install kafka-jars spark-jars demo test test-kafka test-embedded lint bench bench-quick chaos clean
 
-# the install compiles stores.COMPILED (setup.py): redone when one of them changes
+# the install compiles stores.COMPILED and the native crate (setup.py): redone when one of
+# them changes
+NATIVE_SOURCES := stores/native/Cargo.toml $(wildcard stores/native/src/*.rs)
 $(STAMP): pyproject.toml setup.py stores/monoids.py stores/fiba.py stores/window_suffixes.py \
-		stores/key_windows.py
+		stores/key_windows.py $(NATIVE_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -65,4 +67,5 @@ chaos: $(STAMP)
 	$(PY) -m bench.chaos --emit batch $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so stores/compiled.json
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so stores/compiled.json \
+		stores/native.json stores/native/target
