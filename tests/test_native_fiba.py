@@ -156,6 +156,11 @@ def test_inputs_the_native_monoids_cannot_hold_are_refused_before_any_change() -
     with pytest.raises(ValueError, match="geomean is defined for positive inputs only, got -1"):
         NativeFiBA(monoid("geomean")).insert(1, -1)
     assert fiba.items() == [(1, 2)] and fiba.query() == 2
+    fiba.insert(3, (1 << 63) - 1)  # the window's sum leaves int64: reading it says so
+    with pytest.raises(OverflowError, match="beyond int64"):
+        fiba.query()
+    fiba.evict(1)
+    assert fiba.query() == (1 << 63) - 1
     assert NativeFiBA(monoid("count")).query() == 0  # lowered identities, as in Python
     assert NativeFiBA(monoid("mean")).query() is None
     assert NativeFiBA(monoid("first")).aggregate() == ()

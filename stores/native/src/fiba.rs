@@ -58,11 +58,16 @@ struct Node<P> {
     kids: Vec<Idx>,
     agg: P,
     cnt: usize,
+    /// A spine node's own sequence folded (without the parent's term) and its count.
+    local: P,
+    local_cnt: usize,
     height: u32,
     left: bool,
     right: bool,
     alive: bool,
     mark: bool,
+    /// A spine node whose `local` (the left finger: also its suffix folds) is out of date.
+    stale: bool,
 }
 
 /// The finger B-tree aggregator over monoid `M`.
@@ -76,6 +81,10 @@ pub struct FiBA<M: Monoid> {
     min_arity: usize,
     combines: AtomicU64,
     dirty: Vec<Idx>,
+    heap: BinaryHeap<Reverse<(u32, Idx)>>,
+    /// The left finger's suffix folds: `lf_suffix[i]` folds its entries from `i` on (valid
+    /// unless the finger is stale), so an in-order evict costs one combine.
+    lf_suffix: Vec<M::P>,
 }
 
 fn kn_first<P>(nodes: &[Node<P>], idx: Idx) -> Option<&Idx> {
@@ -108,6 +117,8 @@ impl<M: Monoid> FiBA<M> {
             min_arity,
             combines: AtomicU64::new(0),
             dirty: Vec::new(),
+            heap: BinaryHeap::new(),
+            lf_suffix: Vec::new(),
         };
         tree.reset();
         tree
@@ -170,27 +181,34 @@ impl<M: Monoid> FiBA<M> {
             node.vals.clear();
             node.kids = kids;
             node.kids.clear();
+            node.local = identity.clone();
             node.agg = identity;
             node.cnt = 0;
+            node.local_cnt = 0;
             node.height = height;
             node.left = false;
             node.right = false;
             node.alive = true;
             node.mark = false;
+            node.stale = true;
             return idx;
         }
+        let capacity = 2 * self.min_arity;
         self.nodes.push(Node {
             parent: NIL,
-            times: Vec::new(),
-            vals: Vec::new(),
+            times: Vec::with_capacity(capacity),
+            vals: Vec::with_capacity(capacity),
             kids: Vec::new(),
+            local: identity.clone(),
             agg: identity,
             cnt: 0,
+            local_cnt: 0,
             height,
             left: false,
             right: false,
             alive: true,
             mark: false,
+            stale: true,
         });
         (self.nodes.len() - 1) as Idx
     }
@@ -352,31 +370,94 @@ impl<M: Monoid> FiBA<M> {
         (acc, cnt)
     }
 
-    /// The position-aware aggregate of `idx` from its entries, its children's and (on a spine
-    /// below the root's children) its parent's aggregate, as the checker expects it.
-    fn expected(&self, idx: Idx) -> (M::P, usize) {
+    /// The own sequence of spine node `idx` folded (without the parent's term) with its
+    /// count; for the left finger (a leaf below the root) from the right, with every suffix.
+    fn spine_local(&self, idx: Idx, buffer: Vec<M::P>) -> (M::P, usize, Option<Vec<M::P>>) {
         let node = self.n(idx);
-        let parent = node.parent;
-        let (left, right) = (node.left, node.right);
-        let (local, cnt) = if parent == NIL {
-            self.fold_node(idx, true, true)
-        } else {
-            self.fold_node(idx, left, right && !left)
-        };
-        let local = local.unwrap_or_else(|| self.m.identity());
-        if parent == NIL || self.n(parent).parent == NIL || !(left || right) {
-            return (local, cnt);
+        if idx == self.lf && node.kids.is_empty() {
+            let k = node.vals.len();
+            let mut suffix = buffer;
+            suffix.clear();
+            if let Some(last) = node.vals.last() {
+                suffix.push(last.clone());
+                for v in node.vals[..k - 1].iter().rev() {
+                    let next = self.comb(v, suffix.last().expect("pushed"));
+                    suffix.push(next);
+                }
+            }
+            suffix.reverse();
+            let local = suffix.first().cloned().unwrap_or_else(|| self.m.identity());
+            return (local, k, Some(suffix));
         }
-        let p = self.n(parent);
-        if left {
-            (self.comb(&local, &p.agg), cnt + p.cnt)
+        let (local, cnt) = self.fold_node(idx, node.left, node.right && !node.left);
+        (local.unwrap_or_else(|| self.m.identity()), cnt, None)
+    }
+
+    /// A spine node's aggregate from its own fold and its parent's aggregate.
+    fn with_parent(&self, idx: Idx, local: &M::P, cnt: usize) -> (M::P, usize) {
+        let node = self.n(idx);
+        let p = self.n(node.parent);
+        if p.parent == NIL {
+            (local.clone(), cnt)
+        } else if node.left {
+            (self.comb(local, &p.agg), cnt + p.cnt)
         } else {
-            (self.comb(&p.agg, &local), cnt + p.cnt)
+            (self.comb(&p.agg, local), cnt + p.cnt)
         }
     }
 
+    /// The position-aware aggregate of `idx` recomputed from its entries, its children's
+    /// and (on a spine below the root's children) its parent's aggregate: what the checker
+    /// expects, and what a repair stores.
+    fn expected(&self, idx: Idx) -> (M::P, usize) {
+        let node = self.n(idx);
+        if node.parent == NIL {
+            let (agg, cnt) = self.fold_node(idx, true, true);
+            return (agg.unwrap_or_else(|| self.m.identity()), cnt);
+        }
+        if !(node.left || node.right) {
+            let (agg, cnt) = self.fold_node(idx, false, false);
+            return (agg.unwrap_or_else(|| self.m.identity()), cnt);
+        }
+        let (local, cnt, _) = self.spine_local(idx, Vec::new());
+        self.with_parent(idx, &local, cnt)
+    }
+
+    /// Recompute `idx` whole (a spine node: its own fold and caches too).
     fn recalc(&mut self, idx: Idx) {
-        let (agg, cnt) = self.expected(idx);
+        let node = self.n(idx);
+        if node.parent == NIL || !(node.left || node.right) {
+            let (agg, cnt) = self.expected(idx);
+            let node = self.nm(idx);
+            node.agg = agg;
+            node.cnt = cnt;
+            return;
+        }
+        let buffer = if idx == self.lf {
+            std::mem::take(&mut self.lf_suffix)
+        } else {
+            Vec::new()
+        };
+        let (local, local_cnt, suffix) = self.spine_local(idx, buffer);
+        let (agg, cnt) = self.with_parent(idx, &local, local_cnt);
+        if let Some(suffix) = suffix {
+            self.lf_suffix = suffix;
+        }
+        let node = self.nm(idx);
+        node.local = local;
+        node.local_cnt = local_cnt;
+        node.agg = agg;
+        node.cnt = cnt;
+        node.stale = false;
+    }
+
+    /// A spine node whose parent's aggregate changed, its own fold not: one combine.
+    fn refresh(&mut self, idx: Idx) {
+        if self.n(idx).stale {
+            return self.recalc(idx);
+        }
+        let node = self.n(idx);
+        let (agg, cnt) = self.with_parent(idx, &node.local, node.local_cnt);
         let node = self.nm(idx);
         node.agg = agg;
         node.cnt = cnt;
@@ -387,7 +468,7 @@ impl<M: Monoid> FiBA<M> {
     /// changed node down to its finger.
     fn repair(&mut self) {
         let mut dirty = std::mem::take(&mut self.dirty);
-        let mut heap: BinaryHeap<Reverse<(u32, Idx)>> = BinaryHeap::with_capacity(dirty.len());
+        let mut heap = std::mem::take(&mut self.heap);
         for &idx in &dirty {
             let node = self.nm(idx);
             if node.alive && !node.mark {
@@ -407,8 +488,10 @@ impl<M: Monoid> FiBA<M> {
                 root_dirty = true;
             } else if node.left {
                 left_top = Some(idx); // heights only grow: the last one is the highest
+                self.nm(idx).stale = true;
             } else if node.right {
                 right_top = Some(idx);
+                self.nm(idx).stale = true;
             } else {
                 let parent = node.parent;
                 self.recalc(idx);
@@ -419,12 +502,13 @@ impl<M: Monoid> FiBA<M> {
                 }
             }
         }
+        self.heap = heap;
         if root_dirty {
             self.recalc(self.root);
         }
         if let Some(mut idx) = left_top {
             loop {
-                self.recalc(idx);
+                self.refresh(idx);
                 match self.n(idx).kids.first() {
                     Some(&kid) => idx = kid,
                     None => break,
@@ -433,7 +517,7 @@ impl<M: Monoid> FiBA<M> {
         }
         if let Some(mut idx) = right_top {
             loop {
-                self.recalc(idx);
+                self.refresh(idx);
                 match self.n(idx).kids.last() {
                     Some(&kid) => idx = kid,
                     None => break,
@@ -457,17 +541,23 @@ impl<M: Monoid> FiBA<M> {
         while self.n(idx).times.len() > self.max_entries() {
             let height = self.n(idx).height;
             let z = self.alloc(height);
+            let (mut times, mut vals, mut kids) = {
+                let zn = self.nm(z);
+                (
+                    std::mem::take(&mut zn.times),
+                    std::mem::take(&mut zn.vals),
+                    std::mem::take(&mut zn.kids),
+                )
+            };
             let node = self.nm(idx);
             let mid = node.times.len() / 2;
-            let times = node.times.split_off(mid + 1);
-            let vals = node.vals.split_off(mid + 1);
+            times.extend(node.times.drain(mid + 1..));
+            vals.extend(node.vals.drain(mid + 1..));
             let sep_t = node.times.pop().expect("mid entry");
             let sep_v = node.vals.pop().expect("mid entry");
-            let kids = if node.kids.is_empty() {
-                Vec::new()
-            } else {
-                node.kids.split_off(mid + 1)
-            };
+            if !node.kids.is_empty() {
+                kids.extend(node.kids.drain(mid + 1..));
+            }
             let right = node.right;
             node.right = false;
             let parent = node.parent;
@@ -554,7 +644,7 @@ impl<M: Monoid> FiBA<M> {
             pn.kids.remove(si + 1);
             (pn.times.remove(si), pn.vals.remove(si))
         };
-        let (times, vals, kids, right) = {
+        let (mut times, mut vals, mut kids, right) = {
             let bn = self.nm(b);
             (
                 std::mem::take(&mut bn.times),
@@ -569,10 +659,14 @@ impl<M: Monoid> FiBA<M> {
         let an = self.nm(a);
         an.times.push(sep_t);
         an.vals.push(sep_v);
-        an.times.extend(times);
-        an.vals.extend(vals);
-        an.kids.extend(kids);
+        an.times.append(&mut times);
+        an.vals.append(&mut vals);
+        an.kids.append(&mut kids);
         an.right = right;
+        let bn = self.nm(b); // b keeps its (empty) buffers for its next use
+        bn.times = times;
+        bn.vals = vals;
+        bn.kids = kids;
         if self.rf == b {
             self.rf = a;
         }
@@ -706,6 +800,7 @@ impl<M: Monoid> FiBA<M> {
                 node.vals.push(p);
                 node.agg = agg;
                 node.cnt += 1;
+                node.stale = true;
                 if node.times.len() > self.max_entries() {
                     self.split_up(rf);
                     self.repair();
@@ -719,6 +814,7 @@ impl<M: Monoid> FiBA<M> {
                 node.vals.insert(0, p);
                 node.agg = agg;
                 node.cnt += 1;
+                node.stale = true;
                 if node.times.len() > self.max_entries() {
                     self.split_up(lf);
                     self.repair();
@@ -758,7 +854,20 @@ impl<M: Monoid> FiBA<M> {
             let node = self.nm(lf);
             node.times.remove(0);
             node.vals.remove(0);
-            if lf == root || node.times.len() >= min_entries {
+            let (stale, left) = (node.stale, node.times.len());
+            if lf != root && !stale && left >= min_entries {
+                self.lf_suffix.remove(0);
+                let local = self.lf_suffix[0].clone();
+                let (agg, cnt) = self.with_parent(lf, &local, left);
+                let node = self.nm(lf);
+                node.local = local;
+                node.local_cnt = left;
+                node.agg = agg;
+                node.cnt = cnt;
+                self.debug_check();
+                return true;
+            }
+            if lf == root || left >= min_entries {
                 self.recalc(lf);
                 self.debug_check();
                 return true;
@@ -1034,6 +1143,20 @@ impl<M: Monoid> FiBA<M> {
         }
         if !self.m.same(&agg, &node.agg) {
             return Err(format!("aggregates: node {idx} has a stale aggregate"));
+        }
+        if node.parent != NIL && (node.left || node.right) && !node.stale {
+            let (local, local_cnt, suffix) = self.spine_local(idx, Vec::new());
+            if local_cnt != node.local_cnt || !self.m.same(&local, &node.local) {
+                return Err(format!("aggregates: spine node {idx} has a stale own fold"));
+            }
+            if let Some(suffix) = suffix {
+                let cached = &self.lf_suffix;
+                if suffix.len() != cached.len()
+                    || !suffix.iter().zip(cached).all(|(a, b)| self.m.same(a, b))
+                {
+                    return Err("aggregates: the left finger's suffix folds are stale".into());
+                }
+            }
         }
         Ok(())
     }

@@ -9,22 +9,26 @@ use crate::fiba::Monoid;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-/// One field of a partial: Python's `None`, the empty tuple of `first`/`last`, an int
-/// (inputs are int64; sums of them cannot overflow i128) or a float.
+/// One field of a partial: Python's `None`, the empty tuple of `first`/`last`, an int64, a
+/// float, or `Overflow`: an int sum beyond int64 (Python's ints are unbounded), which every
+/// combine keeps and which the Python API reports as `OverflowError` when it is read.
 #[derive(Clone, Copy, Debug, Default)]
 pub enum Val {
     #[default]
     None,
     Empty,
-    Int(i128),
+    Int(i64),
     Float(f64),
+    Overflow,
 }
 
 impl Val {
     /// Same value and type (floats: same bits).
     pub fn same(&self, other: &Val) -> bool {
         match (self, other) {
-            (Val::None, Val::None) | (Val::Empty, Val::Empty) => true,
+            (Val::None, Val::None) | (Val::Empty, Val::Empty) | (Val::Overflow, Val::Overflow) => {
+                true
+            }
             (Val::Int(a), Val::Int(b)) => a == b,
             (Val::Float(a), Val::Float(b)) => a.to_bits() == b.to_bits(),
             _ => false,
@@ -36,29 +40,32 @@ impl Val {
     }
 }
 
+#[inline]
 fn add(a: Val, b: Val) -> Val {
     match (a, b) {
-        (Val::Int(x), Val::Int(y)) => Val::Int(x.wrapping_add(y)),
+        (Val::Int(x), Val::Int(y)) => x.checked_add(y).map_or(Val::Overflow, Val::Int),
         (Val::Int(x), Val::Float(y)) => Val::Float(x as f64 + y),
         (Val::Float(x), Val::Int(y)) => Val::Float(x + y as f64),
         (Val::Float(x), Val::Float(y)) => Val::Float(x + y),
+        (Val::Overflow, _) | (_, Val::Overflow) => Val::Overflow,
         _ => Val::None, // lifts never put anything else in an added field
     }
 }
 
 fn sub(a: Val, b: Val) -> Val {
     match (a, b) {
-        (Val::Int(x), Val::Int(y)) => Val::Int(x.wrapping_sub(y)),
+        (Val::Int(x), Val::Int(y)) => x.checked_sub(y).map_or(Val::Overflow, Val::Int),
         (Val::Int(x), Val::Float(y)) => Val::Float(x as f64 - y),
         (Val::Float(x), Val::Int(y)) => Val::Float(x - y as f64),
         (Val::Float(x), Val::Float(y)) => Val::Float(x - y),
+        (Val::Overflow, _) | (_, Val::Overflow) => Val::Overflow,
         _ => Val::None,
     }
 }
 
 fn abs(a: Val) -> Val {
     match a {
-        Val::Int(x) => Val::Int(x.wrapping_abs()),
+        Val::Int(x) => x.checked_abs().map_or(Val::Overflow, Val::Int),
         Val::Float(x) => Val::Float(x.abs()),
         other => other,
     }
@@ -73,18 +80,18 @@ fn as_f64(a: Val) -> f64 {
 }
 
 /// Python's exact comparison of an int with a float (None when the float is NaN).
-fn cmp_int_float(i: i128, f: f64) -> Option<Ordering> {
+fn cmp_int_float(i: i64, f: f64) -> Option<Ordering> {
     if f.is_nan() {
         return None;
     }
-    if f >= 1.7e38 {
+    if f >= 9.3e18 {
         return Some(Ordering::Less);
     }
-    if f <= -1.7e38 {
+    if f <= -9.3e18 {
         return Some(Ordering::Greater);
     }
     let whole = f.trunc();
-    match i.cmp(&(whole as i128)) {
+    match (i as i128).cmp(&(whole as i128)) {
         Ordering::Equal => {
             let frac = f - whole;
             Some(if frac > 0.0 {
@@ -330,6 +337,28 @@ impl<const N: usize> Monoid for Fields<N> {
     }
 }
 
+/// `sum` or `count` alone: the same partial and combine as `Fields<1>` of that kind, without
+/// the loop over parts (the hot path of the commonest windows).
+#[derive(Clone, Copy, Default)]
+pub struct AddOne;
+
+impl Monoid for AddOne {
+    type P = [Val; 1];
+
+    fn identity(&self) -> [Val; 1] {
+        [Val::Int(0)]
+    }
+
+    #[inline]
+    fn combine(&self, a: &[Val; 1], b: &[Val; 1]) -> [Val; 1] {
+        [add(a[0], b[0])]
+    }
+
+    fn same(&self, a: &[Val; 1], b: &[Val; 1]) -> bool {
+        a[0].same(&b[0])
+    }
+}
+
 /// Why an input cannot be lifted natively.
 #[derive(Debug, PartialEq)]
 pub enum LiftError {
@@ -401,7 +430,7 @@ mod tests {
 
     #[test]
     fn int_float_comparisons_are_exact() {
-        let big = (1i128 << 53) + 1;
+        let big = (1i64 << 53) + 1;
         assert!(gt(Val::Int(big), Val::Float((1u64 << 53) as f64)));
         assert!(lt(Val::Int(1), Val::Float(1.5)));
         assert!(!lt(Val::Int(1), Val::Float(f64::NAN)));
