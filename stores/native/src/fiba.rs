@@ -82,7 +82,8 @@ pub struct FiBA<M: Monoid> {
     combines: AtomicU64,
     dirty: Vec<Idx>,
     heap: BinaryHeap<Reverse<(u32, Idx)>>,
-    /// The left finger's suffix folds: `lf_suffix[i]` folds its entries from `i` on (valid
+    /// The left finger's suffix folds, youngest first: `lf_suffix[k - 1 - i]` folds its `k`
+    /// entries from `i` on, so dropping the oldest entry pops the last fold (valid
     /// unless the finger is stale), so an in-order evict costs one combine.
     lf_suffix: Vec<M::P>,
 }
@@ -385,8 +386,7 @@ impl<M: Monoid> FiBA<M> {
                     suffix.push(next);
                 }
             }
-            suffix.reverse();
-            let local = suffix.first().cloned().unwrap_or_else(|| self.m.identity());
+            let local = suffix.last().cloned().unwrap_or_else(|| self.m.identity());
             return (local, k, Some(suffix));
         }
         let (local, cnt) = self.fold_node(idx, node.left, node.right && !node.left);
@@ -856,8 +856,8 @@ impl<M: Monoid> FiBA<M> {
             node.vals.remove(0);
             let (stale, left) = (node.stale, node.times.len());
             if lf != root && !stale && left >= min_entries {
-                self.lf_suffix.remove(0);
-                let local = self.lf_suffix[0].clone();
+                self.lf_suffix.pop();
+                let local = self.lf_suffix.last().expect("entries left").clone();
                 let (agg, cnt) = self.with_parent(lf, &local, left);
                 let node = self.nm(lf);
                 node.local = local;
