@@ -49,9 +49,12 @@ test-kafka: $(STAMP)
 test-embedded: $(STAMP)
 	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q $(PYTEST_OPTS)
 
+# (and the native crate's format and clippy, where cargo is installed)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	if command -v cargo >/dev/null; then cd stores/native && cargo fmt --check \
+		&& cargo clippy -q --all-targets -- -D warnings; fi
 
 bench: $(STAMP)
 	$(PY) -m bench all
