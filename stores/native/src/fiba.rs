@@ -604,6 +604,76 @@ impl<M: Monoid> FiBA<M> {
         }
     }
 
+    /// The in-order split of an overflowing right finger whose parent has room and (unless it
+    /// is the root) an up-to-date own fold: the finger's older half `l` becomes an up node
+    /// and the parent's own fold (the root: its inner aggregate) is extended by
+    /// `up(l) ⊗ separator`, two combines: the same left fold a recomputation would do, without
+    /// refolding the parent. False (nothing changed) when the general path must split.
+    fn split_right_finger(&mut self) -> bool {
+        let l = self.rf;
+        let parent = self.n(l).parent;
+        if parent == NIL {
+            return false;
+        }
+        let p = self.n(parent);
+        let root = p.parent == NIL;
+        if p.times.len() >= self.max_entries() || !(root || (p.right && !p.stale)) {
+            return false;
+        }
+        let z = self.alloc(0);
+        let (mut times, mut vals) = {
+            let zn = self.nm(z);
+            (std::mem::take(&mut zn.times), std::mem::take(&mut zn.vals))
+        };
+        let node = self.nm(l);
+        let mid = node.times.len() / 2;
+        times.extend(node.times.drain(mid + 1..));
+        vals.extend(node.vals.drain(mid + 1..));
+        let sep_t = node.times.pop().expect("mid entry");
+        let sep_v = node.vals.pop().expect("mid entry");
+        node.right = false;
+        {
+            let zn = self.nm(z);
+            zn.times = times;
+            zn.vals = vals;
+            zn.right = true;
+            zn.parent = parent;
+        }
+        self.rf = z;
+        let (up, up_cnt) = self.fold_node(l, false, false);
+        let up = up.expect("a split half has entries");
+        {
+            let ln = self.nm(l);
+            ln.agg = up.clone();
+            ln.cnt = up_cnt;
+        }
+        let p = self.n(parent);
+        let (own, own_cnt) = if root {
+            (&p.agg, p.cnt)
+        } else {
+            (&p.local, p.local_cnt)
+        };
+        let own = self.comb(&self.comb(own, &up), &sep_v);
+        let own_cnt = own_cnt + up_cnt + 1;
+        let pn = self.nm(parent);
+        pn.times.push(sep_t);
+        pn.vals.push(sep_v);
+        pn.kids.push(z);
+        if root {
+            pn.agg = own;
+            pn.cnt = own_cnt;
+        } else {
+            let (agg, cnt) = self.with_parent(parent, &own, own_cnt);
+            let pn = self.nm(parent);
+            pn.local = own;
+            pn.local_cnt = own_cnt;
+            pn.agg = agg;
+            pn.cnt = cnt;
+        }
+        self.recalc(z);
+        true
+    }
+
     /// Fix an underflowing non-root node by merging with or moving entries from a sibling,
     /// upwards while parents underflow; collapse an empty inner root. Returns nothing; every
     /// changed node goes to `self.dirty`.
@@ -801,7 +871,7 @@ impl<M: Monoid> FiBA<M> {
                 node.agg = agg;
                 node.cnt += 1;
                 node.stale = true;
-                if node.times.len() > self.max_entries() {
+                if node.times.len() > self.max_entries() && !self.split_right_finger() {
                     self.split_up(rf);
                     self.repair();
                 }
