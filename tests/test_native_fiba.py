@@ -237,3 +237,23 @@ def test_bulk_evict_costs_far_fewer_combines_than_entries() -> None:
     for t in range(oldest, oldest + m):
         fiba.evict(t)
     assert fiba.combines > m  # one by one: combines for each entry
+
+
+@pytest.mark.parametrize(("m", "d"), [(256, 1024), (1024, 1024)])
+def test_bulk_insert_costs_fewer_combines_than_single_inserts(m: int, d: int) -> None:
+    """m entries spread over the youngest d >= m: O(m (1 + log(d/m))) against O(m log d)."""
+    n = 2**12
+    old = [(2 * t, 1) for t in range(n)]  # even times; the bulk goes to odd ones
+    start, step = 2 * (n - d), d // m
+    bulk = [(start + 2 * step * j + 1, 1) for j in range(m)]
+    single, batched = _sum_tree(), _sum_tree()
+    single.bulk_insert(old)
+    batched.bulk_insert(old)
+    single.reset_combines()
+    batched.reset_combines()
+    for t, x in bulk:
+        single.insert(t, x)
+    batched.bulk_insert(bulk)
+    assert batched.items() == single.items()
+    batched.check_invariants()
+    assert 2 * batched.combines < single.combines, (batched.combines, single.combines)
