@@ -137,6 +137,7 @@ def test_native_python_and_oracle_agree_on_random_interleavings(
         assert len(native) == len(python) == len(oracle)
         assert native.oldest() == python.oldest() and native.youngest() == python.youngest()
         assert _same(name, native.items(), list(python))
+        assert _same(name, list(native), native.items())
         if not any(part in name for part in INEXACT) and not any(
             isinstance(x, float) for _, x in python
         ):

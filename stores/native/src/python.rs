@@ -8,7 +8,7 @@ use crate::fiba::{FiBA, Time};
 use crate::monoids::{lift_part, AddOne, Fields, Kind, LiftError, Spec, Val};
 use pyo3::exceptions::{PyAssertionError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyFloat, PyInt, PyList, PyTuple};
+use pyo3::types::{PyFloat, PyInt, PyIterator, PyList, PyTuple};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -322,6 +322,11 @@ impl PyFiBA {
             }
         });
         Ok(list)
+    }
+
+    /// Iterate `(t, partial)` in time order (over a snapshot: `items()`).
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
+        PyIterator::from_object(self.items(py)?.as_any())
     }
 
     /// Remove every entry.
