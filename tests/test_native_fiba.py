@@ -270,3 +270,28 @@ def test_bulk_insert_costs_fewer_combines_than_single_inserts(m: int, d: int) ->
     assert batched.items() == single.items()
     batched.check_invariants()
     assert 2 * batched.combines < single.combines, (batched.combines, single.combines)
+
+
+def _edge_range_costs(n: int, d: int) -> tuple[float, float]:
+    """Average combines of a suffix and of a prefix range of d .. d + 15 entries."""
+    fiba = _sum_tree()
+    fiba.bulk_insert([(2 * t, 1) for t in range(n)])
+    suffix = prefix = 0
+    for extra in range(16):
+        size = d + extra
+        fiba.reset_combines()
+        assert fiba.aggregate_range(2 * (n - size), 2 * n + 5) == size
+        suffix += fiba.combines
+        fiba.reset_combines()
+        assert fiba.aggregate_range(-5, 2 * (size - 1)) == size
+        prefix += fiba.combines
+    return suffix / 16, prefix / 16
+
+
+def test_suffix_and_prefix_range_cost_depends_on_size_not_n() -> None:
+    """A suffix (what per-event windows ask: ``[S - w, S]``) or a prefix starts at a finger's
+    spine: O(log d) combines for d entries, whatever the window size."""
+    for d in (100, 1000):
+        small = _edge_range_costs(2 * d, d)
+        large = _edge_range_costs(2**16, d)
+        assert large[0] <= 1.3 * small[0] + 4 and large[1] <= 1.3 * small[1] + 4, (small, large)

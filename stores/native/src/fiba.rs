@@ -1120,13 +1120,41 @@ impl<M: Monoid> FiBA<M> {
 
     /// The partial of the entries with `lo <= t <= hi` (identity when none). Fig. 10: the
     /// subtrees entirely inside the range contribute their stored up aggregate (spine
-    /// subtrees, which store none, are descended). O(log n).
+    /// subtrees, which store none, are descended). A suffix or prefix of d entries starts
+    /// at a finger's spine (`range_top`): O(log d); another range starts at the root:
+    /// O(log n).
     pub fn query_range(&self, lo: Time, hi: Time) -> M::P {
         let mut acc: Option<M::P> = None;
         if hi >= lo && !self.is_empty() {
-            self.range(self.root, lo, hi, false, false, &mut acc);
+            self.range(self.range_top(lo, hi), lo, hi, false, false, &mut acc);
         }
         acc.unwrap_or_else(|| self.m.identity())
+    }
+
+    /// Where a range query starts: for a suffix of the window (`hi` at or past the youngest
+    /// time) the lowest right-spine node whose subtree holds every entry from `lo` on, found
+    /// by climbing from the right finger; for a prefix, the mirror image from the left
+    /// finger; else the root. So a suffix or prefix of d entries costs O(log d) combines.
+    fn range_top(&self, lo: Time, hi: Time) -> Idx {
+        let mut node = self.root;
+        if self.youngest().is_some_and(|y| hi >= y) {
+            node = self.rf;
+            while let Some(parent) = Some(self.n(node).parent).filter(|&p| p != NIL) {
+                if lo > *self.n(parent).times.last().expect("inner node has entries") {
+                    break;
+                }
+                node = parent;
+            }
+        } else if self.oldest().is_some_and(|o| lo <= o) {
+            node = self.lf;
+            while let Some(parent) = Some(self.n(node).parent).filter(|&p| p != NIL) {
+                if hi < self.n(parent).times[0] {
+                    break;
+                }
+                node = parent;
+            }
+        }
+        node
     }
 
     fn range(
