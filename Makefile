@@ -7,9 +7,11 @@ STAMP  := $(VENV)/.installed
 .PHONY: install kafka-jars spark-jars demo test test-kafka test-embedded test-newest-python lint bench \
 	bench-quick chaos clean
 
-# the install compiles stores.COMPILED (setup.py): redone when one of them changes
+# the install compiles stores.COMPILED and the native crate (setup.py): redone when one of
+# them changes
+NATIVE_SOURCES := stores/native/Cargo.toml $(wildcard stores/native/src/*.rs)
 $(STAMP): pyproject.toml setup.py stores/monoids.py stores/fiba.py stores/window_suffixes.py \
-		stores/key_windows.py
+		stores/key_windows.py $(NATIVE_SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -72,9 +74,12 @@ test-kafka: $(STAMP)
 test-embedded: $(STAMP)
 	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q $(PYTEST_OPTS)
 
+# (and the native crate's format and clippy, where cargo is installed)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	if command -v cargo >/dev/null; then cd stores/native && cargo fmt --check \
+		&& cargo clippy -q --all-targets -- -D warnings; fi
 
 bench: $(STAMP)
 	$(PY) -m bench all
@@ -90,4 +95,5 @@ chaos: $(STAMP)
 	$(PY) -m bench.chaos --emit batch $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) $(NEWEST) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so stores/compiled.json
+	rm -rf $(VENV) $(NEWEST) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so stores/compiled.json \
+		stores/native.json stores/native/target

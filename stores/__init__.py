@@ -7,6 +7,10 @@ modules load: the pure-Python sources when ``FIBA_PURE_PYTHON=1``, or when a com
 was built from another version of its source than the one beside it (a warning then says to
 reinstall), else whatever is installed. :func:`build` tells which one that is, and
 :func:`load_pure` loads a pure-Python twin beside a compiled module.
+
+Beside them, the native core ``stores._native`` (Rust, built by ``setup.py`` from
+``stores/native``) is used when it is installed, built from the crate's current sources
+(``stores/native.json``) and ``FIBA_PURE_PYTHON`` is not ``1``: :func:`native` returns it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ after the ones it imports."""
 PURE_PYTHON_SWITCH = "FIBA_PURE_PYTHON"
 _HERE = Path(__file__).resolve().parent
 _BUILD_INFO = _HERE / "compiled.json"
+NATIVE = "stores._native"
+_NATIVE_INFO = _HERE / "native.json"
+_native_module: ModuleType | None = None
+_native_checked = False
 
 
 class _PureSources(importlib.abc.MetaPathFinder):
@@ -82,12 +90,52 @@ def _choose_build() -> None:
 
 def build() -> str:
     """``"compiled"`` when every module of ``COMPILED`` loads (or was loaded) from its
-    extension module, ``"pure"`` when none does, ``"mixed"`` otherwise. Finds the modules
-    without executing them. O(1)."""
+    extension module, ``"pure"`` when none does, ``"mixed"`` otherwise; followed by
+    ``"+native"`` when the native core loads (:func:`native`). Finds the modules without
+    executing them."""
     compiled = [
         isinstance(_loader(name), importlib.machinery.ExtensionFileLoader) for name in COMPILED
     ]
-    return "compiled" if all(compiled) else "mixed" if any(compiled) else "pure"
+    mypyc = "compiled" if all(compiled) else "mixed" if any(compiled) else "pure"
+    return mypyc + ("+native" if native() is not None else "")
+
+
+def _native_hash() -> str:
+    """SHA-256 of the native crate's sources, as ``setup.native_sources_hash`` computes it."""
+    crate = _HERE / "native"
+    digest = hashlib.sha256()
+    for path in [crate / "Cargo.toml", *sorted((crate / "src").glob("*.rs"))]:
+        digest.update(path.relative_to(crate).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def native() -> ModuleType | None:
+    """The native core ``stores._native``, or None: under ``FIBA_PURE_PYTHON=1``, when it is
+    not installed (no Rust toolchain at install time), or when it was built from other
+    sources than the crate beside it (a warning then says to reinstall; an installed package
+    without the crate's sources loads what was installed). Decided once per process."""
+    global _native_module, _native_checked
+    if _native_checked:
+        return _native_module
+    _native_checked = True
+    if os.environ.get(PURE_PYTHON_SWITCH) == "1" or importlib.util.find_spec(NATIVE) is None:
+        return None
+    if (_HERE / "native" / "Cargo.toml").exists():
+        try:
+            built = json.loads(_NATIVE_INFO.read_text())["sha256"]
+        except (OSError, ValueError, KeyError):
+            built = None
+        if built != _native_hash():
+            warnings.warn(
+                "stores._native was built from other Rust sources: not using it "
+                "(reinstall: make install, or pip install -e .)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+    _native_module = importlib.import_module(NATIVE)
+    return _native_module
 
 
 def load_pure(name: str) -> ModuleType:

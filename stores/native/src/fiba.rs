@@ -1,0 +1,1497 @@
+//! The finger B-tree aggregator (FiBA), generic over a monoid.
+//!
+//! Tangwongsan, Hirzel, Schneider: *Sub-O(log n) Out-of-Order Sliding-Window Aggregation*
+//! (seed 000: Fig. 7-9 insert/evict/query, Fig. 10 range query) and *Out-of-Order
+//! Sliding-Window Aggregation with Efficient Bulk Evictions and Insertions* (seed 003: bulk
+//! evict). The window is a time-ordered sequence of entries `(t, partial)` with distinct
+//! times; an insert at an existing time combines into that entry (older partial first).
+//!
+//! Nodes live in one arena (`Vec<Node>`, `u32` indices) with parent links; the tree keeps
+//! fingers to the leftmost (`lf`) and rightmost (`rf`) leaf. Arity (entries + 1) of a non-root
+//! node is in `MIN_ARITY..=MAX_ARITY`, `MAX_ARITY = 2 * MIN_ARITY`; rebalancing happens after
+//! the fact (split on overflow, merge or move on underflow). Each node stores the paper's
+//! position-aware partial aggregate (`c_i` children, `v_i` entries, `up` = whole subtree):
+//!
+//! - the root: its inner aggregate `v_0 up(c_1) ... up(c_{a-2}) v_{a-2}` (a leaf root: all);
+//! - a left-spine node: `v_0 up(c_1) ... v_{a-2} up(c_{a-1})` then `agg(parent)` unless the
+//!   parent is the root; so `agg(lf)` covers the root's first subtree;
+//! - a right-spine node: `agg(parent)` unless the parent is the root, then
+//!   `up(c_0) v_0 ... v_{a-2}`; so `agg(rf)` covers the root's last subtree;
+//! - any other node: `up(c_0) v_0 ... v_{a-2} up(c_{a-1})`.
+//!
+//! So `query` is `agg(lf) agg(root) agg(rf)`: two combines. A change repairs the up
+//! aggregates from the changed node to the first spine node (or the root), then walks down
+//! that spine to its finger; the root's term is in no spine node, so a change of the root
+//! costs one recomputation. Each node also keeps `cnt`, the number of entries its aggregate
+//! covers, so `len` is O(1) and exact after bulk evictions.
+//!
+//! Costs (`m` entries evicted in bulk, `d` distance from the nearer end): insert/evict
+//! amortized O(log d), O(1) at the ends; bulk_evict amortized O(log m) (subtrees cut off go
+//! to a deferred free list, seed 003 §4.3, released one node per allocation); query O(1);
+//! query_range O(log n); bulk_insert a loop of inserts (O(m log d), O(m) in order).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Event time (milliseconds in the worker).
+pub type Time = i64;
+type Idx = u32;
+const NIL: Idx = u32::MAX;
+
+/// An associative operation with a neutral element (lift and lower live outside the tree).
+pub trait Monoid {
+    /// The partial aggregate.
+    type P: Clone;
+    /// The partial of the empty window.
+    fn identity(&self) -> Self::P;
+    /// The partial of window `a` followed by window `b`.
+    fn combine(&self, a: &Self::P, b: &Self::P) -> Self::P;
+    /// Whether two partials are the same value (floats: the same bits), for the checker.
+    fn same(&self, a: &Self::P, b: &Self::P) -> bool;
+}
+
+struct Node<P> {
+    parent: Idx,
+    times: Vec<Time>,
+    vals: Vec<P>,
+    kids: Vec<Idx>,
+    agg: P,
+    cnt: usize,
+    /// A spine node's own sequence folded (without the parent's term) and its count.
+    local: P,
+    local_cnt: usize,
+    /// A left-spine node's suffix folds, youngest first: for the left finger
+    /// `suffix[k - 1 - i]` folds its entries from `i` on; for an inner node
+    /// `suffix[k - 1 - i]` is `v_i up(c_{i+1}) ... v_{k-1} up(c_k)`. So dropping the oldest
+    /// entry (and the child after it) pops the last fold, and the next is the new own fold.
+    suffix: Vec<P>,
+    height: u32,
+    left: bool,
+    right: bool,
+    alive: bool,
+    mark: bool,
+    /// A spine node whose `local` (the left finger: also its suffix folds) is out of date.
+    stale: bool,
+}
+
+/// The finger B-tree aggregator over monoid `M`.
+pub struct FiBA<M: Monoid> {
+    m: M,
+    nodes: Vec<Node<M::P>>,
+    free: Vec<Idx>,
+    root: Idx,
+    lf: Idx,
+    rf: Idx,
+    min_arity: usize,
+    combines: AtomicU64,
+    dirty: Vec<Idx>,
+    heap: BinaryHeap<Reverse<(u32, Idx)>>,
+}
+
+fn kn_first<P>(nodes: &[Node<P>], idx: Idx) -> Option<&Idx> {
+    nodes[idx as usize].kids.first()
+}
+
+fn kn_last<P>(nodes: &[Node<P>], idx: Idx) -> Option<&Idx> {
+    nodes[idx as usize].kids.last()
+}
+
+fn lower_bound(times: &[Time], t: Time) -> usize {
+    times.partition_point(|&x| x < t)
+}
+
+fn upper_bound(times: &[Time], t: Time) -> usize {
+    times.partition_point(|&x| x <= t)
+}
+
+impl<M: Monoid> FiBA<M> {
+    /// An empty window; `min_arity` >= 2 (MAX_ARITY is twice that).
+    pub fn new(m: M, min_arity: usize) -> Self {
+        assert!(min_arity >= 2, "min_arity must be at least 2");
+        let mut tree = FiBA {
+            m,
+            nodes: Vec::new(),
+            free: Vec::new(),
+            root: NIL,
+            lf: NIL,
+            rf: NIL,
+            min_arity,
+            combines: AtomicU64::new(0),
+            dirty: Vec::new(),
+            heap: BinaryHeap::new(),
+        };
+        tree.reset();
+        tree
+    }
+
+    fn reset(&mut self) {
+        self.nodes.clear();
+        self.free.clear();
+        let root = self.alloc(0);
+        self.root = root;
+        self.lf = root;
+        self.rf = root;
+    }
+
+    /// The monoid.
+    pub fn monoid(&self) -> &M {
+        &self.m
+    }
+
+    /// MIN_ARITY.
+    pub fn min_arity(&self) -> usize {
+        self.min_arity
+    }
+
+    /// Combines performed since creation or the last `reset_combines`.
+    pub fn combines(&self) -> u64 {
+        self.combines.load(Relaxed)
+    }
+
+    /// Reset the combine counter.
+    pub fn reset_combines(&self) {
+        self.combines.store(0, Relaxed);
+    }
+
+    fn max_entries(&self) -> usize {
+        2 * self.min_arity - 1
+    }
+
+    fn min_entries(&self) -> usize {
+        self.min_arity - 1
+    }
+
+    fn comb(&self, a: &M::P, b: &M::P) -> M::P {
+        // a load and a store, not an atomic add: one thread mutates a tree at a time
+        self.combines
+            .store(self.combines.load(Relaxed) + 1, Relaxed);
+        self.m.combine(a, b)
+    }
+
+    /// A fresh node; reuses a node of the deferred free list, whose children (a subtree cut
+    /// off by a bulk eviction) join the list: O(1) per allocation.
+    fn alloc(&mut self, height: u32) -> Idx {
+        let identity = self.m.identity();
+        if let Some(idx) = self.free.pop() {
+            let kids = std::mem::take(&mut self.nodes[idx as usize].kids);
+            self.free.extend(kids.iter().copied());
+            let node = &mut self.nodes[idx as usize];
+            node.parent = NIL;
+            node.times.clear();
+            node.vals.clear();
+            node.kids = kids;
+            node.kids.clear();
+            node.local = identity.clone();
+            node.agg = identity;
+            node.cnt = 0;
+            node.local_cnt = 0;
+            node.height = height;
+            node.left = false;
+            node.right = false;
+            node.alive = true;
+            node.mark = false;
+            node.stale = true;
+            return idx;
+        }
+        let capacity = 2 * self.min_arity;
+        self.nodes.push(Node {
+            parent: NIL,
+            times: Vec::with_capacity(capacity),
+            vals: Vec::with_capacity(capacity),
+            kids: Vec::new(),
+            suffix: Vec::new(),
+            local: identity.clone(),
+            agg: identity,
+            cnt: 0,
+            local_cnt: 0,
+            height,
+            left: false,
+            right: false,
+            alive: true,
+            mark: false,
+            stale: true,
+        });
+        (self.nodes.len() - 1) as Idx
+    }
+
+    fn release(&mut self, idx: Idx) {
+        let node = &mut self.nodes[idx as usize];
+        node.alive = false;
+        self.free.push(idx);
+    }
+
+    fn n(&self, idx: Idx) -> &Node<M::P> {
+        &self.nodes[idx as usize]
+    }
+
+    fn nm(&mut self, idx: Idx) -> &mut Node<M::P> {
+        &mut self.nodes[idx as usize]
+    }
+
+    fn is_leaf(&self, idx: Idx) -> bool {
+        self.n(idx).kids.is_empty()
+    }
+
+    // --- observers --------------------------------------------------------------------------
+
+    /// Number of entries (distinct times). O(1).
+    pub fn len(&self) -> usize {
+        let root = self.n(self.root);
+        if root.kids.is_empty() {
+            root.cnt
+        } else {
+            self.n(self.lf).cnt + root.cnt + self.n(self.rf).cnt
+        }
+    }
+
+    /// Whether the window is empty. O(1).
+    pub fn is_empty(&self) -> bool {
+        self.n(self.rf).times.is_empty()
+    }
+
+    /// The smallest time, if any. O(1).
+    pub fn oldest(&self) -> Option<Time> {
+        self.n(self.lf).times.first().copied()
+    }
+
+    /// The largest time, if any. O(1).
+    pub fn youngest(&self) -> Option<Time> {
+        self.n(self.rf).times.last().copied()
+    }
+
+    /// The partial aggregate of the whole window: two combines (none for a leaf root).
+    pub fn query(&self) -> M::P {
+        let root = self.n(self.root);
+        if root.kids.is_empty() {
+            return root.agg.clone();
+        }
+        let left = self.comb(&self.n(self.lf).agg, &root.agg);
+        self.comb(&left, &self.n(self.rf).agg)
+    }
+
+    /// The partial stored at `t`, if any. O(log d).
+    pub fn get(&self, t: Time) -> Option<M::P> {
+        if self.is_empty() {
+            return None;
+        }
+        let (node, i, found) = self.search(t);
+        found.then(|| self.n(node).vals[i].clone())
+    }
+
+    /// All `(t, partial)` entries in time order. O(n).
+    pub fn items(&self) -> Vec<(Time, M::P)> {
+        let mut out = Vec::with_capacity(self.len());
+        self.walk(self.root, &mut out);
+        out
+    }
+
+    fn walk(&self, idx: Idx, out: &mut Vec<(Time, M::P)>) {
+        let node = self.n(idx);
+        for (i, (&t, v)) in node.times.iter().zip(&node.vals).enumerate() {
+            if !node.kids.is_empty() {
+                self.walk(node.kids[i], out);
+            }
+            out.push((t, v.clone()));
+        }
+        if let Some(&last) = node.kids.last() {
+            self.walk(last, out);
+        }
+    }
+
+    /// Finger search: the node holding `t` and its index (found), or the leaf and the
+    /// position where `t` belongs. Climbs from the finger on `t`'s side of the root's first
+    /// separator to the lowest spine node whose range holds `t`, then descends: O(log d).
+    fn search(&self, t: Time) -> (Idx, usize, bool) {
+        let mut node = self.root;
+        let root = self.n(self.root);
+        if !root.kids.is_empty() {
+            if t > root.times[0] {
+                node = self.rf;
+                while self.n(node).parent != NIL {
+                    let parent = self.n(node).parent;
+                    if t > *self.n(parent).times.last().expect("inner node has entries") {
+                        break;
+                    }
+                    node = parent;
+                }
+            } else {
+                node = self.lf;
+                while self.n(node).parent != NIL {
+                    let parent = self.n(node).parent;
+                    if t < self.n(parent).times[0] {
+                        break;
+                    }
+                    node = parent;
+                }
+            }
+        }
+        loop {
+            let n = self.n(node);
+            let i = lower_bound(&n.times, t);
+            if i < n.times.len() && n.times[i] == t {
+                return (node, i, true);
+            }
+            if n.kids.is_empty() {
+                return (node, i, false);
+            }
+            node = n.kids[i];
+        }
+    }
+
+    // --- aggregates -------------------------------------------------------------------------
+
+    /// `[c_0] v_0 c_1 ... v_{k-1} [c_k]` folded, with the count it covers.
+    fn fold_node(&self, idx: Idx, skip_first: bool, skip_last: bool) -> (Option<M::P>, usize) {
+        let node = self.n(idx);
+        let k = node.times.len();
+        let mut acc: Option<M::P> = None;
+        let mut cnt = k;
+        let push = |acc: &mut Option<M::P>, x: &M::P| {
+            *acc = Some(match acc.take() {
+                None => x.clone(),
+                Some(a) => self.comb(&a, x),
+            });
+        };
+        if node.kids.is_empty() {
+            for v in &node.vals {
+                push(&mut acc, v);
+            }
+            return (acc, cnt);
+        }
+        for i in 0..=k {
+            if !((i == 0 && skip_first) || (i == k && skip_last)) {
+                let kid = self.n(node.kids[i]);
+                push(&mut acc, &kid.agg);
+                cnt += kid.cnt;
+            }
+            if i < k {
+                push(&mut acc, &node.vals[i]);
+            }
+        }
+        (acc, cnt)
+    }
+
+    /// The own sequence of spine node `idx` folded (without the parent's term) with its
+    /// count; for the left finger (a leaf below the root) from the right, with every suffix.
+    fn spine_local(&self, idx: Idx, buffer: Vec<M::P>) -> (M::P, usize, Option<Vec<M::P>>) {
+        let node = self.n(idx);
+        if node.left {
+            let k = node.vals.len();
+            let mut suffix = buffer;
+            suffix.clear();
+            let mut cnt = k;
+            let mut acc: Option<M::P> = None;
+            for i in (0..k).rev() {
+                if let Some(&kid) = node.kids.get(i + 1) {
+                    let kn = self.n(kid);
+                    cnt += kn.cnt;
+                    acc = Some(match acc {
+                        None => kn.agg.clone(),
+                        Some(a) => self.comb(&kn.agg, &a),
+                    });
+                }
+                let v = &node.vals[i];
+                let folded = match acc {
+                    None => v.clone(),
+                    Some(a) => self.comb(v, &a),
+                };
+                suffix.push(folded.clone());
+                acc = Some(folded);
+            }
+            let local = acc.unwrap_or_else(|| self.m.identity());
+            return (local, cnt, Some(suffix));
+        }
+        let (local, cnt) = self.fold_node(idx, node.left, node.right && !node.left);
+        (local.unwrap_or_else(|| self.m.identity()), cnt, None)
+    }
+
+    /// A spine node's aggregate from its own fold and its parent's aggregate.
+    fn with_parent(&self, idx: Idx, local: &M::P, cnt: usize) -> (M::P, usize) {
+        let node = self.n(idx);
+        let p = self.n(node.parent);
+        if p.parent == NIL {
+            (local.clone(), cnt)
+        } else if node.left {
+            (self.comb(local, &p.agg), cnt + p.cnt)
+        } else {
+            (self.comb(&p.agg, local), cnt + p.cnt)
+        }
+    }
+
+    /// The position-aware aggregate of `idx` recomputed from its entries, its children's
+    /// and (on a spine below the root's children) its parent's aggregate: what the checker
+    /// expects, and what a repair stores.
+    fn expected(&self, idx: Idx) -> (M::P, usize) {
+        let node = self.n(idx);
+        if node.parent == NIL {
+            let (agg, cnt) = self.fold_node(idx, true, true);
+            return (agg.unwrap_or_else(|| self.m.identity()), cnt);
+        }
+        if !(node.left || node.right) {
+            let (agg, cnt) = self.fold_node(idx, false, false);
+            return (agg.unwrap_or_else(|| self.m.identity()), cnt);
+        }
+        let (local, cnt, _) = self.spine_local(idx, Vec::new());
+        self.with_parent(idx, &local, cnt)
+    }
+
+    /// Recompute `idx` whole (a spine node: its own fold and caches too).
+    fn recalc(&mut self, idx: Idx) {
+        let node = self.n(idx);
+        if node.parent == NIL || !(node.left || node.right) {
+            let (agg, cnt) = self.expected(idx);
+            let node = self.nm(idx);
+            node.agg = agg;
+            node.cnt = cnt;
+            return;
+        }
+        let buffer = std::mem::take(&mut self.nm(idx).suffix);
+        let (local, local_cnt, suffix) = self.spine_local(idx, buffer);
+        let (agg, cnt) = self.with_parent(idx, &local, local_cnt);
+        let node = self.nm(idx);
+        node.suffix = suffix.unwrap_or_default();
+        node.local = local;
+        node.local_cnt = local_cnt;
+        node.agg = agg;
+        node.cnt = cnt;
+        node.stale = false;
+    }
+
+    /// A spine node whose parent's aggregate changed, its own fold not: one combine.
+    fn refresh(&mut self, idx: Idx) {
+        if self.n(idx).stale {
+            return self.recalc(idx);
+        }
+        let node = self.n(idx);
+        let (agg, cnt) = self.with_parent(idx, &node.local, node.local_cnt);
+        let node = self.nm(idx);
+        node.agg = agg;
+        node.cnt = cnt;
+    }
+
+    /// Repair every aggregate after changes at the nodes of `self.dirty`: non-spine nodes
+    /// bottom-up (each pushing its parent), then the root, then each spine from its highest
+    /// changed node down to its finger.
+    fn repair(&mut self) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        let mut heap = std::mem::take(&mut self.heap);
+        for &idx in &dirty {
+            let node = self.nm(idx);
+            if node.alive && !node.mark {
+                node.mark = true;
+                heap.push(Reverse((node.height, idx)));
+            }
+        }
+        dirty.clear();
+        self.dirty = dirty;
+        let mut left_top: Option<Idx> = None;
+        let mut right_top: Option<Idx> = None;
+        let mut root_dirty = false;
+        while let Some(Reverse((_, idx))) = heap.pop() {
+            self.nm(idx).mark = false;
+            let node = self.n(idx);
+            if node.parent == NIL {
+                root_dirty = true;
+            } else if node.left {
+                left_top = Some(idx); // heights only grow: the last one is the highest
+                self.nm(idx).stale = true;
+            } else if node.right {
+                right_top = Some(idx);
+                self.nm(idx).stale = true;
+            } else {
+                let parent = node.parent;
+                self.recalc(idx);
+                let p = self.nm(parent);
+                if !p.mark {
+                    p.mark = true;
+                    heap.push(Reverse((p.height, parent)));
+                }
+            }
+        }
+        self.heap = heap;
+        if root_dirty {
+            self.recalc(self.root);
+        }
+        if let Some(mut idx) = left_top {
+            loop {
+                self.refresh(idx);
+                match self.n(idx).kids.first() {
+                    Some(&kid) => idx = kid,
+                    None => break,
+                }
+            }
+        }
+        if let Some(mut idx) = right_top {
+            loop {
+                self.refresh(idx);
+                match self.n(idx).kids.last() {
+                    Some(&kid) => idx = kid,
+                    None => break,
+                }
+            }
+        }
+    }
+
+    // --- rebalancing --------------------------------------------------------------------------
+
+    fn child_index(&self, parent: Idx, kid: Idx) -> usize {
+        self.n(parent)
+            .kids
+            .iter()
+            .position(|&k| k == kid)
+            .expect("a child is among its parent's children")
+    }
+
+    /// Split overflowing nodes from `idx` upwards (amortized O(1) per insert).
+    fn split_up(&mut self, mut idx: Idx) {
+        while self.n(idx).times.len() > self.max_entries() {
+            let height = self.n(idx).height;
+            let z = self.alloc(height);
+            let (mut times, mut vals, mut kids) = {
+                let zn = self.nm(z);
+                (
+                    std::mem::take(&mut zn.times),
+                    std::mem::take(&mut zn.vals),
+                    std::mem::take(&mut zn.kids),
+                )
+            };
+            let node = self.nm(idx);
+            let mid = node.times.len() / 2;
+            times.extend(node.times.drain(mid + 1..));
+            vals.extend(node.vals.drain(mid + 1..));
+            let sep_t = node.times.pop().expect("mid entry");
+            let sep_v = node.vals.pop().expect("mid entry");
+            if !node.kids.is_empty() {
+                kids.extend(node.kids.drain(mid + 1..));
+            }
+            let right = node.right;
+            node.right = false;
+            let parent = node.parent;
+            for &kid in &kids {
+                self.nm(kid).parent = z;
+            }
+            {
+                let zn = self.nm(z);
+                zn.times = times;
+                zn.vals = vals;
+                zn.kids = kids;
+                zn.right = right;
+            }
+            if self.rf == idx {
+                self.rf = z;
+            }
+            if parent == NIL {
+                let r = self.alloc(height + 1);
+                {
+                    let rn = self.nm(r);
+                    rn.times.push(sep_t);
+                    rn.vals.push(sep_v);
+                    rn.kids.push(idx);
+                    rn.kids.push(z);
+                }
+                self.nm(idx).parent = r;
+                self.nm(idx).left = true;
+                self.nm(z).parent = r;
+                self.nm(z).right = true;
+                self.root = r;
+                self.dirty.extend([idx, z, r]);
+                return;
+            }
+            let j = self.child_index(parent, idx);
+            {
+                let pn = self.nm(parent);
+                pn.times.insert(j, sep_t);
+                pn.vals.insert(j, sep_v);
+                pn.kids.insert(j + 1, z);
+            }
+            self.nm(z).parent = parent;
+            self.dirty.extend([idx, z, parent]);
+            idx = parent;
+        }
+    }
+
+    /// The in-order split of an overflowing right finger whose parent has room and (unless it
+    /// is the root) an up-to-date own fold: the finger's older half `l` becomes an up node
+    /// and the parent's own fold (the root: its inner aggregate) is extended by
+    /// `up(l) ⊗ separator`, two combines: the same left fold a recomputation would do, without
+    /// refolding the parent. False (nothing changed) when the general path must split.
+    fn split_right_finger(&mut self) -> bool {
+        let l = self.rf;
+        let parent = self.n(l).parent;
+        if parent == NIL {
+            return false;
+        }
+        let p = self.n(parent);
+        let root = p.parent == NIL;
+        if p.times.len() >= self.max_entries() || !(root || (p.right && !p.stale)) {
+            return false;
+        }
+        let z = self.alloc(0);
+        let (mut times, mut vals) = {
+            let zn = self.nm(z);
+            (std::mem::take(&mut zn.times), std::mem::take(&mut zn.vals))
+        };
+        let node = self.nm(l);
+        let mid = node.times.len() / 2;
+        times.extend(node.times.drain(mid + 1..));
+        vals.extend(node.vals.drain(mid + 1..));
+        let sep_t = node.times.pop().expect("mid entry");
+        let sep_v = node.vals.pop().expect("mid entry");
+        node.right = false;
+        {
+            let zn = self.nm(z);
+            zn.times = times;
+            zn.vals = vals;
+            zn.right = true;
+            zn.parent = parent;
+        }
+        self.rf = z;
+        let (up, up_cnt) = self.fold_node(l, false, false);
+        let up = up.expect("a split half has entries");
+        {
+            let ln = self.nm(l);
+            ln.agg = up.clone();
+            ln.cnt = up_cnt;
+        }
+        let p = self.n(parent);
+        let (own, own_cnt) = if root {
+            (&p.agg, p.cnt)
+        } else {
+            (&p.local, p.local_cnt)
+        };
+        let own = self.comb(&self.comb(own, &up), &sep_v);
+        let own_cnt = own_cnt + up_cnt + 1;
+        let pn = self.nm(parent);
+        pn.times.push(sep_t);
+        pn.vals.push(sep_v);
+        pn.kids.push(z);
+        if root {
+            pn.agg = own;
+            pn.cnt = own_cnt;
+        } else {
+            let (agg, cnt) = self.with_parent(parent, &own, own_cnt);
+            let pn = self.nm(parent);
+            pn.local = own;
+            pn.local_cnt = own_cnt;
+            pn.agg = agg;
+            pn.cnt = cnt;
+        }
+        self.recalc(z);
+        true
+    }
+
+    /// Fix an underflowing non-root node by merging with or moving entries from a sibling,
+    /// upwards while parents underflow; collapse an empty inner root. Returns nothing; every
+    /// changed node goes to `self.dirty`.
+    fn fix_up(&mut self, mut idx: Idx) {
+        loop {
+            let parent = self.n(idx).parent;
+            if parent == NIL {
+                self.collapse_root();
+                return;
+            }
+            if self.n(idx).times.len() >= self.min_entries() {
+                return;
+            }
+            let j = self.child_index(parent, idx);
+            let kids_len = self.n(parent).kids.len();
+            let (a, b, si) = if j + 1 < kids_len {
+                (idx, self.n(parent).kids[j + 1], j)
+            } else {
+                (self.n(parent).kids[j - 1], idx, j - 1)
+            };
+            let (la, lb) = (self.n(a).times.len(), self.n(b).times.len());
+            if la + 1 + lb <= self.max_entries() {
+                self.merge(parent, a, b, si);
+            } else if a == idx {
+                self.move_left(parent, a, b, si, self.min_entries() - la);
+            } else {
+                self.move_right(parent, a, b, si, self.min_entries() - lb);
+            }
+            self.dirty.extend([a, b, parent]);
+            idx = parent;
+        }
+    }
+
+    /// `a`, separator `si` of `parent` and `b` (right of `a`) become `a`.
+    fn merge(&mut self, parent: Idx, a: Idx, b: Idx, si: usize) {
+        let (sep_t, sep_v) = {
+            let pn = self.nm(parent);
+            pn.kids.remove(si + 1);
+            (pn.times.remove(si), pn.vals.remove(si))
+        };
+        let (mut times, mut vals, mut kids, right) = {
+            let bn = self.nm(b);
+            (
+                std::mem::take(&mut bn.times),
+                std::mem::take(&mut bn.vals),
+                std::mem::take(&mut bn.kids),
+                bn.right,
+            )
+        };
+        for &kid in &kids {
+            self.nm(kid).parent = a;
+        }
+        let an = self.nm(a);
+        an.times.push(sep_t);
+        an.vals.push(sep_v);
+        an.times.append(&mut times);
+        an.vals.append(&mut vals);
+        an.kids.append(&mut kids);
+        an.right = right;
+        let bn = self.nm(b); // b keeps its (empty) buffers for its next use
+        bn.times = times;
+        bn.vals = vals;
+        bn.kids = kids;
+        if self.rf == b {
+            self.rf = a;
+        }
+        self.release(b);
+    }
+
+    /// Move `count` entries (and children) from the front of `b` through the separator to `a`.
+    fn move_left(&mut self, parent: Idx, a: Idx, b: Idx, si: usize, count: usize) {
+        let (mut times, mut vals, kids) = {
+            let bn = self.nm(b);
+            let times: Vec<Time> = bn.times.drain(..count).collect();
+            let vals: Vec<M::P> = bn.vals.drain(..count).collect();
+            let kids: Vec<Idx> = if bn.kids.is_empty() {
+                Vec::new()
+            } else {
+                bn.kids.drain(..count).collect()
+            };
+            (times, vals, kids)
+        };
+        // separator goes down to a, the last moved entry goes up
+        let new_t = times.pop().expect("count >= 1");
+        let new_v = vals.pop().expect("count >= 1");
+        let (sep_t, sep_v) = {
+            let pn = self.nm(parent);
+            (
+                std::mem::replace(&mut pn.times[si], new_t),
+                std::mem::replace(&mut pn.vals[si], new_v),
+            )
+        };
+        for &kid in &kids {
+            self.nm(kid).parent = a;
+        }
+        let an = self.nm(a);
+        an.times.push(sep_t);
+        an.vals.push(sep_v);
+        an.times.extend(times);
+        an.vals.extend(vals);
+        an.kids.extend(kids);
+    }
+
+    /// Move `count` entries (and children) from the back of `a` through the separator to `b`.
+    fn move_right(&mut self, parent: Idx, a: Idx, b: Idx, si: usize, count: usize) {
+        let (mut times, mut vals, kids) = {
+            let an = self.nm(a);
+            let from = an.times.len() - count;
+            let times: Vec<Time> = an.times.drain(from..).collect();
+            let vals: Vec<M::P> = an.vals.drain(from..).collect();
+            let kids: Vec<Idx> = if an.kids.is_empty() {
+                Vec::new()
+            } else {
+                let from = an.kids.len() - count;
+                an.kids.drain(from..).collect()
+            };
+            (times, vals, kids)
+        };
+        let new_t = times.remove(0);
+        let new_v = vals.remove(0);
+        let (sep_t, sep_v) = {
+            let pn = self.nm(parent);
+            (
+                std::mem::replace(&mut pn.times[si], new_t),
+                std::mem::replace(&mut pn.vals[si], new_v),
+            )
+        };
+        for &kid in &kids {
+            self.nm(kid).parent = b;
+        }
+        times.push(sep_t);
+        vals.push(sep_v);
+        let bn = self.nm(b);
+        bn.times.splice(0..0, times);
+        bn.vals.splice(0..0, vals);
+        if !kids.is_empty() {
+            bn.kids.splice(0..0, kids);
+        }
+    }
+
+    /// While the root is an inner node without entries, its only child becomes the root.
+    fn collapse_root(&mut self) {
+        while !self.is_leaf(self.root) && self.n(self.root).times.is_empty() {
+            let old = self.root;
+            let kid = self.nm(old).kids.pop().expect("one child");
+            self.release(old);
+            let kn = self.nm(kid);
+            kn.parent = NIL;
+            kn.left = false;
+            kn.right = false;
+            self.root = kid;
+            self.dirty.push(kid);
+            // the spines below a new root lose their parent term
+            if let (Some(&first), Some(&last)) =
+                (kn_first(&self.nodes, kid), kn_last(&self.nodes, kid))
+            {
+                self.dirty.extend([first, last]);
+            }
+        }
+    }
+
+    #[inline]
+    fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        if let Err(error) = self.check_invariants() {
+            panic!("FiBA invariant broken: {error}");
+        }
+    }
+
+    // --- updates ------------------------------------------------------------------------------
+
+    /// Add `p` at time `t` (combined after an existing entry at `t`). Amortized O(log d); one
+    /// combine at the young end (in order), one at the old end.
+    pub fn insert(&mut self, t: Time, p: M::P) {
+        let rf = self.rf;
+        let root = self.root;
+        let young = self.n(rf).times.last().copied();
+        match young {
+            None => {
+                let node = self.nm(root);
+                node.times.push(t);
+                node.vals.push(p.clone());
+                node.agg = p;
+                node.cnt = 1;
+            }
+            Some(y) if t > y => {
+                let agg = self.comb(&self.n(rf).agg, &p);
+                let node = self.nm(rf);
+                node.times.push(t);
+                node.vals.push(p);
+                node.agg = agg;
+                node.cnt += 1;
+                node.stale = true;
+                if node.times.len() > self.max_entries() && !self.split_right_finger() {
+                    self.split_up(rf);
+                    self.repair();
+                }
+            }
+            Some(_) if t < self.n(self.lf).times[0] => {
+                let lf = self.lf;
+                let agg = self.comb(&p, &self.n(lf).agg);
+                let node = self.nm(lf);
+                node.times.insert(0, t);
+                node.vals.insert(0, p);
+                node.agg = agg;
+                node.cnt += 1;
+                node.stale = true;
+                if node.times.len() > self.max_entries() {
+                    self.split_up(lf);
+                    self.repair();
+                }
+            }
+            Some(_) => {
+                let (idx, i, found) = self.search(t);
+                if found {
+                    let merged = self.comb(&self.n(idx).vals[i], &p);
+                    self.nm(idx).vals[i] = merged;
+                    self.dirty.push(idx);
+                } else {
+                    let node = self.nm(idx);
+                    node.times.insert(i, t);
+                    node.vals.insert(i, p);
+                    self.dirty.push(idx);
+                    self.split_up(idx);
+                }
+                self.repair();
+            }
+        }
+        self.debug_check();
+    }
+
+    /// Remove the entry at exactly `t`; false when absent. Amortized O(log d); O(MAX_ARITY)
+    /// combines at the old end.
+    pub fn evict(&mut self, t: Time) -> bool {
+        let lf = self.lf;
+        let Some(&oldest) = self.n(lf).times.first() else {
+            return false;
+        };
+        if t < oldest || t > self.youngest().expect("not empty") {
+            return false;
+        }
+        let leaf = if t == oldest {
+            let (root, min_entries) = (self.root, self.min_entries());
+            let node = self.nm(lf);
+            node.times.remove(0);
+            node.vals.remove(0);
+            let (stale, left) = (node.stale, node.times.len());
+            if lf != root && !stale && left >= min_entries {
+                let suffix = &mut self.nm(lf).suffix;
+                suffix.pop();
+                let local = suffix.last().expect("entries left").clone();
+                let (agg, cnt) = self.with_parent(lf, &local, left);
+                let node = self.nm(lf);
+                node.local = local;
+                node.local_cnt = left;
+                node.agg = agg;
+                node.cnt = cnt;
+                self.debug_check();
+                return true;
+            }
+            if lf == root || left >= min_entries {
+                self.recalc(lf);
+                self.debug_check();
+                return true;
+            }
+            lf
+        } else {
+            let (idx, i, found) = self.search(t);
+            if !found {
+                return false;
+            }
+            if self.is_leaf(idx) {
+                let node = self.nm(idx);
+                node.times.remove(i);
+                node.vals.remove(i);
+                idx
+            } else {
+                // replace by its predecessor, the last entry of the subtree left of it
+                let mut leaf = self.n(idx).kids[i];
+                while let Some(&kid) = self.n(leaf).kids.last() {
+                    leaf = kid;
+                }
+                let node = self.nm(leaf);
+                let pt = node.times.pop().expect("non-root leaves have entries");
+                let pv = node.vals.pop().expect("non-root leaves have entries");
+                let inner = self.nm(idx);
+                inner.times[i] = pt;
+                inner.vals[i] = pv;
+                self.dirty.push(idx);
+                leaf
+            }
+        };
+        if leaf == self.lf && self.refill_left_finger() {
+            self.debug_check();
+            return true;
+        }
+        self.dirty.push(leaf);
+        self.fix_up(leaf);
+        self.repair();
+        self.debug_check();
+        true
+    }
+
+    /// The in-order refill of an underflowing left finger: it merges with its sibling when
+    /// the result fits and the parent, a left-spine node below the root with up-to-date
+    /// suffix folds, keeps enough entries. The parent's new own fold is its next suffix fold
+    /// (popped: no combine, and none of its children read), then one combine for its
+    /// parent's term; the finger is refolded. False (nothing changed) when the general path
+    /// must fix it.
+    fn refill_left_finger(&mut self) -> bool {
+        let lf = self.lf;
+        let parent = self.n(lf).parent;
+        if parent == NIL {
+            return false;
+        }
+        let p = self.n(parent);
+        if p.parent == NIL || p.stale || !p.left || p.times.len() <= self.min_entries() {
+            return false;
+        }
+        let b = p.kids[1];
+        let (la, bn) = (self.n(lf).times.len(), self.n(b));
+        if la + 1 + bn.times.len() > self.max_entries() {
+            return false;
+        }
+        let gone = bn.cnt + 1; // the sibling's entries and the separator leave the parent's fold
+        self.merge(parent, lf, b, 0);
+        let pn = self.nm(parent);
+        pn.suffix.pop();
+        let own = pn.suffix.last().expect("entries left").clone();
+        let own_cnt = pn.local_cnt - gone;
+        let (agg, cnt) = self.with_parent(parent, &own, own_cnt);
+        let pn = self.nm(parent);
+        pn.local = own;
+        pn.local_cnt = own_cnt;
+        pn.agg = agg;
+        pn.cnt = cnt;
+        self.recalc(lf);
+        true
+    }
+
+    /// Remove every entry with time <= `t`; returns how many. Seed 003 §4: climb the left
+    /// spine to the lowest node whose first separator is above `t`, cut every level below it
+    /// along the boundary in one pass down (the subtrees left of it go to the deferred free
+    /// list), then fix the underflowing nodes of that path top-down, each with its right
+    /// neighbour (a sibling by then), and repair the aggregates. Amortized O(log m).
+    pub fn bulk_evict(&mut self, t: Time) -> usize {
+        let Some(oldest) = self.oldest() else {
+            return 0;
+        };
+        if t < oldest {
+            return 0;
+        }
+        let before = self.len();
+        if t >= self.youngest().expect("not empty") {
+            self.reset();
+            return before;
+        }
+        let mut top = self.lf;
+        while self.n(top).parent != NIL {
+            let parent = self.n(top).parent;
+            if self.n(parent).times[0] > t {
+                break;
+            }
+            top = parent;
+        }
+        let mut path: Vec<Idx> = Vec::new();
+        let mut cur = top;
+        loop {
+            path.push(cur);
+            let node = self.nm(cur);
+            let i = upper_bound(&node.times, t);
+            node.times.drain(..i);
+            node.vals.drain(..i);
+            if node.kids.is_empty() {
+                break;
+            }
+            let cut: Vec<Idx> = node.kids.drain(..i).collect();
+            let next = node.kids[0];
+            self.free.extend(cut);
+            let kid = self.nm(next);
+            kid.left = true;
+            cur = next;
+        }
+        self.lf = cur;
+        for &idx in &path {
+            if self.nodes[idx as usize].alive {
+                self.dirty.push(idx);
+                self.fix_up(idx);
+            }
+        }
+        self.repair();
+        self.debug_check();
+        before - self.len()
+    }
+
+    /// Insert `(t, p)` pairs in ascending time order, as a loop of inserts would (equal times
+    /// combined in the given order). Panics when out of order: callers check first.
+    ///
+    /// Seed 003 §5 in cost: every pair first goes into its leaf (finger search, splits as
+    /// needed) without touching an aggregate; then one repair recomputes each changed node
+    /// once, bottom-up, and walks the spines down. The changed nodes are the union of the
+    /// pairs' paths, so the combines are O(log d + m (1 + log(d / m))) for m pairs spread
+    /// over the youngest d entries, against O(m log d) for m single inserts.
+    pub fn bulk_insert(&mut self, pairs: Vec<(Time, M::P)>) {
+        for w in pairs.windows(2) {
+            assert!(w[0].0 <= w[1].0, "bulk_insert: pairs out of order");
+        }
+        if pairs.len() <= 1 {
+            for (t, p) in pairs {
+                self.insert(t, p);
+            }
+            return;
+        }
+        for (t, p) in pairs {
+            let (idx, i, found) = self.search(t);
+            if found {
+                let merged = self.comb(&self.n(idx).vals[i], &p);
+                self.nm(idx).vals[i] = merged;
+            } else {
+                let node = self.nm(idx);
+                node.times.insert(i, t);
+                node.vals.insert(i, p);
+                self.split_up(idx);
+            }
+            self.dirty.push(idx);
+        }
+        self.repair();
+        self.debug_check();
+    }
+
+    /// Remove every entry. O(n) deallocation.
+    pub fn clear(&mut self) {
+        self.reset();
+    }
+
+    // --- range query --------------------------------------------------------------------------
+
+    /// The partial of the entries with `lo <= t <= hi` (identity when none). Fig. 10: the
+    /// subtrees entirely inside the range contribute their stored up aggregate (spine
+    /// subtrees, which store none, are descended). A suffix or prefix of d entries starts
+    /// at a finger's spine (`range_top`): O(log d); another range starts at the root:
+    /// O(log n).
+    pub fn query_range(&self, lo: Time, hi: Time) -> M::P {
+        let mut acc: Option<M::P> = None;
+        if hi >= lo && !self.is_empty() {
+            self.range(self.range_top(lo, hi), lo, hi, false, false, &mut acc);
+        }
+        acc.unwrap_or_else(|| self.m.identity())
+    }
+
+    /// Where a range query starts: for a suffix of the window (`hi` at or past the youngest
+    /// time) the lowest right-spine node whose subtree holds every entry from `lo` on, found
+    /// by climbing from the right finger; for a prefix, the mirror image from the left
+    /// finger; else the root. So a suffix or prefix of d entries costs O(log d) combines.
+    fn range_top(&self, lo: Time, hi: Time) -> Idx {
+        let mut node = self.root;
+        if self.youngest().is_some_and(|y| hi >= y) {
+            node = self.rf;
+            while let Some(parent) = Some(self.n(node).parent).filter(|&p| p != NIL) {
+                if lo > *self.n(parent).times.last().expect("inner node has entries") {
+                    break;
+                }
+                node = parent;
+            }
+        } else if self.oldest().is_some_and(|o| lo <= o) {
+            node = self.lf;
+            while let Some(parent) = Some(self.n(node).parent).filter(|&p| p != NIL) {
+                if hi < self.n(parent).times[0] {
+                    break;
+                }
+                node = parent;
+            }
+        }
+        node
+    }
+
+    fn range(
+        &self,
+        idx: Idx,
+        lo: Time,
+        hi: Time,
+        lo_in: bool,
+        hi_in: bool,
+        acc: &mut Option<M::P>,
+    ) {
+        let node = self.n(idx);
+        let push = |acc: &mut Option<M::P>, x: &M::P| {
+            *acc = Some(match acc.take() {
+                None => x.clone(),
+                Some(a) => self.comb(&a, x),
+            });
+        };
+        if lo_in && hi_in && node.parent != NIL && !node.left && !node.right {
+            push(acc, &node.agg);
+            return;
+        }
+        let i0 = if lo_in {
+            0
+        } else {
+            lower_bound(&node.times, lo)
+        };
+        let i1 = if hi_in {
+            node.times.len()
+        } else {
+            upper_bound(&node.times, hi)
+        };
+        if node.kids.is_empty() {
+            for v in &node.vals[i0..i1.max(i0)] {
+                push(acc, v);
+            }
+            return;
+        }
+        for j in i0..=i1.max(i0) {
+            self.range(node.kids[j], lo, hi, lo_in || j > i0, hi_in || j < i1, acc);
+            if j < i1 {
+                push(acc, &node.vals[j]);
+            }
+        }
+    }
+
+    // --- invariants ---------------------------------------------------------------------------
+
+    /// Verify the whole structure in O(n): heights, order, arity, parent links, spine flags,
+    /// fingers, and every node's aggregate and count recomputed from its neighbours' stored
+    /// ones. An error names the broken invariant. Its combines are not counted.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let combines = self.combines();
+        let checked = self.check_tree();
+        self.combines.store(combines, Relaxed);
+        checked
+    }
+
+    fn check_tree(&self) -> Result<(), String> {
+        let root = self.n(self.root);
+        if root.parent != NIL || root.left || root.right || !root.alive {
+            return Err("structure: the root has a parent, a spine flag or is freed".into());
+        }
+        if !root.kids.is_empty() && root.times.is_empty() {
+            return Err("arity: an inner root without entries".into());
+        }
+        let mut lf = self.root;
+        while let Some(&k) = self.n(lf).kids.first() {
+            lf = k;
+        }
+        let mut rf = self.root;
+        while let Some(&k) = self.n(rf).kids.last() {
+            rf = k;
+        }
+        if lf != self.lf || rf != self.rf {
+            return Err("structure: a finger is not the outermost leaf".into());
+        }
+        self.check_node(self.root, None, None, false, false)
+    }
+
+    fn check_node(
+        &self,
+        idx: Idx,
+        lo: Option<Time>,
+        hi: Option<Time>,
+        left: bool,
+        right: bool,
+    ) -> Result<(), String> {
+        let node = self.n(idx);
+        if !node.alive {
+            return Err(format!("structure: node {idx} is freed but linked"));
+        }
+        if node.left != left || node.right != right {
+            return Err(format!("structure: node {idx} has wrong spine flags"));
+        }
+        if node.vals.len() != node.times.len() {
+            return Err(format!(
+                "structure: node {idx} has times and values of different lengths"
+            ));
+        }
+        for w in node.times.windows(2) {
+            if w[0] >= w[1] {
+                return Err(format!("order: node {idx} times not increasing"));
+            }
+        }
+        if let (Some(lo), Some(&first)) = (lo, node.times.first()) {
+            if first <= lo {
+                return Err(format!("order: node {idx} below its separator"));
+            }
+        }
+        if let (Some(hi), Some(&last)) = (hi, node.times.last()) {
+            if last >= hi {
+                return Err(format!("order: node {idx} above its separator"));
+            }
+        }
+        let k = node.times.len();
+        if node.parent != NIL && (k < self.min_entries() || k > self.max_entries()) {
+            return Err(format!("arity: node {idx} has {k} entries"));
+        }
+        if node.parent == NIL && k > self.max_entries() {
+            return Err(format!("arity: the root has {k} entries"));
+        }
+        if node.kids.is_empty() {
+            if node.height != 0 {
+                return Err(format!("height: leaf {idx} at height {}", node.height));
+            }
+        } else {
+            if node.kids.len() != k + 1 {
+                return Err(format!(
+                    "arity: node {idx} has {} children for {k} entries",
+                    node.kids.len()
+                ));
+            }
+            let is_root = node.parent == NIL;
+            for (j, &kid) in node.kids.iter().enumerate() {
+                let kn = self.n(kid);
+                if kn.parent != idx {
+                    return Err(format!("structure: node {kid} has a wrong parent link"));
+                }
+                if kn.height + 1 != node.height {
+                    return Err(format!("height: node {kid} is not one level below {idx}"));
+                }
+                let klo = if j == 0 { lo } else { Some(node.times[j - 1]) };
+                let khi = if j == k { hi } else { Some(node.times[j]) };
+                let kleft = j == 0 && (is_root || left);
+                let kright = j == k && (is_root || right);
+                self.check_node(kid, klo, khi, kleft, kright)?;
+            }
+        }
+        let (agg, cnt) = self.expected(idx);
+        if cnt != node.cnt {
+            return Err(format!(
+                "aggregates: node {idx} count {} != {cnt} (height {}, left {}, right {}, root {})",
+                node.cnt,
+                node.height,
+                node.left,
+                node.right,
+                node.parent == NIL
+            ));
+        }
+        if !self.m.same(&agg, &node.agg) {
+            return Err(format!("aggregates: node {idx} has a stale aggregate"));
+        }
+        if node.parent != NIL && (node.left || node.right) && !node.stale {
+            let (local, local_cnt, suffix) = self.spine_local(idx, Vec::new());
+            if local_cnt != node.local_cnt || !self.m.same(&local, &node.local) {
+                return Err(format!("aggregates: spine node {idx} has a stale own fold"));
+            }
+            if let Some(suffix) = suffix {
+                let cached = &node.suffix;
+                if suffix.len() != cached.len()
+                    || !suffix.iter().zip(cached).all(|(a, b)| self.m.same(a, b))
+                {
+                    return Err("aggregates: the left finger's suffix folds are stale".into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Integer sum.
+    struct Sum;
+    impl Monoid for Sum {
+        type P = i64;
+        fn identity(&self) -> i64 {
+            0
+        }
+        fn combine(&self, a: &i64, b: &i64) -> i64 {
+            a + b
+        }
+        fn same(&self, a: &i64, b: &i64) -> bool {
+            a == b
+        }
+    }
+
+    /// String concatenation of single letters: non-commutative.
+    struct Concat;
+    impl Monoid for Concat {
+        type P = String;
+        fn identity(&self) -> String {
+            String::new()
+        }
+        fn combine(&self, a: &String, b: &String) -> String {
+            format!("{a}{b}")
+        }
+        fn same(&self, a: &String, b: &String) -> bool {
+            a == b
+        }
+    }
+
+    /// A small deterministic generator (no dependency).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    fn oracle_range(
+        model: &std::collections::BTreeMap<Time, String>,
+        lo: Time,
+        hi: Time,
+    ) -> String {
+        if hi < lo {
+            return String::new();
+        }
+        model.range(lo..=hi).map(|(_, v)| v.as_str()).collect()
+    }
+
+    #[test]
+    fn random_operations_match_an_ordered_map() {
+        for seed in 1..40u64 {
+            let mut rng = Rng(seed * 7919);
+            let min_arity = 2 + (seed % 3) as usize;
+            let mut tree = FiBA::new(Concat, min_arity);
+            let mut model = std::collections::BTreeMap::<Time, String>::new();
+            let mut next = 0i64;
+            for _ in 0..400 {
+                match rng.below(10) {
+                    0..=2 => {
+                        next += 1 + rng.below(3) as i64;
+                        let s = ((b'a' + rng.below(26) as u8) as char).to_string();
+                        tree.insert(next, s.clone());
+                        model.entry(next).or_default().push_str(&s);
+                    }
+                    3 | 4 => {
+                        let t = next - rng.below(40) as i64;
+                        let s = ((b'a' + rng.below(26) as u8) as char).to_string();
+                        tree.insert(t, s.clone());
+                        model.entry(t).or_default().push_str(&s);
+                    }
+                    5 => {
+                        let t = match model.keys().next() {
+                            Some(&t) => t,
+                            None => 0,
+                        };
+                        assert_eq!(tree.evict(t), model.remove(&t).is_some());
+                    }
+                    6 => {
+                        let t = next - rng.below(50) as i64;
+                        assert_eq!(tree.evict(t), model.remove(&t).is_some());
+                    }
+                    7 => {
+                        let t = next - 20 - rng.below(30) as i64;
+                        let gone: Vec<Time> = model.range(..=t).map(|(&k, _)| k).collect();
+                        for k in &gone {
+                            model.remove(k);
+                        }
+                        assert_eq!(tree.bulk_evict(t), gone.len());
+                    }
+                    8 => {
+                        let base = next - rng.below(30) as i64;
+                        let pairs: Vec<(Time, String)> = (0..rng.below(12))
+                            .map(|i| (base + (i as i64) / 2, "x".to_string()))
+                            .collect();
+                        for (t, s) in &pairs {
+                            model.entry(*t).or_default().push_str(s);
+                        }
+                        tree.bulk_insert(pairs);
+                    }
+                    _ => {
+                        let lo = next - rng.below(60) as i64;
+                        let hi = lo + rng.below(60) as i64 - 5;
+                        assert_eq!(tree.query_range(lo, hi), oracle_range(&model, lo, hi));
+                    }
+                }
+                tree.check_invariants().unwrap();
+                let all: String = model.values().map(String::as_str).collect();
+                assert_eq!(tree.query(), all);
+                assert_eq!(tree.len(), model.len());
+                assert_eq!(tree.oldest(), model.keys().next().copied());
+                assert_eq!(tree.youngest(), model.keys().last().copied());
+            }
+        }
+    }
+
+    fn in_order_round_cost(n: i64) -> f64 {
+        let mut tree = FiBA::new(Sum, 4);
+        for t in 0..n {
+            tree.insert(t, 1);
+        }
+        let rounds = 4096;
+        tree.reset_combines();
+        for t in n..n + rounds {
+            tree.evict(t - n);
+            tree.insert(t, 1);
+            assert_eq!(tree.query(), n);
+        }
+        tree.combines() as f64 / rounds as f64
+    }
+
+    #[test]
+    fn in_order_rounds_cost_the_same_at_any_size() {
+        let (small, large) = (in_order_round_cost(1 << 6), in_order_round_cost(1 << 12));
+        assert!(large <= small * 1.3, "{small} vs {large}");
+    }
+
+    #[test]
+    fn bulk_evict_costs_far_fewer_combines_than_entries() {
+        let mut tree = FiBA::new(Sum, 4);
+        for t in 0..1 << 12 {
+            tree.insert(t, 1);
+        }
+        tree.reset_combines();
+        assert_eq!(tree.bulk_evict(1023), 1024);
+        assert!(tree.combines() < 200, "{}", tree.combines());
+        assert_eq!(tree.query(), (1 << 12) - 1024);
+    }
+}
