@@ -1,8 +1,8 @@
 //! The finger B-tree aggregator (FiBA), generic over a monoid.
 //!
 //! Tangwongsan, Hirzel, Schneider: *Sub-O(log n) Out-of-Order Sliding-Window Aggregation*
-//! (seed 000: Fig. 7-9 insert/evict/query, Fig. 10 range query) and *Out-of-Order
-//! Sliding-Window Aggregation with Efficient Bulk Evictions and Insertions* (seed 003: bulk
+//! (the FiBA paper: Fig. 7-9 insert/evict/query, Fig. 10 range query) and *Out-of-Order
+//! Sliding-Window Aggregation with Efficient Bulk Evictions and Insertions* (the bulk paper: bulk
 //! evict). The window is a time-ordered sequence of entries `(t, partial)` with distinct
 //! times; an insert at an existing time combines into that entry (older partial first).
 //!
@@ -27,7 +27,7 @@
 //!
 //! Costs (`m` entries evicted in bulk, `d` distance from the nearer end): insert/evict
 //! amortized O(log d), O(1) at the ends; bulk_evict amortized O(log m) (subtrees cut off go
-//! to a deferred free list, seed 003 §4.3, released one node per allocation); query O(1);
+//! to a deferred free list, the bulk paper §4.3, released one node per allocation); query O(1);
 //! query_range O(log n); bulk_insert a loop of inserts (O(m log d), O(m) in order).
 
 use std::cmp::Reverse;
