@@ -36,7 +36,8 @@ Semantics (KIP-450 sliding windows, generalised to out-of-order data and several
   than ``S - R``, so results do not depend on when the sweep last ran.
 
 Each key has ONE aggregator over a composed monoid (every configured aggregation plus the
-event count); every window size is answered from it (window sharing, Sub-O(log n) FiBA paper, §4): by the O(1)
+event count); every window size is answered from it (window sharing, the FiBA paper's §4): by
+the O(1)
 whole-window query when the window covers every retained entry, otherwise from a
 ``WindowSuffix`` per key and window size smaller than the retention
 (``stores.window_suffixes``: Two-Stacks over the FiBA's entries, O(1) amortized per in-order
