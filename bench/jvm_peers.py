@@ -141,7 +141,8 @@ def run_system(
         try:
             out = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise RuntimeError(f"{system} did not finish in {timeout:.0f} s; see {log_path}")
+            message = f"{system} did not finish in {timeout:.0f} s; see {log_path}"
+            raise RuntimeError(message) from None
     lines = [json.loads(x) for x in out.stdout.decode().splitlines() if x.startswith("{")]
     if out.returncode != 0 or len(lines) != len(runs) + 1:
         tail = log_path.read_text()[-3000:]

@@ -1,28 +1,35 @@
-"""The worker against a peer in one run: Quix Streams' sliding windows on the same input.
+"""The worker against its peers in one run: Quix Streams' sliding windows, Kafka Streams'
+``SlidingWindows`` and Flink SQL's ``OVER ... RANGE`` window, on the same input.
 
-``python -m bench.peers run [--occupancies 10,100,1000] [--broker-kind embedded|kafka]
-[--quick]`` starts a broker (``bench.bench_broker``) and, per occupancy, pre-produces one input
-topic (``bench.worker_pipeline.event_stream``: 100 keys, per-key spacing 100 ms, 20% of the
-events up to ``MAX_LATENESS_MS`` late) that three processes read in turn from its start: the
-worker with ``emit=event``, the worker with ``emit=batch`` (``bench.worker_pipeline``'s
-``child`` mode) and the Quix job (``bench.quix_job``). All compute one sliding window of
-``occupancy * SPACING_MS`` (``occupancy`` events per key) per key with count, sum, max and
-mean, and start with every key's windows full (pre-filled, not timed). The worker reports the
-window ending at the event's time (``window_end=event_time``) and keeps ``retention`` = window
-+ ``MAX_LATENESS_MS``; the Quix job has ``grace_ms`` = ``MAX_LATENESS_MS``: both accept every
-event of the stream. Semantics that differ (``bench.quix_semantics``): Quix's stream time is per
-key, FiBA's per partition; a late event makes Quix emit one record per later window it falls
-in, the worker one (``emit=event``) or one per key and batch (``emit=batch``).
+``python -m bench.peers run [--occupancies 10,100,1000] [--events N] [--warmup N]
+[--jvm-peers kafka-streams,flink] [--check-limit N] [--broker-kind kafka|embedded] [--quick]``
+starts a broker (``bench.bench_broker``; Apache Kafka unless told otherwise) and pre-produces
+one input topic (``bench.worker_pipeline.event_stream``: ``--events`` records, default 10^5,
+over 100 keys, per-key spacing 100 ms, 20% of the events up to ``MAX_LATENESS_MS`` late) that
+every process reads from its start. Per occupancy (events per key per window): the worker with
+``emit=event``, the worker with ``emit=batch`` (``bench.worker_pipeline``'s ``child`` mode) and
+the Quix job (``bench.quix_job``); then the JVM peers (``bench.jvm_peers``: one JVM per system,
+warmed up on ``--warmup`` events, default 10^6, of a topic of their own, then one measured job
+per occupancy, Kafka Streams with its record cache on and off). All compute one sliding window
+of ``occupancy * SPACING_MS`` per key (count, sum, max; Quix also mean) and start with every
+key's windows full (pre-filled, not timed). The worker reports the window ending at the event's
+time (``window_end=event_time``) and keeps ``retention`` = window + ``MAX_LATENESS_MS``; Quix
+and Kafka Streams have that grace and Flink's watermark that delay: all accept every event of
+the stream. Semantics that differ: Quix's stream time is per key, FiBA's per partition, a late
+event makes Quix emit one record per later window it falls in (``bench.quix_semantics``);
+Kafka Streams emits every window a record creates or updates (KIP-450: about 2k per event with
+the cache off), Flink one row per event (``bench.jvm_semantics``, which checks both outputs).
 
 Each process is measured as ``bench.worker_pipeline`` measures the worker: accepted events per
-wall second between 30% and 90% of its stream, and its CPU µs per event there. The worker reads
-``events`` records; Quix, whose cost per event grows with the window, reads the first
-``quix_events(occupancy)`` of them (at most ``events``), so that each cell takes tens of
-seconds: rates, not totals, are compared. The ratios are the worker's rate over Quix's per
-occupancy.
+wall second between 30% and 90% of its stream, and its CPU µs per event there (the JVMs measure
+themselves the same way). The worker and the JVM peers read all ``events`` records; Quix,
+whose cost per event grows with the window, reads the first ``quix_events(occupancy)`` of them
+(at most ``events``), so that each cell takes tens of seconds: rates, not totals, are
+compared. The ratios are the worker's rate (each emit mode) over each peer's per occupancy.
 
 Prints the command, the machine and, after the run, the load average again; writes
-``bench/results/peers.json`` (``results_path`` per broker kind) and prints a Markdown table.
+``bench/results/peers_kafka.json`` (``results_path`` per broker kind) and prints a Markdown
+table.
 """
 
 from __future__ import annotations
@@ -43,8 +50,14 @@ from typing import Any
 from app.broker import free_port, stop_process
 from app.settings import Settings, WindowSpec
 from app.topics import TopicSpec, create_topics
-from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, write_results
-from bench.machine import describe_machine
+from bench import jvm_peers
+from bench.bench_broker import (
+    BenchBroker,
+    add_broker_kind_option,
+    announce_run,
+    bench_broker,
+    write_results,
+)
 from bench.quix_job import AGGREGATIONS, OUTPUT_TOPIC_CONFIGS, PARTITIONS
 from bench.worker_pipeline import (
     MAX_LATENESS_MS,
@@ -52,7 +65,6 @@ from bench.worker_pipeline import (
     child_process,
     event_stream,
     measure_rate,
-    produce,
     scenario_settings,
 )
 from stores.durations import format_duration
@@ -131,18 +143,27 @@ def quix_process(
         stop_process(proc, 30)
 
 
-def run_occupancy(
-    broker: BenchBroker, occupancy: int, events: int, quix_n: int, workdir: Path
-) -> list[dict[str, Any]]:
-    """One occupancy: the input produced once, then ``event``, ``batch`` and ``quix`` on it;
-    one result per process (Quix's with its ``output_topic``)."""
+def produce_input(broker: BenchBroker, events: int) -> str:
+    """A new input topic holding ``event_stream(events)``; its name."""
     input_topic = f"peers-{uuid.uuid4().hex[:8]}-events"
+    jvm_peers.produce_topic(broker, input_topic, event_stream(events))
+    return input_topic
+
+
+def run_occupancy(
+    broker: BenchBroker,
+    occupancy: int,
+    events: int,
+    quix_n: int,
+    workdir: Path,
+    input_topic: str,
+) -> list[dict[str, Any]]:
+    """One occupancy on ``input_topic`` (``produce_input``): ``event``, ``batch`` and
+    ``quix``; one result per process (Quix's with its ``output_topic``)."""
     results = []
     for emit in ("event", "batch"):
         settings = peer_settings(broker, occupancy, emit, input_topic, workdir)
         asyncio.run(create_topics(settings))
-        if emit == "event":
-            asyncio.run(produce(settings, event_stream(events)))
         with child_process(settings, emit, occupancy, workdir) as (worker, log_path):
             rate, cpu = measure_rate(settings.web_port, events, worker, log_path, TIMEOUT_S)
         results.append(_result(broker, emit, occupancy, events, rate, cpu))
@@ -173,38 +194,64 @@ def _result(
     }
 
 
+PEERS = ("quix", *jvm_peers.SCENARIOS.values())
+LABELS = {
+    "event": "fiba `emit=event`",
+    "batch": "fiba `emit=batch`",
+    "quix": "Quix Streams",
+    "kafka-streams-cache": "Kafka Streams, cache on",
+    "kafka-streams-nocache": "Kafka Streams, cache off",
+    "flink": "Flink SQL OVER RANGE",
+}
+
+
+def output_check(result: dict[str, Any]) -> str:
+    """A JVM peer's output check in a few words; ``-`` for the others."""
+    check = result.get("check")
+    if check is None:
+        return "-"
+    if not check["checked"]:
+        return f"not read back ({check['output_records']:,} records)"
+    wrong = check["mismatches"]
+    return f"{'right' if not wrong else f'{wrong:,} WRONG'} ({check['compared']:,} compared)"
+
+
 def markdown(results: list[dict[str, Any]]) -> str:
-    """One row per occupancy: each process's events/s and CPU µs per event, and the worker's
-    rate (each emit mode) over Quix's; then the events each process read."""
+    """One row per occupancy and process: events read, events/s, CPU µs per event, the
+    worker's rate (each emit mode) over the process's, and (JVM peers) the output check."""
     cells = {(r["scenario"], r["occupancy"]): r for r in results}
-    occupancies = sorted({r["occupancy"] for r in results})
     lines = [
-        "| events/key in window | fiba event: events/s (CPU µs/event) | fiba batch: events/s "
-        "(CPU µs/event) | Quix: events/s (CPU µs/event) | event / Quix | batch / Quix |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| events/key in window | system | events read | events/s | CPU µs/event "
+        "| fiba event / it | fiba batch / it | output |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for occupancy in occupancies:
-        row = [f"{occupancy:,}"]
-        for scenario in ("event", "batch", "quix"):
+    for occupancy in sorted({r["occupancy"] for r in results}):
+        for scenario in ("event", "batch", *PEERS):
             r = cells.get((scenario, occupancy))
-            row.append(
-                "-" if r is None else f"{r['events_per_s']:,.0f} ({r['cpu_us_per_event']:,.1f})"
+            if r is None:
+                continue
+            ratios = []
+            for mode in ("event", "batch"):
+                mine = cells.get((mode, occupancy))
+                ratio = mine and mine["events_per_s"] / r["events_per_s"]
+                ratios.append(f"{ratio:,.1f}x" if ratio and scenario in PEERS else "-")
+            lines.append(
+                f"| {occupancy:,} | {LABELS[scenario]} | {r['events']:,} "
+                f"| {r['events_per_s']:,.0f} | {r['cpu_us_per_event']:,.1f} "
+                f"| {ratios[0]} | {ratios[1]} | {output_check(r)} |"
             )
-        quix = cells.get(("quix", occupancy))
-        for scenario in ("event", "batch"):
-            r = cells.get((scenario, occupancy))
-            ratio = r and quix and r["events_per_s"] / quix["events_per_s"]
-            row.append(f"{ratio:,.1f}x" if ratio else "-")
-        lines.append("| " + " | ".join(row) + " |")
-    read = ", ".join(
-        f"{occupancy:,}: {cells[('quix', occupancy)]['events']:,}"
-        for occupancy in occupancies
-        if ("quix", occupancy) in cells
-    )
-    events = max(r["events"] for r in results)
-    lines.append(
-        f"\nEvents read: the worker {events:,} per emit mode; Quix (per occupancy) {read}."
-    )
+    warmups = {
+        r["scenario"]: r["warmup"] for r in results if "warmup" in r and r["scenario"] in PEERS
+    }
+    if warmups:
+        lines.append(
+            "\nJVM warm-up (before the measured jobs, same JVM): "
+            + "; ".join(
+                f"{LABELS[s]}: {w['events']:,} events at {w['events_per_s']:,.0f}/s"
+                for s, w in warmups.items()
+            )
+            + "."
+        )
     return "\n".join(lines)
 
 
@@ -212,23 +259,49 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run")
-    run.add_argument("--quick", action="store_true")
-    add_broker_kind_option(run)
+    run.add_argument("--quick", action="store_true", help="24,000 events, 50,000 to warm up")
+    add_broker_kind_option(run, default="kafka")
     run.add_argument("--occupancies", default="10,100,1000")
+    run.add_argument("--events", type=int, help="measured input events (default 10^5)")
+    run.add_argument("--warmup", type=int, help="JVM warm-up events (default 10^6)")
+    run.add_argument(
+        "--jvm-peers",
+        default=",".join(jvm_peers.MAINS),
+        help="the JVM peers to run (comma-separated; empty: none)",
+    )
+    run.add_argument(
+        "--check-limit",
+        type=int,
+        default=jvm_peers.CHECK_LIMIT,
+        help="read back and check a JVM peer's output only up to this many records",
+    )
     args = parser.parse_args(sys.argv[1:] or ["run"])
-    print("command:", " ".join(["python -m bench.peers", *sys.argv[1:]]))
-    for name, value in describe_machine().items():
-        print(f"{name}: {value}")
-    events = 24_000 if args.quick else 90_000
+    facts = announce_run("bench.peers")
+    events = args.events or (24_000 if args.quick else 100_000)
+    warmup = args.warmup or (50_000 if args.quick else 1_000_000)
+    occupancies = [int(x) for x in args.occupancies.split(",")]
+    systems = tuple(s for s in args.jvm_peers.split(",") if s)
     results = []
     with (
         bench_broker(args.broker_kind) as broker,
         tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp,
     ):
-        for occupancy in (int(x) for x in args.occupancies.split(",")):
+        input_topic = produce_input(broker, events)
+        for occupancy in occupancies:
             quix_n = quix_events(occupancy, events, args.quick)
-            results += run_occupancy(broker, occupancy, events, quix_n, Path(tmp))
-    write_results(results, RESULTS, args.broker_kind)
+            results += run_occupancy(broker, occupancy, events, quix_n, Path(tmp), input_topic)
+        if systems:
+            results += jvm_peers.run_peers(
+                broker,
+                input_topic,
+                events,
+                occupancies,
+                warmup,
+                Path(tmp),
+                args.check_limit,
+                systems,
+            )
+    write_results(results, RESULTS, args.broker_kind, facts)
     print(markdown(results))
 
 

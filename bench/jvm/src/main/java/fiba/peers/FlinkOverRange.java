@@ -60,7 +60,7 @@ public final class FlinkOverRange {
         String insert = String.format(
                 "INSERT INTO sink SELECT k, ts, COUNT(*) OVER w, SUM(`value`) OVER w, MAX(`value`) OVER w"
                         + " FROM (%s) WINDOW w AS (PARTITION BY k ORDER BY rt"
-                        + " RANGE BETWEEN INTERVAL '%s' SECOND(9, 3) PRECEDING AND CURRENT ROW)",
+                        + " RANGE BETWEEN %s PRECEDING AND CURRENT ROW)",
                 rows, seconds(run.windowMs()));
         tEnv.executeSql(insert).await();
         if (progress.accepted() != events) {
@@ -73,7 +73,7 @@ public final class FlinkOverRange {
     static String sourceDdl(String table, String topic, String bootstrap, String grace) {
         return String.format(
                 "CREATE TABLE %s (k STRING, ts BIGINT, `value` DOUBLE, rt AS TO_TIMESTAMP_LTZ(ts, 3),"
-                        + " WATERMARK FOR rt AS rt - INTERVAL '%s' SECOND(9, 3)) WITH ("
+                        + " WATERMARK FOR rt AS rt - %s) WITH ("
                         + " 'connector' = 'kafka', 'topic' = '%s', 'properties.bootstrap.servers' = '%s',"
                         + " 'properties.group.id' = 'fiba-peers-flink-%s',"
                         + " 'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset',"
@@ -82,9 +82,12 @@ public final class FlinkOverRange {
                 table, grace, topic, bootstrap, UUID.randomUUID());
     }
 
-    /** Milliseconds as an SQL seconds literal with three decimals. */
+    /** Milliseconds as an SQL interval literal, {@code INTERVAL 'd hh:mm:ss.fff' DAY TO SECOND(3)}. */
     static String seconds(long ms) {
-        return String.format(Locale.ROOT, "%d.%03d", ms / 1000, ms % 1000);
+        return String.format(
+                Locale.ROOT,
+                "INTERVAL '%d %02d:%02d:%02d.%03d' DAY TO SECOND(3)",
+                ms / 86_400_000, ms / 3_600_000 % 24, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
     }
 
     /** {@code SEEN(ts)}: true; counts the input row in the run's {@link Progress}. */
