@@ -13,10 +13,12 @@ input. The JVM measures as ``bench.worker_pipeline.measure_rate`` does: input re
 second between 30% and 90% of the input, and the whole process's CPU µs per record there
 (``fiba.peers.Progress``); it prints one JSON line per job.
 
-Then every measured job's output topic is read back and checked against its system's model
+Then every measured job's output topic is read back, checked against its system's model
 (``bench.jvm_semantics``), unless it holds more than ``check_limit`` records (Kafka Streams
 with the cache off emits about 2k records per event at k events per key per window: 10^8 at
-k = 1000, too many to read back here); the result says which.
+k = 1000, too many to read back here); the result says which. The outputs are deleted after
+the checks, Kafka Streams' changelogs after each job: Kafka Streams with the cache off at k =
+1000 writes about 10^8 records to each, so keep tens of gigabytes free for the broker's log.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from agents.clients import client_options, end_offsets
 from app.settings import Settings
@@ -70,12 +73,15 @@ def build() -> str:
 
 
 def prefill_records(occupancy: int) -> list[tuple[bytes, bytes]]:
-    """Every key's ``prefill_events(occupancy)`` as input records: the events that fill each
-    key's windows before the input's first event (those the worker and Quix pre-fill)."""
+    """Every key's ``prefill_events(occupancy)`` as input records in time order (key by key
+    within a time): the events that fill each key's windows before the input's first event
+    (those the worker and Quix pre-fill). In time order because Kafka Streams' stream time is
+    per task: a key's prefill written after another's whole prefill would find its early
+    windows closed already (beyond the grace)."""
     return [
         (f"key-{k}".encode(), json.dumps({"ts": t, "value": v}).encode())
-        for k in range(KEYS)
         for t, v in prefill_events(occupancy)
+        for k in range(KEYS)
     ]
 
 
@@ -117,8 +123,9 @@ def run_system(
         for variant in VARIANTS[system]:
             output = f"{input_topic}-{SCENARIOS[(system, variant)]}-{occupancy}"
             topics.append(output)
-            runs.append(f"{occupancy}:{occupancy * SPACING_MS}:{prefill}:{output}:{variant}")
-    topics.append(runs[0].split(":")[3] + "-warmup")
+            window = occupancy * SPACING_MS
+            runs.append(f"{occupancy}:{window}:{prefill}:{occupancy * KEYS}:{output}:{variant}")
+    topics.append(runs[0].split(":")[4] + "-warmup")
     specs = [TopicSpec(t, PARTITIONS, 1, OUTPUT_TOPIC_CONFIGS) for t in topics]
     asyncio.run(create_topics(_offline(broker), specs))
     command = [
@@ -182,6 +189,20 @@ def output_records(
     return total, (iter(records) if total <= limit else None)
 
 
+def delete_topics(broker: BenchBroker, topics: list[str]) -> None:
+    """Delete ``topics`` (the JVM peers' outputs once checked: gigabytes at large windows)."""
+
+    async def delete() -> None:
+        admin = AIOKafkaAdminClient(**client_options(_offline(broker)))
+        await admin.start()
+        try:
+            await admin.delete_topics(topics)
+        finally:
+            await admin.close()
+
+    asyncio.run(delete())
+
+
 def check_output(
     broker: BenchBroker, result: dict[str, Any], events: int, limit: int
 ) -> dict[str, Any]:
@@ -241,4 +262,5 @@ def run_peers(
             result["check"] = check_output(broker, result, events, check_limit)
             print(json.dumps(result), flush=True)
             results.append(result)
+        delete_topics(broker, [r["output_topic"] for r in lines])
     return results

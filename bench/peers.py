@@ -213,7 +213,10 @@ def output_check(result: dict[str, Any]) -> str:
     if not check["checked"]:
         return f"not read back ({check['output_records']:,} records)"
     wrong = check["mismatches"]
-    return f"{'right' if not wrong else f'{wrong:,} WRONG'} ({check['compared']:,} compared)"
+    text = f"{'right' if not wrong else f'{wrong:,} WRONG'} ({check['compared']:,} compared)"
+    if result["prefilled_at_30"] < result["prefilled"]:
+        text += f"; prefill {result['prefilled_at_30']:,} of {result['prefilled']:,} at 30%"
+    return text
 
 
 def markdown(results: list[dict[str, Any]]) -> str:

@@ -27,7 +27,7 @@ public final class FlinkOverRange {
         Args args = Args.parse(argv);
         Args.Run first = args.runs().get(0);
         Args.Run warmup = new Args.Run(
-                0, args.warmupWindowMs(), "", first.outputTopic() + "-warmup", first.variant());
+                0, args.warmupWindowMs(), "", 0, first.outputTopic() + "-warmup", first.variant());
         run(args, warmup, args.warmupTopic(), args.warmupEvents(), "warmup");
         for (Args.Run run : args.runs()) {
             run(args, run, args.inputTopic(), args.events(), "measured");
@@ -44,12 +44,13 @@ public final class FlinkOverRange {
         TableEnvironment tEnv = TableEnvironment.create(
                 EnvironmentSettings.newInstance().inStreamingMode().withConfiguration(config).build());
         tEnv.createTemporarySystemFunction("SEEN", Seen.class);
+        tEnv.createTemporarySystemFunction("PREFILLED", Prefilled.class);
         String grace = seconds(args.graceMs());
         tEnv.executeSql(sourceDdl("events", input, args.bootstrap(), grace));
         String rows = "SELECT k, ts, `value`, rt FROM events WHERE SEEN(ts)";
         if (!run.prefillTopic().isEmpty()) {
             tEnv.executeSql(sourceDdl("prefill", run.prefillTopic(), args.bootstrap(), grace));
-            rows = "SELECT k, ts, `value`, rt FROM prefill UNION ALL " + rows;
+            rows = "SELECT k, ts, `value`, rt FROM prefill WHERE PREFILLED(ts) UNION ALL " + rows;
         }
         tEnv.executeSql(String.format(
                 "CREATE TABLE sink (k STRING, ts BIGINT, cnt BIGINT, sm DOUBLE, mx DOUBLE) WITH ("
@@ -63,8 +64,9 @@ public final class FlinkOverRange {
                         + " RANGE BETWEEN %s PRECEDING AND CURRENT ROW)",
                 rows, seconds(run.windowMs()));
         tEnv.executeSql(insert).await();
-        if (progress.accepted() != events) {
-            throw new IllegalStateException(progress.accepted() + " of " + events + " records read");
+        if (progress.accepted() != events || progress.prefilled() != run.prefillEvents()) {
+            throw new IllegalStateException(progress.accepted() + " of " + events + " records and "
+                    + progress.prefilled() + " of " + run.prefillEvents() + " prefill records read");
         }
         System.out.println(progress.resultJson("flink", run.occupancy(), run.outputTopic(), phase));
         System.out.flush();
@@ -88,6 +90,19 @@ public final class FlinkOverRange {
                 Locale.ROOT,
                 "INTERVAL '%d %02d:%02d:%02d.%03d' DAY TO SECOND(3)",
                 ms / 86_400_000, ms / 3_600_000 % 24, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    }
+
+    /** {@code PREFILLED(ts)}: true; counts the prefill row in the run's {@link Progress}. */
+    public static final class Prefilled extends ScalarFunction {
+        public boolean eval(Long ts) {
+            Seen.current.prefill();
+            return true;
+        }
+
+        @Override
+        public boolean isDeterministic() {
+            return false;
+        }
     }
 
     /** {@code SEEN(ts)}: true; counts the input row in the run's {@link Progress}. */

@@ -3,9 +3,13 @@ package fiba.peers;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.time.Duration;
+import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Properties;
 import java.util.UUID;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.serialization.Deserializer;
@@ -35,7 +39,8 @@ import org.apache.kafka.streams.state.WindowStore;
  * (VARIANT {@code cache}, Kafka Streams' default 10 MB) or off ({@code nocache}: every update
  * forwarded). Each run is a new application on the same JVM (see {@link Args}); a run's state
  * is first filled from its prefill topic, merged with the input: within a task Kafka Streams
- * takes the record with the smallest timestamp first, and the prefill's are older.
+ * takes the record with the smallest timestamp first (given {@code max.task.idle.ms}, see
+ * below), and the prefill's are older.
  */
 public final class KafkaStreamsSliding {
     private KafkaStreamsSliding() {}
@@ -44,7 +49,7 @@ public final class KafkaStreamsSliding {
         Args args = Args.parse(argv);
         Args.Run first = args.runs().get(0);
         Args.Run warmup = new Args.Run(
-                0, args.warmupWindowMs(), "", first.outputTopic() + "-warmup", first.variant());
+                0, args.warmupWindowMs(), "", 0, first.outputTopic() + "-warmup", first.variant());
         run(args, warmup, args.warmupTopic(), args.warmupEvents(), "warmup");
         for (Args.Run run : args.runs()) {
             run(args, run, args.inputTopic(), args.events(), "measured");
@@ -60,7 +65,9 @@ public final class KafkaStreamsSliding {
         KStream<String, String> stream = builder.stream(input, consumed)
                 .peek((k, v) -> progress.accept());
         if (!run.prefillTopic().isEmpty()) {
-            stream = builder.stream(run.prefillTopic(), consumed).merge(stream);
+            stream = builder.stream(run.prefillTopic(), consumed)
+                    .peek((k, v) -> progress.prefill())
+                    .merge(stream);
         }
         stream.mapValues(Events::value)
                 .groupByKey(Grouped.with(Serdes.String(), Serdes.Double()))
@@ -78,7 +85,8 @@ public final class KafkaStreamsSliding {
                 .to(run.outputTopic(), Produced.with(Serdes.String(), Serdes.String()));
 
         Properties props = new Properties();
-        props.put(StreamsConfig.APPLICATION_ID_CONFIG, "fiba-peers-ks-" + UUID.randomUUID());
+        String applicationId = "fiba-peers-ks-" + UUID.randomUUID();
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, applicationId);
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args.bootstrap());
         props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
         props.put(StreamsConfig.STATE_DIR_CONFIG, Files.createTempDirectory("fiba-peers-ks").toString());
@@ -86,20 +94,38 @@ public final class KafkaStreamsSliding {
                 StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG,
                 run.variant().equals("nocache") ? 0L : 10L * 1024 * 1024);
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        // Take the prefill first: with the default 0, a task whose prefill partition has no
+        // record in its queue and a lag of 0 (its last records fetched but still in the
+        // consumer's buffer) goes on with the input, whose stream time then closes the
+        // prefill's windows; and with the cache off at large windows one poll's records take
+        // seconds. Waiting up to 60 s for them costs one idle minute per run, once the prefill
+        // is over, before the measured part.
+        props.put(StreamsConfig.MAX_TASK_IDLE_MS_CONFIG, 60_000L);
         KafkaStreams streams = new KafkaStreams(builder.build(), props);
         streams.start();
         try {
-            if (!progress.awaitAll(3_600_000)) {
+            if (!progress.awaitAll(run.prefillEvents(), 3_600_000)) {
                 throw new IllegalStateException(
                         "timeout: " + progress.accepted() + " of " + events + " records accepted");
             }
         } finally {
             streams.close(Duration.ofMinutes(10)); // flushes the cache, commits, flushes the producer
             streams.cleanUp();
+            deleteChangelog(args.bootstrap(), applicationId);
         }
         String system = run.variant().equals("nocache") ? "kafka-streams-nocache" : "kafka-streams-cache";
         System.out.println(progress.resultJson(system, run.occupancy(), run.outputTopic(), phase));
         System.out.flush();
+    }
+
+    /**
+     * Delete the run's changelog topic once the run is over (with the cache off it holds about
+     * as many records as the output: gigabytes at large windows).
+     */
+    static void deleteChangelog(String bootstrap, String applicationId) throws Exception {
+        try (Admin admin = Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap))) {
+            admin.deleteTopics(List.of(applicationId + "-sliding-changelog")).all().get();
+        }
     }
 
     /** The record's event time: its value's {@code ts}. */

@@ -15,7 +15,8 @@ final class Progress {
     private final long mark30;
     private final long mark90;
     private volatile long accepted;
-    private long wall30, cpu30, wall90, cpu90;
+    private volatile long prefilled;
+    private long wall30, cpu30, wall90, cpu90, prefilledAt30;
 
     Progress(long total) {
         this.total = total;
@@ -28,6 +29,7 @@ final class Progress {
         long n = accepted + 1;
         accepted = n;
         if (n == mark30) {
+            prefilledAt30 = prefilled;
             wall30 = System.nanoTime();
             cpu30 = processCpuNanos();
         } else if (n == mark90) {
@@ -40,10 +42,20 @@ final class Progress {
         return accepted;
     }
 
-    /** Wait until every record is accepted; false after {@code timeoutMs}. */
-    boolean awaitAll(long timeoutMs) throws InterruptedException {
+    /** One prefill record taken in (on the job's thread). */
+    void prefill() {
+        prefilled = prefilled + 1;
+    }
+
+    long prefilled() {
+        return prefilled;
+    }
+
+    /** Wait until every record and {@code prefill} prefill records are taken in; false after
+     * {@code timeoutMs}. */
+    boolean awaitAll(long prefill, long timeoutMs) throws InterruptedException {
         long deadline = System.currentTimeMillis() + timeoutMs;
-        while (accepted < total) {
+        while (accepted < total || prefilled < prefill) {
             if (System.currentTimeMillis() > deadline) {
                 return false;
             }
@@ -67,8 +79,10 @@ final class Progress {
         return String.format(
                 Locale.ROOT,
                 "{\"system\": \"%s\", \"phase\": \"%s\", \"occupancy\": %d, \"events\": %d,"
-                        + " \"events_per_s\": %.1f, \"cpu_us_per_event\": %.2f, \"output_topic\": \"%s\"}",
-                system, phase, occupancy, total, eventsPerSecond(), cpuMicrosPerEvent(), outputTopic);
+                        + " \"events_per_s\": %.1f, \"cpu_us_per_event\": %.2f, \"output_topic\": \"%s\","
+                        + " \"prefilled\": %d, \"prefilled_at_30\": %d}",
+                system, phase, occupancy, total, eventsPerSecond(), cpuMicrosPerEvent(), outputTopic,
+                prefilled, prefilledAt30);
     }
 
     static long processCpuNanos() {
