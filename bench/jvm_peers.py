@@ -9,7 +9,8 @@ minutes) so the JIT has compiled the job's code, then, on the same JVM, one meas
 occupancy (Kafka Streams: per occupancy and cache mode) on the measured input topic, the same
 records the worker and Quix read. A measured job first takes the occupancy's prefill topic
 (``prefill_records``: every key's windows full, as the worker and the Quix job start), then the
-input. The JVM measures as ``bench.worker_pipeline.measure_rate`` does: input records per wall
+input (Kafka Streams idles up to a minute per job after the prefill to keep that order; each
+result says how much of the prefill was taken in by the 30% mark: all of it, when in order). The JVM measures as ``bench.worker_pipeline.measure_rate`` does: input records per wall
 second between 30% and 90% of the input, and the whole process's CPU µs per record there
 (``fiba.peers.Progress``); it prints one JSON line per job.
 

@@ -14,7 +14,8 @@ import org.apache.flink.table.functions.ScalarFunction;
  * [t - window, t] (rows of equal time see each other), to the output topic as
  * {@code {"ts", "cnt", "sm", "mx"}} keyed by the input key. Event time from the value's
  * {@code ts}, watermark {@code ts - grace} per Kafka partition (rows behind it are late and
- * dropped: none in this input). Flink's Kafka connector both ways (bounded source: up to the
+ * dropped: none in this input); progress is counted as the window emits the input's rows
+ * ({@link Seen}). Flink's Kafka connector both ways (bounded source: up to the
  * latest offsets at the start), JSON format, local MiniCluster, parallelism 1, the default
  * (heap) state backend, no checkpoints. Each run is a new job on the same JVM (see
  * {@link Args}); its prefill topic is read as a second source, UNION ALL with the input: the
@@ -47,10 +48,10 @@ public final class FlinkOverRange {
         tEnv.createTemporarySystemFunction("PREFILLED", Prefilled.class);
         String grace = seconds(args.graceMs());
         tEnv.executeSql(sourceDdl("events", input, args.bootstrap(), grace));
-        String rows = "SELECT k, ts, `value`, rt FROM events WHERE SEEN(ts)";
+        String rows = "SELECT k, ts, `value`, rt, 1 AS src FROM events";
         if (!run.prefillTopic().isEmpty()) {
             tEnv.executeSql(sourceDdl("prefill", run.prefillTopic(), args.bootstrap(), grace));
-            rows = "SELECT k, ts, `value`, rt FROM prefill WHERE PREFILLED(ts) UNION ALL " + rows;
+            rows = "SELECT k, ts, `value`, rt, 0 AS src FROM prefill WHERE PREFILLED(ts) UNION ALL " + rows;
         }
         tEnv.executeSql(String.format(
                 "CREATE TABLE sink (k STRING, ts BIGINT, cnt BIGINT, sm DOUBLE, mx DOUBLE) WITH ("
@@ -59,9 +60,10 @@ public final class FlinkOverRange {
                         + " 'value.fields-include' = 'EXCEPT_KEY', 'sink.delivery-guarantee' = 'at-least-once')",
                 run.outputTopic(), args.bootstrap()));
         String insert = String.format(
-                "INSERT INTO sink SELECT k, ts, COUNT(*) OVER w, SUM(`value`) OVER w, MAX(`value`) OVER w"
+                "INSERT INTO sink SELECT k, ts, cnt, sm, mx FROM (SELECT k, ts, src,"
+                        + " COUNT(*) OVER w AS cnt, SUM(`value`) OVER w AS sm, MAX(`value`) OVER w AS mx"
                         + " FROM (%s) WINDOW w AS (PARTITION BY k ORDER BY rt"
-                        + " RANGE BETWEEN %s PRECEDING AND CURRENT ROW)",
+                        + " RANGE BETWEEN %s PRECEDING AND CURRENT ROW)) WHERE SEEN(src)",
                 rows, seconds(run.windowMs()));
         tEnv.executeSql(insert).await();
         if (progress.accepted() != events || progress.prefilled() != run.prefillEvents()) {
@@ -105,12 +107,18 @@ public final class FlinkOverRange {
         }
     }
 
-    /** {@code SEEN(ts)}: true; counts the input row in the run's {@link Progress}. */
+    /**
+     * {@code SEEN(src)}: true; counts an input row ({@code src} 1, not the prefill's 0) in the
+     * run's {@link Progress} as the OVER window emits it: the rate is the window's, not the
+     * source's (which reads ahead of it, beside the prefill's source).
+     */
     public static final class Seen extends ScalarFunction {
         static volatile Progress current;
 
-        public boolean eval(Long ts) {
-            current.accept();
+        public boolean eval(Integer src) {
+            if (src == 1) {
+                current.accept();
+            }
             return true;
         }
 
