@@ -10,14 +10,16 @@ occupancy (Kafka Streams: per occupancy and cache mode) on the measured input to
 records the worker and Quix read. A measured job first takes the occupancy's prefill topic
 (``prefill_records``: every key's windows full, as the worker and the Quix job start), then the
 input (Kafka Streams idles up to a minute per job after the prefill to keep that order; each
-result says how much of the prefill was taken in by the 30% mark: all of it, when in order). The JVM measures as ``bench.worker_pipeline.measure_rate`` does: input records per wall
-second between 30% and 90% of the input, and the whole process's CPU µs per record there
-(``fiba.peers.Progress``); it prints one JSON line per job.
+result says how much of the prefill was taken in by the 30% mark: all of it, when in order).
+The JVM measures as ``bench.worker_pipeline.measure_rate`` does: input records per wall second
+between 30% and 90% of the input (Kafka Streams counts them as its source hands them to the
+window, Flink as its OVER window emits their rows), and the whole process's CPU µs per record
+there (``fiba.peers.Progress``); it prints one JSON line per job.
 
 Then every measured job's output topic is read back, checked against its system's model
 (``bench.jvm_semantics``), unless it holds more than ``check_limit`` records (Kafka Streams
-with the cache off emits about 2k records per event at k events per key per window: 10^8 at
-k = 1000, too many to read back here); the result says which. The outputs are deleted after
+with the cache off emits about k records per event at k events per key per window: about
+10^8 at k = 1000, too many to read back here); the result says which. The outputs are deleted after
 the checks, Kafka Streams' changelogs after each job: Kafka Streams with the cache off at k =
 1000 writes about 10^8 records to each, so keep tens of gigabytes free for the broker's log.
 """

@@ -17,7 +17,7 @@ time (``window_end=event_time``) and keeps ``retention`` = window + ``MAX_LATENE
 and Kafka Streams have that grace and Flink's watermark that delay: all accept every event of
 the stream. Semantics that differ: Quix's stream time is per key, FiBA's per partition, a late
 event makes Quix emit one record per later window it falls in (``bench.quix_semantics``);
-Kafka Streams emits every window a record creates or updates (KIP-450: about 2k per event with
+Kafka Streams emits every window a record creates or updates (KIP-450: about k per event with
 the cache off), Flink one row per event (``bench.jvm_semantics``, which checks both outputs).
 
 Each process is measured as ``bench.worker_pipeline`` measures the worker: accepted events per
