@@ -1,33 +1,15 @@
 """``fiba status``: the group's progress seen from outside, with or without a worker alive.
 
-Per input partition: its owner (the worker the group's assignment gives it to), its applied
-offset, the end offset, the lag and the restore state. Everything but the restore state comes
-from the broker, so the view works while no worker answers (e.g. during a failover after a
-SIGKILL); the workers' ``GET /stats`` adds the freshest applied offsets and the restore state
-where they answer.
-
-- Owner: the worker whose ``/stats`` lists the partition as assigned. The workers asked are
-  those given (``fiba status --worker URL``, by default the settings' own ``web_url``), the
-  members of the workers' Faust group (``DescribeGroups`` of ``app_id``), whose client id
-  carries their URL (``Settings.worker_client_id``), and the workers named by each
-  partition's last progress commit, whose metadata is the committer's URL. When no answering
-  worker has it: the group member whose assignment holds the partition's assignment-topic
-  partition (``agents.input_reader``), else the last committer; both shown as not answering.
-  A member killed without leaving stays in the group until the broker's session timeout
-  expires. The embedded broker returns no client ids or assignments in DescribeGroups and
-  drops commit metadata: there the given URLs are all it can ask.
-- End offset: the high watermark of a Fetch response (``agents.clients.high_watermarks``),
-  never ListOffsets, whose answer is wrong on the embedded broker.
-- Applied offset, in order of freshness: the owner's ``/stats``; else the changelog, whose last
-  upsert or applied marker of partition ``i`` names the input offset its state covers (what a
-  new owner resumes after, ``stores.changelog``); else the progress the workers commit under
-  ``<app_id>-input`` (``Settings.input_progress_group``, every few seconds) minus one.
-- Lag: end offset - applied offset - 1 (the whole partition when nothing was applied).
-
-Costs: a handful of metadata and group requests, one fetch per input partition, a backwards
-read of each changelog partition's tail until a record with an input offset (usually the last
-few records; a long sweep of tombstones at the end makes it read further back), and one HTTP
-request per group member, all concurrent with a timeout.
+Per input partition: its owner, applied offset, end offset, lag and restore state. Everything
+but the restore state comes from the broker, so the view works while no worker answers (a
+failover after a SIGKILL); the workers' ``GET /stats`` adds the freshest applied offsets and
+the restore state where they answer. End offsets are Fetch high watermarks, never ListOffsets
+(wrong on the embedded broker). Applied offsets, freshest first: the owner's ``/stats``, the
+changelog's last upsert or applied marker, the ``<app_id>-input`` progress commit minus one.
+Owners: the worker whose ``/stats`` lists the partition, else the group member assigned it,
+else the last committer. Costs: a handful of metadata and group requests, one fetch per
+partition, a backwards read of each changelog partition's tail, one HTTP request per member,
+all concurrent with a timeout. The rules in full: docs/reference/operations.md ("fiba status").
 """
 
 from __future__ import annotations

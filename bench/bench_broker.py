@@ -4,7 +4,8 @@
 bootstrap address, the ``broker_profile`` its clients use (``embedded`` on Tansu, ``kafka`` on
 Apache Kafka) and its kind, for the results. ``add_broker_kind_option`` adds the option to an
 argparse parser; ``results_path`` names a results file per kind (the embedded one keeps the
-historical name).
+historical name). ``announce_run`` prints a run's command and machine at its start and
+``write_results`` records them with the results at its end.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import argparse
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.brokers import BROKER_KINDS, make_broker
+from bench.machine import describe_machine
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,12 +33,12 @@ class BenchBroker:
     kind: str
 
 
-def add_broker_kind_option(parser: argparse.ArgumentParser) -> None:
-    """``--broker-kind`` (default ``embedded``) on ``parser``."""
+def add_broker_kind_option(parser: argparse.ArgumentParser, default: str = "embedded") -> None:
+    """``--broker-kind`` (default ``default``) on ``parser``."""
     parser.add_argument(
         "--broker-kind",
         choices=sorted(BROKER_KINDS),
-        default="embedded",
+        default=default,
         help="the broker to start: embedded (Tansu, in memory) or kafka (Apache Kafka, KRaft)",
     )
 
@@ -47,13 +50,36 @@ def bench_broker(kind: str) -> Iterator[BenchBroker]:
         yield BenchBroker(broker.bootstrap, broker.profile, kind)
 
 
-def write_results(results: list[dict[str, Any]], path: Path, kind: str) -> None:
-    """End a broker benchmark's run: print the load average after it, then write ``results``
-    as JSON to ``results_path(path, kind)``."""
+def announce_run(module: str) -> dict[str, Any]:
+    """Start a broker benchmark's run: print its command (``python -m module`` and this
+    process's arguments) and the machine (``bench.machine.describe_machine``: CPU, cores, load
+    average, date, code...); return both (``command``, ``machine``) for ``write_results``."""
+    command = " ".join([f"python -m {module}", *sys.argv[1:]])
+    machine = describe_machine()
+    print("command:", command)
+    for name, value in machine.items():
+        print(f"{name}: {value}")
+    return {"command": command, "machine": machine}
+
+
+def write_results(
+    results: list[dict[str, Any]], path: Path, kind: str, run: dict[str, Any]
+) -> None:
+    """End a broker benchmark's run: print the load average after it, then write to
+    ``results_path(path, kind)`` a JSON object: the run's ``command``, its start ``date``,
+    the ``machine`` (``run`` from ``announce_run``), the ``load_after`` (1, 5, 15 min) and
+    the ``results``."""
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average after (1, 5, 15 min): {load}")
+    document = {
+        "command": run["command"],
+        "date": run["machine"]["date"],
+        "machine": run["machine"],
+        "load_after": load,
+        "results": results,
+    }
     path.parent.mkdir(exist_ok=True)
-    results_path(path, kind).write_text(json.dumps(results, indent=2) + "\n")
+    results_path(path, kind).write_text(json.dumps(document, indent=2) + "\n")
 
 
 def results_path(path: Path, kind: str) -> Path:

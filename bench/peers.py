@@ -1,11 +1,17 @@
-"""The worker against a peer in one run: Quix Streams' sliding windows on the same input.
+"""The worker against its peers in one run: Quix Streams' sliding windows, Kafka Streams'
+``SlidingWindows`` and Flink SQL's ``OVER ... RANGE`` window, on the same input.
 
-``python -m bench.peers run [--occupancies 10,100,1000] [--broker-kind embedded|kafka]
-[--quick]``: per occupancy, one pre-produced input topic read in turn by the worker with
-``emit=event``, with ``emit=batch`` and by the Quix job (``bench.quix_job``), all computing one
-sliding window with count, sum, max and mean from full windows; each peer's output is checked
-(``bench.quix_semantics``) before its rate counts. Writes ``bench/results/peers.json``, shown
-on docs/benchmarks.md and in the README; the semantics that differ: docs/bench-methods.md.
+``python -m bench.peers run [--occupancies 10,100,1000] [--events N] [--warmup N]
+[--jvm-peers kafka-streams,flink] [--check-limit N] [--broker-kind kafka|embedded] [--quick]``:
+one pre-produced input topic (``--events``, default 10^5, over 100 keys, 20% late) read in
+turn, per occupancy (events per key per window), by the worker with ``emit=event`` and with
+``emit=batch``, the Quix job (``bench.quix_job``) and the JVM peers (``bench.jvm_peers``, one
+JVM per system warmed up on ``--warmup`` events; Kafka Streams with its cache on and off), all
+computing one sliding window from full windows. Each peer's output is checked against its
+system's semantics (``bench.quix_semantics``, ``bench.jvm_semantics``) before its rate counts;
+rates are events per wall second between 30% and 90% of the stream, with CPU µs per event.
+Writes ``bench/results/peers_<kind>.json``, shown on docs/benchmarks.md; methods and the
+semantics that differ: docs/bench-methods.md.
 """
 
 from __future__ import annotations
@@ -26,8 +32,14 @@ from typing import Any
 from app.broker import free_port, stop_process
 from app.settings import Settings, WindowSpec
 from app.topics import TopicSpec, create_topics
-from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, write_results
-from bench.machine import describe_machine
+from bench import jvm_peers
+from bench.bench_broker import (
+    BenchBroker,
+    add_broker_kind_option,
+    announce_run,
+    bench_broker,
+    write_results,
+)
 from bench.quix_job import AGGREGATIONS, OUTPUT_TOPIC_CONFIGS, PARTITIONS
 from bench.worker_pipeline import (
     MAX_LATENESS_MS,
@@ -35,7 +47,6 @@ from bench.worker_pipeline import (
     child_process,
     event_stream,
     measure_rate,
-    produce,
     scenario_settings,
 )
 from stores.durations import format_duration
@@ -114,18 +125,27 @@ def quix_process(
         stop_process(proc, 30)
 
 
-def run_occupancy(
-    broker: BenchBroker, occupancy: int, events: int, quix_n: int, workdir: Path
-) -> list[dict[str, Any]]:
-    """One occupancy: the input produced once, then ``event``, ``batch`` and ``quix`` on it;
-    one result per process (Quix's with its ``output_topic``)."""
+def produce_input(broker: BenchBroker, events: int) -> str:
+    """A new input topic holding ``event_stream(events)``; its name."""
     input_topic = f"peers-{uuid.uuid4().hex[:8]}-events"
+    jvm_peers.produce_topic(broker, input_topic, event_stream(events))
+    return input_topic
+
+
+def run_occupancy(
+    broker: BenchBroker,
+    occupancy: int,
+    events: int,
+    quix_n: int,
+    workdir: Path,
+    input_topic: str,
+) -> list[dict[str, Any]]:
+    """One occupancy on ``input_topic`` (``produce_input``): ``event``, ``batch`` and
+    ``quix``; one result per process (Quix's with its ``output_topic``)."""
     results = []
     for emit in ("event", "batch"):
         settings = peer_settings(broker, occupancy, emit, input_topic, workdir)
         asyncio.run(create_topics(settings))
-        if emit == "event":
-            asyncio.run(produce(settings, event_stream(events)))
         with child_process(settings, emit, occupancy, workdir) as (worker, log_path):
             rate, cpu = measure_rate(settings.web_port, events, worker, log_path, TIMEOUT_S)
         results.append(_result(broker, emit, occupancy, events, rate, cpu))
@@ -156,38 +176,67 @@ def _result(
     }
 
 
+PEERS = ("quix", *jvm_peers.SCENARIOS.values())
+LABELS = {
+    "event": "fiba `emit=event`",
+    "batch": "fiba `emit=batch`",
+    "quix": "Quix Streams",
+    "kafka-streams-cache": "Kafka Streams, cache on",
+    "kafka-streams-nocache": "Kafka Streams, cache off",
+    "flink": "Flink SQL OVER RANGE",
+}
+
+
+def output_check(result: dict[str, Any]) -> str:
+    """A JVM peer's output check in a few words; ``-`` for the others."""
+    check = result.get("check")
+    if check is None:
+        return "-"
+    if not check["checked"]:
+        return f"not read back ({check['output_records']:,} records)"
+    wrong = check["mismatches"]
+    text = f"{'right' if not wrong else f'{wrong:,} WRONG'} ({check['compared']:,} compared)"
+    if result["prefilled_at_30"] < result["prefilled"]:
+        text += f"; prefill {result['prefilled_at_30']:,} of {result['prefilled']:,} at 30%"
+    return text
+
+
 def markdown(results: list[dict[str, Any]]) -> str:
-    """One row per occupancy: each process's events/s and CPU µs per event, and the worker's
-    rate (each emit mode) over Quix's; then the events each process read."""
+    """One row per occupancy and process: events read, events/s, CPU µs per event, the
+    worker's rate (each emit mode) over the process's, and (JVM peers) the output check."""
     cells = {(r["scenario"], r["occupancy"]): r for r in results}
-    occupancies = sorted({r["occupancy"] for r in results})
     lines = [
-        "| events/key in window | fiba event: events/s (CPU µs/event) | fiba batch: events/s "
-        "(CPU µs/event) | Quix: events/s (CPU µs/event) | event / Quix | batch / Quix |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| events/key in window | system | events read | events/s | CPU µs/event "
+        "| fiba event / it | fiba batch / it | output |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for occupancy in occupancies:
-        row = [f"{occupancy:,}"]
-        for scenario in ("event", "batch", "quix"):
+    for occupancy in sorted({r["occupancy"] for r in results}):
+        for scenario in ("event", "batch", *PEERS):
             r = cells.get((scenario, occupancy))
-            row.append(
-                "-" if r is None else f"{r['events_per_s']:,.0f} ({r['cpu_us_per_event']:,.1f})"
+            if r is None:
+                continue
+            ratios = []
+            for mode in ("event", "batch"):
+                mine = cells.get((mode, occupancy))
+                ratio = mine and mine["events_per_s"] / r["events_per_s"]
+                ratios.append(f"{ratio:,.1f}x" if ratio and scenario in PEERS else "-")
+            lines.append(
+                f"| {occupancy:,} | {LABELS[scenario]} | {r['events']:,} "
+                f"| {r['events_per_s']:,.0f} | {r['cpu_us_per_event']:,.1f} "
+                f"| {ratios[0]} | {ratios[1]} | {output_check(r)} |"
             )
-        quix = cells.get(("quix", occupancy))
-        for scenario in ("event", "batch"):
-            r = cells.get((scenario, occupancy))
-            ratio = r and quix and r["events_per_s"] / quix["events_per_s"]
-            row.append(f"{ratio:,.1f}x" if ratio else "-")
-        lines.append("| " + " | ".join(row) + " |")
-    read = ", ".join(
-        f"{occupancy:,}: {cells[('quix', occupancy)]['events']:,}"
-        for occupancy in occupancies
-        if ("quix", occupancy) in cells
-    )
-    events = max(r["events"] for r in results)
-    lines.append(
-        f"\nEvents read: the worker {events:,} per emit mode; Quix (per occupancy) {read}."
-    )
+    warmups = {
+        r["scenario"]: r["warmup"] for r in results if "warmup" in r and r["scenario"] in PEERS
+    }
+    if warmups:
+        lines.append(
+            "\nJVM warm-up (before the measured jobs, same JVM): "
+            + "; ".join(
+                f"{LABELS[s]}: {w['events']:,} events at {w['events_per_s']:,.0f}/s"
+                for s, w in warmups.items()
+            )
+            + "."
+        )
     return "\n".join(lines)
 
 
@@ -195,23 +244,49 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run")
-    run.add_argument("--quick", action="store_true")
-    add_broker_kind_option(run)
+    run.add_argument("--quick", action="store_true", help="24,000 events, 50,000 to warm up")
+    add_broker_kind_option(run, default="kafka")
     run.add_argument("--occupancies", default="10,100,1000")
+    run.add_argument("--events", type=int, help="measured input events (default 10^5)")
+    run.add_argument("--warmup", type=int, help="JVM warm-up events (default 10^6)")
+    run.add_argument(
+        "--jvm-peers",
+        default=",".join(jvm_peers.MAINS),
+        help="the JVM peers to run (comma-separated; empty: none)",
+    )
+    run.add_argument(
+        "--check-limit",
+        type=int,
+        default=jvm_peers.CHECK_LIMIT,
+        help="read back and check a JVM peer's output only up to this many records",
+    )
     args = parser.parse_args(sys.argv[1:] or ["run"])
-    print("command:", " ".join(["python -m bench.peers", *sys.argv[1:]]))
-    for name, value in describe_machine().items():
-        print(f"{name}: {value}")
-    events = 24_000 if args.quick else 90_000
+    facts = announce_run("bench.peers")
+    events = args.events or (24_000 if args.quick else 100_000)
+    warmup = args.warmup or (50_000 if args.quick else 1_000_000)
+    occupancies = [int(x) for x in args.occupancies.split(",")]
+    systems = tuple(s for s in args.jvm_peers.split(",") if s)
     results = []
     with (
         bench_broker(args.broker_kind) as broker,
         tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp,
     ):
-        for occupancy in (int(x) for x in args.occupancies.split(",")):
+        input_topic = produce_input(broker, events)
+        for occupancy in occupancies:
             quix_n = quix_events(occupancy, events, args.quick)
-            results += run_occupancy(broker, occupancy, events, quix_n, Path(tmp))
-    write_results(results, RESULTS, args.broker_kind)
+            results += run_occupancy(broker, occupancy, events, quix_n, Path(tmp), input_topic)
+        if systems:
+            results += jvm_peers.run_peers(
+                broker,
+                input_topic,
+                events,
+                occupancies,
+                warmup,
+                Path(tmp),
+                args.check_limit,
+                systems,
+            )
+    write_results(results, RESULTS, args.broker_kind, facts)
     print(markdown(results))
 
 

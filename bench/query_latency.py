@@ -17,7 +17,6 @@ import json
 import multiprocessing
 import random
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,8 +26,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.clients import client_options
 from app.settings import Settings
-from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, write_results
-from bench.machine import describe_machine
+from bench.bench_broker import (
+    BenchBroker,
+    add_broker_kind_option,
+    announce_run,
+    bench_broker,
+    write_results,
+)
 from bench.worker_pipeline import (
     KEYS,
     backlogged_worker,
@@ -300,9 +304,7 @@ def main() -> None:
     )
     add_broker_kind_option(parser)
     args = parser.parse_args()
-    print("command:", " ".join(["python -m bench.query_latency", *sys.argv[1:]]))
-    for name, value in describe_machine().items():
-        print(f"{name}: {value}")
+    facts = announce_run("bench.query_latency")
     results = []
     with (
         bench_broker(args.broker_kind) as broker,
@@ -312,7 +314,7 @@ def main() -> None:
             result = run_scenario(broker, scenario, args.seconds, Path(tmp))
             print(json.dumps(result), flush=True)
             results.append(result)
-    write_results(results, RESULTS, args.broker_kind)
+    write_results(results, RESULTS, args.broker_kind, facts)
     print(markdown(results))
 
 

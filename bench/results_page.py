@@ -46,8 +46,27 @@ def load_json(name: str) -> Any:
 
 
 def rows_of(name: str) -> list[dict[str, Any]]:
+    """A results file's rows: a list, ``{"results": [...], ...}`` (``bench_broker.write_results``)
+    or one object."""
     data = load_json(name)
+    if isinstance(data, dict) and isinstance(data.get("results"), list):
+        return data["results"]
     return data if isinstance(data, list) else [data]
+
+
+def run_facts(name: str) -> dict[str, str | None]:
+    """The run's facts a ``bench_broker.write_results`` file records (none for older files)."""
+    data = load_json(name)
+    if not (isinstance(data, dict) and "results" in data):
+        return {}
+    machine = data.get("machine") or {}
+    return {
+        "machine": machine_of(machine),
+        "command": data.get("command"),
+        "date": data.get("date"),
+        "load": machine.get("load average (1, 5, 15 min)"),
+        "code": machine.get("code"),
+    }
 
 
 def load_csv(name: str) -> list[dict[str, str]]:
@@ -378,6 +397,79 @@ def peers_section(plots: list[Callable[[], None]]) -> list[str]:
     ]
 
 
+JVM_PEERS = {
+    "quix": "Quix Streams",
+    "kafka-streams-cache": "Kafka Streams, cache on",
+    "kafka-streams-nocache": "Kafka Streams, cache off",
+    "flink": "Flink SQL OVER RANGE",
+}
+
+
+def jvm_peers_section(name: str = "peers_kafka.json") -> list[str]:
+    """Every peer of ``bench.peers`` on Apache Kafka, with the worker's ratios over each."""
+    if not (RESULTS / name).exists():
+        return []
+    rows = rows_of(name)
+    by = {(r["occupancy"], r["scenario"]): r for r in rows}
+    body = []
+    for occupancy in sorted({r["occupancy"] for r in rows}):
+        event, batch = by.get((occupancy, "event")), by.get((occupancy, "batch"))
+        for scenario, label in [
+            ("event", 'worker, `emit = "event"`'),
+            ("batch", 'worker, `emit = "batch"`'),
+            *JVM_PEERS.items(),
+        ]:
+            r = by.get((occupancy, scenario))
+            if r is None:
+                continue
+            check = r.get("check") or {}
+            ahead = NONE
+            if scenario in JVM_PEERS and event and batch:
+                ahead = (
+                    f"{ratio(event['events_per_s'], r['events_per_s'])} / "
+                    f"{ratio(batch['events_per_s'], r['events_per_s'])}"
+                )
+            checked = NONE
+            if check.get("checked"):
+                wrong, compared = number(check["mismatches"], 7), number(check["compared"], 7)
+                checked = f"{wrong} wrong of {compared}"
+            elif scenario == "quix":
+                checked = "checked (bench.quix_semantics)"
+            body.append(
+                [
+                    number(occupancy, 7),
+                    label,
+                    rate(r["events_per_s"]),
+                    number(r["cpu_us_per_event"], 3),
+                    ahead,
+                    checked,
+                ]
+            )
+    facts = run_facts(name)
+    return [
+        "## The worker against every peer on Apache Kafka",
+        "",
+        "`python -m bench.peers run` on Apache Kafka: one pre-produced input read by the worker,",
+        "Quix Streams, Kafka Streams' `SlidingWindows` (cache on and off) and Flink SQL's",
+        "`OVER ... RANGE` window, each JVM warmed up first, each output checked against its",
+        "system's semantics. Events per second between 30% and 90% of the stream.",
+        "",
+        *provenance(
+            machine=facts.get("machine"),
+            command=facts.get("command"),
+            date=facts.get("date"),
+            load=facts.get("load"),
+            code=facts.get("code"),
+            files=[name],
+        ),
+        *table(
+            ["events per key in the window", "system", "events/s", "CPU µs/event",
+             "worker ahead (event / batch)", "output"],
+            body,
+        ),
+    ]  # fmt: skip
+
+
 def queries_section() -> list[str]:
     lines = [
         "## Range queries under load",
@@ -567,6 +659,7 @@ def other_files_section(used: set[str]) -> list[str]:
 
 USED = {
     "peers.json",
+    "peers_kafka.json",
     "worker_pipeline.json",
     "query_latency.json",
     "worker_pipeline_kafka.json",
@@ -604,6 +697,7 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         *fiba_section(plots),
         *worker_section(),
         *peers_section(plots),
+        *jvm_peers_section(),
         *queries_section(),
         *restore_section(),
         *spark_section(),

@@ -43,10 +43,10 @@ from app.topics import create_topics
 from bench.bench_broker import (
     BenchBroker,
     add_broker_kind_option,
+    announce_run,
     bench_broker,
     write_results,
 )
-from bench.machine import describe_machine
 from stores.durations import format_duration
 
 KEYS = 100
@@ -762,9 +762,7 @@ def main() -> None:
     micro_parser.add_argument("--occupancies", default="100,1000,10000")
     args = parser.parse_args(sys.argv[1:] or ["run"])
     if args.command != "child":
-        print("command:", " ".join(["python -m bench.worker_pipeline", *sys.argv[1:]]))
-        for name, value in describe_machine().items():
-            print(f"{name}: {value}")
+        facts = announce_run("bench.worker_pipeline")
     if args.command == "micro":
         figures = micro([int(x) for x in args.occupancies.split(",")])
         for name, value in figures.items():
@@ -818,7 +816,7 @@ def main() -> None:
                 result["round"] = round_
                 print(json.dumps(result), flush=True)
                 results.append(result)
-    write_results(results, RESULTS, args.broker_kind)
+    write_results(results, RESULTS, args.broker_kind, facts)
     print(markdown(results))
 
 

@@ -12,6 +12,7 @@ import asyncio
 import csv
 import json
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -389,6 +390,23 @@ def test_the_worker_benchmarks_use_the_profile_of_the_broker_kind(tmp_path) -> N
     results = tmp_path / "query_latency.json"
     assert results_path(results, "embedded") == results
     assert results_path(results, "kafka") == tmp_path / "query_latency_kafka.json"
+
+
+def test_broker_benchmark_results_record_the_command_machine_and_date(
+    tmp_path, monkeypatch
+) -> None:
+    from bench.bench_broker import announce_run, write_results
+
+    monkeypatch.setattr(sys, "argv", ["peers.py", "run", "--quick"])
+    facts = announce_run("bench.peers")
+    write_results([{"scenario": "event"}], tmp_path / "peers.json", "kafka", facts)
+    document = json.loads((tmp_path / "peers_kafka.json").read_text())
+    assert document["command"] == "python -m bench.peers run --quick"
+    machine = document["machine"]
+    assert machine["cores"] and machine["cpu"] and machine["code"]
+    assert document["date"] == machine["date"] and document["date"].endswith("UTC")
+    assert len(document["load_after"].split()) == 3
+    assert document["results"] == [{"scenario": "event"}]
 
 
 def test_worker_pipeline_micro_measures_the_window_work_offline() -> None:

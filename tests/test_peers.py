@@ -1,6 +1,8 @@
 """``bench.peers`` in miniature: one occupancy, a few hundred events, on the session broker.
 
-The worker in both emit modes and the Quix job run on one pre-produced input as in the
+The JVM peers stay out (their Maven build would download Flink and Kafka Streams; their output
+checks are tested on hand-made records in ``tests/test_jvm_semantics.py``). The worker in both
+emit modes and the Quix job run on one pre-produced input as in the
 benchmark; each process's rate is taken once it has read the whole (tiny) stream, since the
 benchmark's 30%-90% marks would fall between two polls. Checked: the shape of the results, and
 every record the Quix job emitted against ``bench.quix_semantics`` (pre-filled windows
@@ -66,7 +68,8 @@ def test_peers_measure_the_worker_and_a_quix_job_that_computes_its_windows(
 ) -> None:
     monkeypatch.setattr(peers, "measure_rate", whole_stream_rate)
     broker = BenchBroker(kafka_bootstrap, broker_profile, broker_kind)
-    results = peers.run_occupancy(broker, OCCUPANCY, EVENTS, EVENTS, tmp_path)
+    input_topic = peers.produce_input(broker, EVENTS)
+    results = peers.run_occupancy(broker, OCCUPANCY, EVENTS, EVENTS, tmp_path, input_topic)
 
     assert [(r["scenario"], r["occupancy"]) for r in results] == [
         ("event", OCCUPANCY),
@@ -78,7 +81,8 @@ def test_peers_measure_the_worker_and_a_quix_job_that_computes_its_windows(
         assert r["events"] == EVENTS
         assert r["events_per_s"] > 0 and r["cpu_us_per_event"] >= 0
     table = peers.markdown(results)
-    assert table.count("\n| 10 |") == 1 and "x |" in table
+    assert table.count("\n| 10 | ") == 3 and "| Quix Streams | 300 |" in table
+    assert "x | -" in table  # the worker over Quix, then no output check
 
     quix = results[-1]
     offline = replace(Settings(), broker=kafka_bootstrap, broker_profile=broker_profile)
