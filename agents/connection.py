@@ -161,6 +161,8 @@ DRIVER_REFUSALS = (
      "kafka.ssl.certfile and kafka.ssl.keyfile (PEM files)"),
 )  # fmt: skip
 """(connector-only option family, the bridge options it is derived from, what to give instead)."""
+DERIVED_FAMILIES = tuple(family for family, _, _ in DRIVER_REFUSALS)
+"""The connector's security options that ``connector_options`` derives from bridge options."""
 
 
 def driver_refusal(options: Mapping[str, str]) -> str | None:

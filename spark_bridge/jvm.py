@@ -2,12 +2,12 @@
 
 ``format("kafka")`` reads the topic in the JVM and ``parse_values`` decodes its ``value``
 column with the bridge's one decoder (``spark_bridge.decode`` through ``mapInArrow``): the same
-rows as the Python source. ``jvm_kafka_options`` translates the bridge's options (security settings
-as a JAAS config and PEM certificates), passes other ``kafka.*`` and the connector's own
-options through and refuses the rest. On every broker a batch read gets explicit offsets from
-the Fetch high watermark (``explicit_offsets``: the connector's ListOffsets "latest" is wrong on
-the embedded broker); a stream is refused where ListOffsets is seen below the high watermark
-(``check_list_offsets``). Reference: docs/reference/spark.md.
+rows as the Python source. ``jvm_kafka_options`` renders the bridge's connection options for
+the connector (``agents.connection``: a JAAS config, PEM stores), passes other ``kafka.*`` and
+the connector's own options through and refuses the rest. On every broker a batch read gets
+explicit offsets from the Fetch high watermark (``explicit_offsets``: the connector's
+ListOffsets "latest" is wrong on the embedded broker); a stream is refused where ListOffsets is
+seen below the high watermark (``check_list_offsets``). Reference: docs/reference/spark.md.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from functools import partial
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from agents.connection import SOURCE_OPTIONS, KafkaConnection
+from agents.connection import DERIVED_FAMILIES, SOURCE_OPTIONS, KafkaConnection
 from spark_bridge.connector import CONNECTOR_ERROR_CONF
 from spark_bridge.decode import decode_kafka_batches
 from spark_bridge.kafka import KafkaReader
@@ -50,9 +50,6 @@ CONNECTOR_OPTIONS = (
 )
 """Source options of Spark's Kafka connector (besides ``kafka.*``) passed through unchanged;
 ``subscribe``/``assign``/``subscribePattern`` are the bridge's (the topic)."""
-
-_DERIVED_FAMILIES = ("kafka.sasl.jaas.config", "kafka.ssl.truststore.", "kafka.ssl.keystore.")
-"""Connector options the bridge's options become; also giving them directly is refused."""
 
 
 def jvm_kafka_available(spark: SparkSession) -> bool:
@@ -136,15 +133,11 @@ def check_list_offsets(options: Mapping[str, str], topic: str) -> None:
 def jvm_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
     """The connector's options for the bridge's source options (names case-insensitive).
 
-    - ``kafka.sasl.username``/``password`` become ``kafka.sasl.jaas.config`` with the login
-      module of ``kafka.sasl.mechanism`` (PLAIN default; SCRAM-*; OAUTHBEARER as OAuth client
-      credentials, with its callback handler), values escaped; GSSAPI is refused (Kerberos
-      takes a keytab: pass ``kafka.sasl.jaas.config`` itself);
-    - PEM files ``kafka.ssl.cafile``/``certfile``/``keyfile`` are read: their PEM text goes to
-      ``kafka.ssl.truststore.certificates`` and ``kafka.ssl.keystore.certificate.chain``/
-      ``key`` (type PEM); the key must be PKCS#8;
-    - every other ``kafka.*`` option and the connector's own (``CONNECTOR_OPTIONS``) pass
-      through unchanged.
+    The connection's options (servers, protocol, mechanism; a user name and password as
+    ``kafka.sasl.jaas.config``, PEM files as PEM text in the trust and key stores) are
+    ``KafkaConnection.from_options(options).connector_options()``; every other ``kafka.*``
+    option and the connector's own (``CONNECTOR_OPTIONS``) pass through unchanged (a
+    ``kafka.sasl.jaas.config`` too: the driver's client refuses it, ``driver_refusal``).
 
     Raises ``ValueError`` (one line) for an option the connector does not take, for a setting
     given twice (a bridge option and the connector option it becomes), or for unusable files.
@@ -166,7 +159,7 @@ def jvm_kafka_options(options: Mapping[str, str]) -> dict[str, str]:
                 f"it takes kafka.* and {', '.join(CONNECTOR_OPTIONS)}"
             )
     derived = KafkaConnection.from_options(lowered).connector_options()
-    for family in _DERIVED_FAMILIES:
+    for family in DERIVED_FAMILIES:
         if any(n.startswith(family) for n in derived) and any(n.startswith(family) for n in out):
             raise ValueError(
                 f"options {family}* are given twice: directly and by kafka.sasl.username/"
