@@ -25,9 +25,10 @@ if TYPE_CHECKING:  # Faust is heavy to import; only the worker's app needs it
     from agents.config import WorkerSettings
 
 
-def _setting(option: str) -> Any:
-    """A field defaulting to ``None`` whose Spark source option is ``option``."""
-    return field(default=None, metadata={"option": option})
+def _setting(option: str, *, secret: bool = False) -> Any:
+    """A field defaulting to ``None`` whose Spark source option is ``option`` (a secret one is
+    left out of the connection's ``repr``)."""
+    return field(default=None, repr=not secret, metadata={"option": option})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,7 @@ class KafkaConnection:
     security_protocol: str | None = _setting("kafka.security.protocol")
     sasl_mechanism: str | None = _setting("kafka.sasl.mechanism")
     sasl_username: str | None = _setting("kafka.sasl.username")
-    sasl_password: str | None = _setting("kafka.sasl.password")
+    sasl_password: str | None = _setting("kafka.sasl.password", secret=True)
     ssl_cafile: str | None = _setting("kafka.ssl.cafile")
     ssl_certfile: str | None = _setting("kafka.ssl.certfile")
     ssl_keyfile: str | None = _setting("kafka.ssl.keyfile")

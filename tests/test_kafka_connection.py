@@ -106,6 +106,10 @@ def test_every_field_is_read_from_the_settings_and_the_source_options(files, nam
     assert KafkaConnection.from_options(expected.source_options()) == expected
 
 
+def test_the_password_stays_out_of_the_repr():
+    assert "s3cret" not in repr(KafkaConnection(sasl_username="u", sasl_password="s3cret"))
+
+
 def test_the_rendered_options_of_a_plaintext_connection():
     plain = KafkaConnection(bootstrap_servers=("h:1",))
     assert plain.aiokafka_options() == {"bootstrap_servers": ["h:1"]}
