@@ -31,10 +31,10 @@ from aiokafka.errors import (
     SaslAuthenticationFailed,
     TopicAuthorizationFailedError,
 )
-from aiokafka.helpers import create_ssl_context
 from aiokafka.protocol.metadata import MetadataRequest
 
 from agents.config import WorkerSettings
+from agents.connection import KafkaConnection
 
 logger = logging.getLogger(__name__)
 
@@ -83,21 +83,9 @@ def refusal(exc: BaseException) -> str | None:
 
 
 def client_options(settings: WorkerSettings) -> dict[str, Any]:
-    """aiokafka client keyword arguments (bootstrap servers, security) of ``settings``."""
-    options: dict[str, Any] = {"bootstrap_servers": list(settings.bootstrap_servers)}
-    if settings.security_protocol:
-        options["security_protocol"] = settings.security_protocol
-    if settings.security_protocol in ("SSL", "SASL_SSL"):
-        options["ssl_context"] = create_ssl_context(
-            cafile=settings.ssl_cafile,
-            certfile=settings.ssl_certfile,
-            keyfile=settings.ssl_keyfile,
-        )
-    if settings.sasl_mechanism:
-        options["sasl_mechanism"] = settings.sasl_mechanism
-        options["sasl_plain_username"] = settings.sasl_username
-        options["sasl_plain_password"] = settings.sasl_password
-    return options
+    """aiokafka client keyword arguments (bootstrap servers, security) of ``settings``
+    (``agents.connection.KafkaConnection.aiokafka_options``)."""
+    return KafkaConnection.from_settings(settings).aiokafka_options()
 
 
 def check_reachable(settings: WorkerSettings, timeout: float = 3.0) -> None:

@@ -18,10 +18,10 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaProducer
-from aiokafka.helpers import create_ssl_context
 from faust.types import TP
 
 from agents.batched_send import default_partition
+from agents.connection import KafkaConnection
 from app.settings import Settings
 
 EMBEDDED_SESSION_TIMEOUT_MS = 5_000
@@ -63,8 +63,9 @@ class FibaApp:
 
 def faust_options(settings: Settings) -> dict[str, Any]:
     """The ``faust.App`` keyword arguments of ``settings`` (profile applied)."""
+    connection = KafkaConnection.from_settings(settings)
     options: dict[str, Any] = {
-        "broker": settings.faust_broker,
+        "broker": connection.faust_broker(),
         "web_host": settings.web_host,
         # Faust listens on web_bind (default 0.0.0.0, every interface), not on web_host
         "web_bind": settings.web_host,
@@ -93,7 +94,7 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         # (empty) assignment topic, and the benchmarks' bare Faust agent on the input
         # (bench/worker_pipeline.py) is the framework's floor as Faust ships it.
     }
-    credentials = _credentials(settings)
+    credentials = connection.faust_credentials()
     if credentials is not None:
         options["broker_credentials"] = credentials
     session_ms = settings.session_timeout
@@ -103,29 +104,6 @@ def faust_options(settings: Settings) -> dict[str, Any]:
         options["broker_session_timeout"] = session_ms / 1000
         options["broker_heartbeat_interval"] = session_ms / 10_000
     return options
-
-
-def _credentials(settings: Settings) -> faust.auth.Credentials | None:
-    protocol = settings.security_protocol
-    if protocol in (None, "PLAINTEXT"):
-        return None
-    ssl_context = None
-    if protocol in ("SSL", "SASL_SSL"):
-        ssl_context = create_ssl_context(
-            cafile=settings.ssl_cafile,
-            certfile=settings.ssl_certfile,
-            keyfile=settings.ssl_keyfile,
-        )
-    if protocol == "SSL":
-        return faust.SSLCredentials(ssl_context)
-    if settings.sasl_mechanism == "GSSAPI":
-        return faust.GSSAPICredentials(ssl_context=ssl_context)
-    return faust.SASLCredentials(
-        username=settings.sasl_username,
-        password=settings.sasl_password,
-        ssl_context=ssl_context,
-        mechanism=settings.sasl_mechanism or "PLAIN",
-    )
 
 
 def measure_fetch_checks_from_assignment(app: faust.App) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.connection import KafkaConnection
 from stores import PURE_PYTHON_SWITCH
 from stores.aggregations import AggregationError, aggregation_names, named, validated_monoid
 from stores.durations import format_duration, parse_duration
@@ -141,7 +142,7 @@ class Settings:
     @property
     def faust_broker(self) -> str:
         """``broker`` in Faust's URL form: ``kafka://h1:9092;h2:9092``."""
-        return "kafka://" + ";".join(self.bootstrap_servers)
+        return KafkaConnection.from_settings(self).faust_broker()
 
     @property
     def embedded(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from agents.connection import KafkaConnection, driver_refusal
 from app.cli import (
     CONNECTION_SETTINGS,
     CliFailure,
@@ -29,17 +30,9 @@ from spark_bridge.schema import AGGREGATES, ANSWERS
 
 
 def source_options(settings: Settings, extra: tuple[str, ...] = ()) -> dict[str, str]:
-    """Data source options (security passthrough) of ``settings`` plus ``NAME=VALUE`` pairs."""
-    options = {
-        "kafka.security.protocol": settings.security_protocol,
-        "kafka.sasl.mechanism": settings.sasl_mechanism,
-        "kafka.sasl.username": settings.sasl_username,
-        "kafka.sasl.password": settings.sasl_password,
-        "kafka.ssl.cafile": settings.ssl_cafile,
-        "kafka.ssl.certfile": settings.ssl_certfile,
-        "kafka.ssl.keyfile": settings.ssl_keyfile,
-    }
-    out = {name: str(value) for name, value in options.items() if value}
+    """Data source options of ``settings``' connection (servers, security) plus ``NAME=VALUE``
+    pairs."""
+    out = KafkaConnection.from_settings(settings).source_options()
     for pair in extra:
         name, sep, value = pair.partition("=")
         if not sep or not name:
@@ -55,9 +48,15 @@ def check_source_options(engine: str, options: dict[str, str]) -> None:
     from spark_bridge.jvm import jvm_kafka_options
     from spark_bridge.source import check_options
 
-    checks = {"python": [check_options], "jvm": [jvm_kafka_options]}
+    def check_jvm(options: dict[str, str]) -> None:
+        jvm_kafka_options(options)
+        refusal = driver_refusal({k.lower(): v for k, v in options.items()})
+        if refusal:
+            raise ValueError(refusal)
+
+    checks = {"python": [check_options], "jvm": [check_jvm]}
     errors = []
-    for check in checks.get(engine, [check_options, jvm_kafka_options]):
+    for check in checks.get(engine, [check_options, check_jvm]):
         try:
             check(options)
             return

@@ -15,21 +15,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.helpers import create_ssl_context
 
 from agents.clients import topic_partitions
+from agents.connection import SOURCE_OPTIONS, KafkaConnection, driver_refusal
 from spark_bridge.decode import KafkaRecord
 
 BOOTSTRAP_OPTIONS = ("kafka.bootstrap.servers", "bootstrap")
-SECURITY_OPTIONS = (
-    "kafka.security.protocol",
-    "kafka.sasl.mechanism",
-    "kafka.sasl.username",
-    "kafka.sasl.password",
-    "kafka.ssl.cafile",
-    "kafka.ssl.certfile",
-    "kafka.ssl.keyfile",
-)
+SECURITY_OPTIONS = SOURCE_OPTIONS
 
 ISOLATION_LEVEL_OPTION = "kafka.isolation.level"
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
@@ -51,8 +43,15 @@ def bootstrap_servers(options: Mapping[str, str]) -> list[str]:
 
 def client_options(options: Mapping[str, str]) -> dict[str, Any]:
     """aiokafka keyword arguments of the data source options (servers, isolation level,
-    security passthrough); ``KafkaSourceError`` for an unknown isolation level."""
-    kwargs: dict[str, Any] = {"bootstrap_servers": bootstrap_servers(options)}
+    security: ``agents.connection.KafkaConnection``); ``KafkaSourceError`` for an unknown
+    isolation level, ``ValueError`` (one line, ``driver_refusal``) for a connector-only
+    security option (e.g. a JAAS config or a JKS store given to engine jvm)."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    refusal = driver_refusal(lowered)
+    if refusal:
+        raise ValueError(refusal)
+    connection = KafkaConnection.from_options(lowered, bootstrap_servers(options))
+    kwargs = connection.aiokafka_options()
     level = options.get(ISOLATION_LEVEL_OPTION)
     if level:
         if level.lower() not in ISOLATION_LEVELS:
@@ -61,19 +60,6 @@ def client_options(options: Mapping[str, str]) -> dict[str, Any]:
                 f"not {level!r}"
             )
         kwargs["isolation_level"] = level.lower()
-    protocol = options.get("kafka.security.protocol")
-    if protocol:
-        kwargs["security_protocol"] = protocol.upper()
-    if protocol and protocol.upper() in ("SSL", "SASL_SSL"):
-        kwargs["ssl_context"] = create_ssl_context(
-            cafile=options.get("kafka.ssl.cafile"),
-            certfile=options.get("kafka.ssl.certfile"),
-            keyfile=options.get("kafka.ssl.keyfile"),
-        )
-    if options.get("kafka.sasl.mechanism"):
-        kwargs["sasl_mechanism"] = options["kafka.sasl.mechanism"]
-        kwargs["sasl_plain_username"] = options.get("kafka.sasl.username")
-        kwargs["sasl_plain_password"] = options.get("kafka.sasl.password")
     return kwargs
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 from py4j.java_gateway import get_field
 
-from spark_bridge.jvm import jaas_quote, jvm_kafka_options
+from agents.connection import jaas_quote
+from spark_bridge.jvm import jvm_kafka_options
 from spark_bridge.source import check_options
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIBcert{n}\n-----END CERTIFICATE-----"
