@@ -1,33 +1,21 @@
 """``fiba status``: the group's progress seen from outside, with or without a worker alive.
 
-Per input partition: its owner (the worker the group's assignment gives it to), its applied
-offset, the end offset, the lag and the restore state. Everything but the restore state comes
-from the broker, so the view works while no worker answers (e.g. during a failover after a
-SIGKILL); the workers' ``GET /stats`` adds the freshest applied offsets and the restore state
-where they answer.
+Per input partition: its owner, applied offset, end offset, lag and restore state. All but the
+restore state comes from the broker, so the view works while no worker answers (a failover);
+the workers' ``GET /stats`` adds the freshest applied offsets and the restore state.
 
-- Owner: the worker whose ``/stats`` lists the partition as assigned. The workers asked are
-  those given (``fiba status --worker URL``, by default the settings' own ``web_url``), the
-  members of the workers' Faust group (``DescribeGroups`` of ``app_id``), whose client id
-  carries their URL (``Settings.worker_client_id``), and the workers named by each
-  partition's last progress commit, whose metadata is the committer's URL. When no answering
-  worker has it: the group member whose assignment holds the partition's assignment-topic
-  partition (``agents.input_reader``), else the last committer; both shown as not answering.
-  A member killed without leaving stays in the group until the broker's session timeout
-  expires. The embedded broker returns no client ids or assignments in DescribeGroups and
-  drops commit metadata: there the given URLs are all it can ask.
-- End offset: the high watermark of a Fetch response (``agents.clients.high_watermarks``),
-  never ListOffsets, whose answer is wrong on the embedded broker.
-- Applied offset, in order of freshness: the owner's ``/stats``; else the changelog, whose last
-  upsert or applied marker of partition ``i`` names the input offset its state covers (what a
-  new owner resumes after, ``stores.changelog``); else the progress the workers commit under
-  ``<app_id>-input`` (``Settings.input_progress_group``, every few seconds) minus one.
+- Owner: the answering worker whose ``/stats`` lists the partition (asked: ``--worker`` URLs,
+  the group's members by their client id, the last progress committers by their metadata);
+  else the group member assigned it, else the last committer, shown as not answering. The
+  embedded broker gives no client ids, assignments or commit metadata: only the given URLs.
+- End offset: a Fetch response's high watermark (``agents.clients.high_watermarks``).
+- Applied offset: the owner's ``/stats``; else the last changelog record naming an input offset
+  (``stores.changelog``); else the progress committed under ``<app_id>-input`` minus one.
 - Lag: end offset - applied offset - 1 (the whole partition when nothing was applied).
 
-Costs: a handful of metadata and group requests, one fetch per input partition, a backwards
-read of each changelog partition's tail until a record with an input offset (usually the last
-few records; a long sweep of tombstones at the end makes it read further back), and one HTTP
-request per group member, all concurrent with a timeout.
+Costs: a few metadata and group requests, one fetch per input partition, a backwards read of
+each changelog partition's tail, one HTTP request per member, all concurrent with a timeout.
+Reference: docs/reference/cli.md.
 """
 
 from __future__ import annotations
