@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from app.cli import (
+from app.cli_base import (
     CONNECTION_SETTINGS,
     CliFailure,
     require_broker,
