@@ -148,8 +148,8 @@ def main() -> None:
 def broker(settings: Settings, kind: str, port: int | None, data_dir: str | None) -> None:
     """Run a broker on loopback until Ctrl-C or SIGTERM: Tansu (default) or Apache Kafka, whose
     jars are resolved from Maven Central on first use and cached."""
-    from app.broker import BrokerError, BrokerSetupError
-    from app.brokers import development_broker_options, make_broker
+    from app.brokers.kinds import development_broker_options, make_broker
+    from app.brokers.process import BrokerError, BrokerSetupError
 
     if port is None:
         port = int(settings.bootstrap_servers[0].rpartition(":")[2])
@@ -554,7 +554,7 @@ def demo(
 ) -> None:
     """Run everything on a broker it starts (embedded by default): topics, a worker, an
     out-of-order stream, aggregates, dead letters and range queries; stops all it started."""
-    from app.broker import BrokerError, BrokerSetupError
+    from app.brokers.process import BrokerError, BrokerSetupError
     from app.demo import DemoError, Termination, run_demo
 
     termination = Termination()  # SIGTERM stops what the demo started, like Ctrl-C

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.broker import free_port, stop_process
+from app.brokers.process import free_port, stop_process
 from app.settings import Settings, WindowSpec
 from app.topics import TopicSpec, create_topics
 from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, write_results

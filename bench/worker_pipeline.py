@@ -36,7 +36,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.clients import client_options
-from app.broker import free_port, stop_process
+from app.brokers.process import free_port, stop_process
 from app.demo import settings_environ
 from app.settings import Settings, WindowSpec, load_settings
 from app.topics import create_topics

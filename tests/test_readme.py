@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.broker import free_port
+from app.brokers.process import free_port
 from app.cli_base import parse_time
 from app.generator import generate_events
 
