@@ -22,7 +22,7 @@ from typing import Any
 
 import faust
 
-from agents import retention_watch, windows
+from agents import retention_watch, windows_hooks
 from agents.batched_send import KeyedOutputs
 from agents.clients import throttle_failed_metadata_updates
 from agents.dead_letters import DeadLetters
@@ -91,7 +91,7 @@ def build_worker(settings: Settings) -> Worker:
         transactions.progress = pipeline.progress
         service.transactions = transactions
     reader = InputReader(settings, pipeline, crash)
-    windows.install(fiba, pipeline, reader)
+    windows_hooks.install(fiba, pipeline, reader)
     query_hooks.install(fiba, service)
     worker = Worker(fiba, store, pipeline, service, reader, crash)
     checks = WorkerHealth(worker)
