@@ -29,7 +29,7 @@ from app.topics import TopicSpec, create_topics
 from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, write_results
 from bench.machine import describe_machine
 from bench.quix_job import AGGREGATIONS, OUTPUT_TOPIC_CONFIGS, PARTITIONS
-from bench.worker_pipeline import (
+from bench.worker_harness import (
     MAX_LATENESS_MS,
     SPACING_MS,
     child_process,

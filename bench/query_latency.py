@@ -29,7 +29,7 @@ from agents.clients import client_options
 from app.settings import Settings
 from bench.bench_broker import BenchBroker, add_broker_kind_option, bench_broker, write_results
 from bench.machine import describe_machine
-from bench.worker_pipeline import (
+from bench.worker_harness import (
     KEYS,
     backlogged_worker,
     cpu_seconds,
