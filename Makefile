@@ -25,7 +25,7 @@ demo: $(STAMP)
 # Apache Kafka's jars for the tests' `kafka` broker kind (Maven Central, cached in
 # ~/.cache/fiba-stream; needs java and mvn), resolved before the tests so no test waits for it.
 kafka-jars: $(STAMP)
-	$(PY) -m app.kafka_jars
+	$(PY) -m app.brokers.kafka_jars
 
 # Spark's Kafka connector for the pinned PySpark (Maven Central, same cache), for the Spark tests.
 spark-jars: $(STAMP)

@@ -10,49 +10,37 @@ each fetched chunk the outputs are handed to the producer and acknowledged befor
 hands over the changelog records that mark their offsets applied (at-least-once output by
 construction); with exactly-once both go in one transaction per partition
 (``agents.transactions``). Long synchronous stretches give the event loop a turn about every
-0.5 ms (``LoopTurns``); a timer sweeps idle keys. Design: docs/design/delivery.md.
+0.5 ms (``agents.loop_turns``); ``agents.windows_hooks`` registers it on the Faust app, with a
+timer that sweeps idle keys. Design: docs/design/delivery.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import faust
 from aiokafka import ConsumerRecord
 from faust.exceptions import ConsumerNotStarted
-from faust.types import TP
 
 from agents.batched_send import KeyedOutputs
 from agents.config import FaustWorker
 from agents.dead_letters import DeadLetters
 from agents.events import BadEvent, EventParser, ParsedEvent
+from agents.loop_turns import LoopTurns
 from agents.records import AggregateEncoder, encode_aggregate
 from agents.transactions import Transactions
-from stores.gc_pause import PacedYoungCollections, freeze_survivors_unless_paused, paused_gc
+from stores.gc_pause import PacedYoungCollections, paused_gc
 from stores.key_windows import KeyAggregates, KeyWindows, Rejected, WindowConfig
 from stores.state_shape import RESET_HINT, StateMismatch
 from stores.window_store import WindowStore
 
 logger = logging.getLogger(__name__)
-
-TURN_BUDGET = 0.0005
-"""Seconds of work after which the pipeline gives the event loop a turn (HTTP, query consumer)."""
-
-MAX_EXTRA_TURNS = 8
-"""Further turns a ``LoopTurns.take`` gives while other callbacks are ready."""
-
-FREEZE_INTERVAL_S = 2.0
-"""Seconds between two ``stores.gc_pause.freeze_survivors``: the window entries made since the
-last one are taken out of the cyclic collector's full collections, so that none of them
-traverses the whole window state (one pause proportional to it)."""
 
 MAX_SLICE = 1024
 """Largest number of records ``emit=batch`` applies to the windows in one synchronous step."""
@@ -66,35 +54,6 @@ emit=batch path)."""
 
 STORE_SLICE = 128
 """Accepted records ``emit=batch`` hands to the store in one synchronous step."""
-
-
-class LoopTurns:
-    """Time-based cooperative scheduling for a task that rarely suspends by itself.
-
-    The task checks ``time.perf_counter() >= turns.deadline`` between units of work (cheaper
-    than a call) and then awaits ``take()``, which gives the event loop one turn and sets the
-    next deadline ``budget`` seconds later. Time spent suspended elsewhere is not subtracted,
-    so at worst a turn is given that was not needed.
-    """
-
-    __slots__ = ("budget", "deadline")
-
-    def __init__(self, budget: float = TURN_BUDGET) -> None:
-        self.budget = budget
-        self.deadline = time.perf_counter() + budget
-
-    async def take(self) -> None:
-        """Give the event loop a turn, and more turns while other callbacks are ready (up to
-        ``MAX_EXTRA_TURNS``): a request served in between usually needs a few loop iterations
-        (read, handler steps, write), each of which would otherwise wait for the next turn.
-        The next deadline is ``budget`` seconds from now."""
-        await asyncio.sleep(0)
-        ready = getattr(asyncio.get_running_loop(), "_ready", None)  # CPython's ready queue
-        extra = MAX_EXTRA_TURNS
-        while ready and extra:
-            await asyncio.sleep(0)
-            extra -= 1
-        self.deadline = time.perf_counter() + self.budget
 
 
 @dataclass(slots=True)
@@ -599,51 +558,3 @@ def _offset_of_refused(refused: tuple[ConsumerRecord, str, str]) -> int:
 
 def _offset_of_effect(effect: tuple[int, str, int, Any]) -> int:
     return effect[0]
-
-
-class PartitionReader(Protocol):
-    """What ``install`` drives of the input reader (``agents.input_reader.InputReader``)."""
-
-    def pause(self, partitions: Iterable[int]) -> None: ...
-
-    async def follow(self, partitions: Iterable[int]) -> None: ...
-
-
-def install(fiba: FaustWorker, pipeline: WindowsPipeline, reader: PartitionReader) -> None:
-    """Register on ``fiba.app`` the assignment agent, the rebalance hooks that make ``reader``
-    (the ``agents.input_reader.InputReader`` of ``pipeline``) read the owned input partitions,
-    and the idle-key sweep timer."""
-    app = fiba.app
-    settings = fiba.settings
-
-    async def assignment_agent(stream: faust.StreamT) -> None:
-        # the assignment topic stays empty: this agent only makes Faust's consumer join the
-        # group with it, so that Faust's assignor hands out its partitions (see input_reader)
-        async for _ in stream.events():
-            pass
-
-    app.agent(fiba.assignment_topic, name="fiba-assignment")(assignment_agent)
-
-    async def sweep_idle_keys() -> None:
-        evicted = await pipeline.sweep()
-        logger.info("sweep: %d entries evicted; stats %s", evicted, json.dumps(pipeline.stats()))
-
-    app.timer(settings.sweep_interval / 1000, name="fiba-sweep", on_leader=False)(sweep_idle_keys)
-
-    async def freeze_long_lived() -> None:
-        freeze_survivors_unless_paused()  # a restore in progress freezes its own result
-
-    app.timer(FREEZE_INTERVAL_S, name="fiba-gc-freeze", on_leader=False)(freeze_long_lived)
-
-    @app.on_partitions_revoked.connect
-    async def stop_reading_revoked(sender: Any, revoked: set[TP], **kwargs: Any) -> None:
-        reader.pause(fiba.owned_partitions(revoked))
-        await pipeline.wait_idle()
-        await pipeline.hand_over()  # the reader may be between a chunk and its hand-over
-        await pipeline.store.flush()
-
-    @app.on_partitions_assigned.connect
-    async def read_assigned(sender: Any, assigned: set[TP], **kwargs: Any) -> None:
-        owned = fiba.owned_partitions(assigned)
-        await pipeline.keep_only(owned)
-        await reader.follow(owned)

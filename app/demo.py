@@ -43,8 +43,8 @@ from agents.records import (
     RangeQuery,
     dumps,
 )
-from app.broker import free_port, stop_process
-from app.brokers import make_broker, options_keeping_old_records
+from app.brokers.kinds import make_broker, options_keeping_old_records
+from app.brokers.process import free_port, stop_process
 from app.generator import Event, generate_events
 from app.kafka_io import ask, event_record, record_as_dict, send_records, start_consumer
 from app.settings import OFF_SETTINGS, SETTINGS_HELP, Settings
@@ -208,8 +208,9 @@ def run_demo(
     ``settings`` supplies the aggregation settings (windows, aggregations, retention, emit,
     partitions, ...); the broker, profile, app id, state dir and web port are the demo's own.
     Raises ``DemoError`` when a step fails or the results do not arrive within ``timeout``
-    seconds, ``app.broker.BrokerError`` when the broker does not start. With ``termination``
-    (installed), a SIGTERM cannot cut short the final stop of the worker and the broker.
+    seconds, ``app.brokers.process.BrokerError`` when the broker does not start. With
+    ``termination`` (installed), a SIGTERM cannot cut short the final stop of the worker and the
+    broker.
     """
     base = settings or Settings()
     workdir = Path(tempfile.mkdtemp(prefix="fiba-demo-"))

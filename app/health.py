@@ -216,7 +216,7 @@ class WorkerHealth:
         )
 
     def observe_query(self, via: str, seconds: float) -> None:
-        """Record one answered query (``agents.queries.QueryService.on_answered``)."""
+        """Record one answered query (``agents.queries.service.QueryService.on_answered``)."""
         self.query_seconds.labels(via).observe(seconds)
 
     def not_live(self) -> str | None:

@@ -266,7 +266,8 @@ SECRET_SETTINGS = frozenset({"sasl_password"})
 ENV_PREFIX = "FIBA_"
 CONFIG_ENV = "FIBA_CONFIG"
 CACHE_DIR_ENV = "FIBA_CACHE_DIR"
-"""Where downloaded jars (Apache Kafka's, Spark's Kafka connector; ``app.kafka_jars``) live."""
+"""Where downloaded jars (Apache Kafka's, Spark's Kafka connector; ``app.brokers.kafka_jars``)
+live."""
 NON_SETTING_ENV = frozenset({CONFIG_ENV, CACHE_DIR_ENV, PURE_PYTHON_SWITCH})
 """The ``FIBA_*`` variables that name no setting (the TOML file, the jar cache, the pure-Python
 switch of ``stores``); any other unknown one is refused."""

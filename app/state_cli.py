@@ -18,7 +18,14 @@ import time
 
 import click
 
-from app.cli import CONNECTION_SETTINGS, TIME, CliFailure, require_broker, run_async, with_settings
+from app.cli_base import (
+    CONNECTION_SETTINGS,
+    TIME,
+    CliFailure,
+    require_broker,
+    run_async,
+    with_settings,
+)
 from app.settings import Settings
 from app.wording import are, counted
 from stores.state_lock import StateDirBusy, StateDirLock, StateDirUnusable
@@ -40,7 +47,10 @@ STATE_SETTINGS = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    short_help="Reset the window state or a partition's stream time.",
+)
 def state() -> None:
     """Reset a worker's window state (local and changelog) or a partition's stream time."""
 

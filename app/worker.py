@@ -22,13 +22,14 @@ from typing import Any
 
 import faust
 
-from agents import queries, retention_watch, windows
+from agents import retention_watch, windows_hooks
 from agents.batched_send import KeyedOutputs
 from agents.clients import throttle_failed_metadata_updates
 from agents.dead_letters import DeadLetters
 from agents.input_reader import InputReader
 from agents.kafka_changelog import FaustChangelog
-from agents.queries import QueryService
+from agents.queries import hooks as query_hooks
+from agents.queries.service import QueryService
 from agents.retention_watch import RetentionCheck
 from agents.supervision import WorkerCrash
 from agents.transactions import PartitionTransactions
@@ -90,8 +91,8 @@ def build_worker(settings: Settings) -> Worker:
         transactions.progress = pipeline.progress
         service.transactions = transactions
     reader = InputReader(settings, pipeline, crash)
-    windows.install(fiba, pipeline, reader)
-    queries.install(fiba, service)
+    windows_hooks.install(fiba, pipeline, reader)
+    query_hooks.install(fiba, service)
     worker = Worker(fiba, store, pipeline, service, reader, crash)
     checks = WorkerHealth(worker)
     service.on_answered = checks.observe_query

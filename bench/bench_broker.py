@@ -1,4 +1,4 @@
-"""The broker a worker benchmark starts: ``--broker-kind embedded|kafka`` (``app.brokers``).
+"""The broker a worker benchmark starts: ``--broker-kind embedded|kafka`` (``app.brokers.kinds``).
 
 ``bench_broker(kind)`` starts one for a ``with`` block and yields a ``BenchBroker``: its
 bootstrap address, the ``broker_profile`` its clients use (``embedded`` on Tansu, ``kafka`` on
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.brokers import BROKER_KINDS, make_broker
+from app.brokers.kinds import BROKER_KINDS, make_broker
 from bench.machine import describe_machine
 
 

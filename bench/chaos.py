@@ -34,7 +34,8 @@ from typing import Any
 
 from agents.batched_send import default_partition
 from agents.clients import read_to_end
-from app.broker import EmbeddedBroker, free_port
+from app.brokers.process import free_port
+from app.brokers.tansu import EmbeddedBroker
 from app.demo import log_tail, start_worker, stop_worker
 from app.kafka_io import send_records
 from app.settings import Settings, WindowSpec

@@ -11,7 +11,7 @@ records the worker and Quix read. A measured job first takes the occupancy's pre
 (``prefill_records``: every key's windows full, as the worker and the Quix job start), then the
 input (Kafka Streams idles up to a minute per job after the prefill to keep that order; each
 result says how much of the prefill was taken in by the 30% mark: all of it, when in order).
-The JVM measures as ``bench.worker_pipeline.measure_rate`` does: input records per wall second
+The JVM measures as ``bench.worker_harness.measure_rate`` does: input records per wall second
 between 30% and 90% of the input (Kafka Streams counts them as its source hands them to the
 window, Flink as its OVER window emits their rows), and the whole process's CPU µs per record
 there (``fiba.peers.Progress``); it prints one JSON line per job.
@@ -44,7 +44,7 @@ from app.topics import DATA_TOPIC_CONFIGS, TopicSpec, create_topics
 from bench.bench_broker import BenchBroker
 from bench.jvm_semantics import Check, check_over_range, check_sliding
 from bench.quix_job import OUTPUT_TOPIC_CONFIGS, PARTITIONS, prefill_events
-from bench.worker_pipeline import KEYS, MAX_LATENESS_MS, SPACING_MS, event_stream, produce
+from bench.worker_harness import KEYS, MAX_LATENESS_MS, SPACING_MS, event_stream, produce
 
 JVM_DIR = Path(__file__).parent / "jvm"
 MAINS = {

@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.broker import free_port, stop_process
+from app.brokers.process import free_port, stop_process
 from app.settings import Settings, WindowSpec
 from app.topics import TopicSpec, create_topics
 from bench import jvm_peers
@@ -41,7 +41,7 @@ from bench.bench_broker import (
     write_results,
 )
 from bench.quix_job import AGGREGATIONS, OUTPUT_TOPIC_CONFIGS, PARTITIONS
-from bench.worker_pipeline import (
+from bench.worker_harness import (
     MAX_LATENESS_MS,
     SPACING_MS,
     child_process,

@@ -33,7 +33,7 @@ from bench.bench_broker import (
     bench_broker,
     write_results,
 )
-from bench.worker_pipeline import (
+from bench.worker_harness import (
     KEYS,
     backlogged_worker,
     cpu_seconds,

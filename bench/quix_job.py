@@ -16,13 +16,13 @@ from typing import Any
 
 from agents.batched_send import default_partition
 from app.topics import DATA_TOPIC_CONFIGS
-from bench.worker_pipeline import KEYS, SPACING_MS, T0, serve_stats
+from bench.worker_harness import KEYS, SPACING_MS, T0, serve_stats
 
 AGGREGATIONS = ("count", "sum", "max", "mean")
 """The job's aggregations (Quix's ``Count``, ``Sum``, ``Max``, ``Mean`` of ``value``)."""
 
 PARTITIONS = 4
-"""The input's partition count (``bench.worker_pipeline.scenario_settings``)."""
+"""The input's partition count (``bench.worker_harness.scenario_settings``)."""
 
 OUTPUT_TOPIC_CONFIGS = {**DATA_TOPIC_CONFIGS, "retention.ms": "-1"}
 """The output topic's configs (all explicit, for the embedded broker): its records' timestamps

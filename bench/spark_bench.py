@@ -33,7 +33,7 @@ from agents.records import (
     dumps,
 )
 from agents.records import WINDOWS as WINDOWS_FIELD
-from app.brokers import BROKER_KINDS, make_broker
+from app.brokers.kinds import BROKER_KINDS, make_broker
 from bench.machine import describe_machine
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -22,12 +22,8 @@ from dataclasses import replace
 
 from app.settings import Settings, WindowSpec
 from bench.machine import describe_machine
-from bench.worker_pipeline import (
-    KEYS,
-    SPACING_MS,
-    event_stream,
-    prefilled_pairs,
-)
+from bench.worker_harness import KEYS, SPACING_MS, event_stream
+from bench.worker_scenarios import prefilled_pairs
 from stores.durations import format_duration
 from stores.gc_pause import paused_gc
 from stores.key_windows import KeyWindows, WindowConfig

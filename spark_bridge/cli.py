@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from agents.connection import KafkaConnection, driver_refusal
-from app.cli import (
+from app.cli_base import (
     CONNECTION_SETTINGS,
     CliFailure,
     require_broker,

@@ -1,8 +1,8 @@
 """Spark's own Kafka connector (``spark-sql-kafka-0-10``) for the installed PySpark.
 
 ``connector_jars()`` resolves ``org.apache.spark:spark-sql-kafka-0-10_2.13:<pyspark version>``
-from Maven Central once (``app.kafka_jars.maven_jars``: ``mvn``, an atomic cache) and returns
-only the jars Spark does not ship (the connector, its token provider, ``kafka-clients``,
+from Maven Central once (``app.brokers.kafka_jars.maven_jars``: ``mvn``, an atomic cache) and
+returns only the jars Spark does not ship (the connector, its token provider, ``kafka-clients``,
 ``commons-pool2``); ``connector_conf()`` is the session configuration that puts them on the
 classpath. ``python -m spark_bridge.connector`` (``make spark-jars``) resolves them ahead.
 Reference: docs/reference/spark.md.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pyspark
 
-from app.broker import BrokerSetupError
-from app.kafka_jars import maven_jars
+from app.brokers.kafka_jars import maven_jars
+from app.brokers.process import BrokerSetupError
 
 SCALA_VERSION = "2.13"
 CONNECTOR_ARTIFACT = f"spark-sql-kafka-0-10_{SCALA_VERSION}"

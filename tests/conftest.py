@@ -37,8 +37,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 import pytest  # noqa: E402
 
-from app.broker import BrokerError  # noqa: E402
-from app.brokers import BROKER_KINDS, make_broker, options_keeping_old_records  # noqa: E402
+from app.brokers.kinds import BROKER_KINDS, make_broker, options_keeping_old_records  # noqa: E402
+from app.brokers.process import BrokerError  # noqa: E402
 
 # The tests' events are from 2023 and every output record's Kafka timestamp is its event time,
 # far beyond the 7 days of time retention the app gives its topics: the session broker keeps

@@ -242,7 +242,7 @@ def test_worker_pipeline_report_takes_medians_over_rounds_and_reports_flatness()
 def test_worker_pipeline_keeps_the_first_query_out_of_the_latency_percentiles() -> None:
     """The first query of a run pays the set-up (0.2-0.4 s): reported on its own, so that with a
     few dozen queries it is not the p99."""
-    from bench.worker_pipeline import latency_figures
+    from bench.worker_harness import latency_figures
 
     latencies = [0.35] + [0.010] * 50 + [0.030]
     figures = latency_figures(latencies)
@@ -256,7 +256,8 @@ def test_the_emit_floor_writes_aggregate_records_of_the_workers_shape(tmp_path) 
     """What ``emit-floor`` produces per event is a valid aggregate record with every window
     and aggregation of the scenario's settings, answering that event."""
     from bench.bench_broker import BenchBroker
-    from bench.worker_pipeline import T0, emit_floor_encoder, scenario_settings
+    from bench.worker_harness import T0, scenario_settings
+    from bench.worker_scenarios import emit_floor_encoder
     from tests.test_output_schemas import validate
 
     settings = scenario_settings(
@@ -285,13 +286,8 @@ def test_the_batch_floor_makes_every_event_durable_and_answers_every_key(
     from agents.kafka_changelog import KafkaChangelog
     from app.topics import create_topics
     from bench.bench_broker import BenchBroker
-    from bench.worker_pipeline import (
-        DurableFloor,
-        emit_floor_encoder,
-        event_stream,
-        produce,
-        scenario_settings,
-    )
+    from bench.worker_harness import event_stream, produce, scenario_settings
+    from bench.worker_scenarios import DurableFloor, emit_floor_encoder
     from stores.key_windows import WindowConfig
     from stores.window_store import MarshalStateCodec, WindowStore
 
@@ -380,7 +376,7 @@ def test_worker_pipeline_report_gives_exactly_once_share_of_at_least_once() -> N
 
 def test_the_worker_benchmarks_use_the_profile_of_the_broker_kind(tmp_path) -> None:
     from bench.bench_broker import BenchBroker, results_path
-    from bench.worker_pipeline import scenario_settings
+    from bench.worker_harness import scenario_settings
 
     for kind, profile in (("embedded", "embedded"), ("kafka", "kafka")):
         settings = scenario_settings(

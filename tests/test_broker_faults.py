@@ -34,11 +34,11 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from agents.clients import client_options, end_offsets, read_to_end
 from agents.kafka_changelog import consumer_for
-from app.broker import free_port
 from app.broker_outage import REPORT_INTERVAL_S
+from app.brokers.apache_kafka import KafkaBroker
+from app.brokers.process import free_port
 from app.demo import log_tail, settings_environ, start_worker, stop_worker
 from app.generator import generate_events
-from app.kafka_broker import KafkaBroker
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
 from stores.changelog import SHAPE_KEY

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.broker import free_port
 from app.broker_outage import REPORT_INTERVAL_S, OutageReport
-from app.brokers import make_broker, options_keeping_old_records
+from app.brokers.kinds import make_broker, options_keeping_old_records
+from app.brokers.process import free_port
 from app.demo import settings_environ
 from app.topics import create_topics
 from tests.conftest import broker_kinds_under_test

@@ -21,8 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agents.records import DLQ_DETAIL, DLQ_REASON
-from app.broker import free_port, wait_for_port
-from app.brokers import BROKER_KINDS
+from app.brokers.kinds import BROKER_KINDS
+from app.brokers.process import free_port, wait_for_port
 from app.cli import cli, command_names
 from app.demo import run_demo
 from app.generator import MAX_VALUE, generate_events, key_name, ooo_count

@@ -31,7 +31,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from agents.clients import client_options
-from app.broker import free_port
+from app.brokers.process import free_port
 from app.demo import log_tail, start_worker, stop_worker
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from agents.clients import read_to_end
-from agents.queries import answer
+from agents.queries.service import answer
 from agents.records import AggregateRecord, RangeQuery, encode_aggregate
 from app.demo import start_worker, stop_worker
 from app.settings import ConfigError, load_settings

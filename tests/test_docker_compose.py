@@ -18,9 +18,9 @@ import click
 import pytest
 import yaml
 
+from app.brokers.apache_kafka import BROKER_CONFIG
+from app.brokers.kafka_jars import KAFKA_VERSION
 from app.cli import DELEGATED_COMMANDS, cli, command_names
-from app.kafka_broker import BROKER_CONFIG
-from app.kafka_jars import KAFKA_VERSION
 from app.settings import SETTINGS_HELP, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -178,7 +178,7 @@ def test_a_wrong_command_or_option_is_caught():
 
 @pytest.mark.parametrize("page, code", [(page, code) for page, _, code in blocks("json")])
 def test_json_block_is_a_valid_record(page, code):
-    from agents.queries import parse_query
+    from agents.queries.parsing import parse_query
     from tests.test_output_schemas import validate
 
     record = json.loads(code)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.broker import EmbeddedBroker, free_port, wait_for_port
+from app.brokers.process import free_port, wait_for_port
+from app.brokers.tansu import EmbeddedBroker
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 
 from agents.kafka_changelog import ChangelogReader, KafkaChangelog
 from agents.transactions import NotOwned, PartitionTransactions
-from app.broker import free_port
+from app.brokers.process import free_port
 from app.cli import cli
 from app.demo import settings_environ
 from app.settings import Settings

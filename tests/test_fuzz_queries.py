@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.queries import BadQuery, answer, failed, parse_query, query_from_params
+from agents.queries.parsing import BadQuery, failed, parse_query, query_from_params
+from agents.queries.service import answer
 from agents.records import encode_json
 from stores.key_windows import KeyWindows, WindowConfig
 from tests.aggregation_samples import group_settings, group_values

@@ -63,6 +63,8 @@ def test_the_benchmarks_are_not_installed(tmp_path: Path) -> None:
 
 def test_fiba_bench_without_the_benchmarks_says_where_they_run(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "bench", None)  # as where they are not installed
+    for name in [n for n in sys.modules if n.startswith("bench.")]:  # imported by other tests
+        monkeypatch.delitem(sys.modules, name)
     result = CliRunner().invoke(cli, ["bench", "--help"])
     assert result.exit_code == 2
     assert result.stderr.strip() == (

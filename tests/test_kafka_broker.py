@@ -12,11 +12,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from app import kafka_broker
-from app.broker import BrokerSetupError, free_port
-from app.brokers import development_broker_options, make_broker, options_keeping_old_records
-from app.kafka_broker import KafkaBroker, random_cluster_id
-from app.kafka_jars import KAFKA_VERSION, SCALA_VERSION, kafka_jars
+from app.brokers import apache_kafka
+from app.brokers.apache_kafka import KafkaBroker, random_cluster_id
+from app.brokers.kafka_jars import KAFKA_VERSION, SCALA_VERSION, kafka_jars
+from app.brokers.kinds import development_broker_options, make_broker, options_keeping_old_records
+from app.brokers.process import BrokerSetupError, free_port
 from app.topics import DATA_TOPIC_CONFIGS
 
 pytestmark = pytest.mark.timeout(600)
@@ -72,7 +72,7 @@ def test_a_cluster_id_starting_with_a_dash_formats_the_storage(tmp_path, monkeyp
     """One id in 64 starts with "-" (URL-safe base64); the storage tool must not take it for
     an option (it did: the broker failed to start once in a while)."""
     cluster_id = "-" + random_cluster_id()[1:]
-    monkeypatch.setattr("app.kafka_broker.random_cluster_id", lambda: cluster_id)
+    monkeypatch.setattr("app.brokers.apache_kafka.random_cluster_id", lambda: cluster_id)
     broker = KafkaBroker(data_dir=tmp_path / "data")
     broker.prepare()  # formats the storage, starts nothing
     meta = (tmp_path / "data" / "log" / "meta.properties").read_text()
@@ -107,8 +107,8 @@ def test_the_development_broker_keeps_old_records_past_its_retention_checks(monk
     first retention check, 30 s after the start). Here Kafka's own defaults are made to check
     at once and every second, so that a broker without the keeping options deletes the record
     within the test's few seconds."""
-    monkeypatch.setitem(kafka_broker.BROKER_CONFIG, "log.initial.task.delay.ms", "0")
-    monkeypatch.setitem(kafka_broker.BROKER_CONFIG, "log.retention.check.interval.ms", "1000")
+    monkeypatch.setitem(apache_kafka.BROKER_CONFIG, "log.initial.task.delay.ms", "0")
+    monkeypatch.setitem(apache_kafka.BROKER_CONFIG, "log.retention.check.interval.ms", "1000")
     options = development_broker_options("kafka", free_port(), None)
     with make_broker("kafka", **options) as broker:
         tp = TopicPartition("old-events", 0)

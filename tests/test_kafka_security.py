@@ -1,5 +1,5 @@
 """Security on Apache Kafka: a SASL_PLAINTEXT listener with PLAIN and SCRAM-SHA-256 users and
-ACLs (``app.kafka_security``). The worker, the CLI commands and the Spark bridge connect with
+ACLs (``app.brokers.kafka_sasl``). The worker, the CLI commands and the Spark bridge connect with
 the documented settings (``security_protocol``, ``sasl_mechanism``, ``sasl_username``,
 ``sasl_password``); a wrong password or a topic the ACLs deny stops a command at once with one
 line on stderr and exit code 2.
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from app.broker import free_port
-from app.brokers import BROKER_KINDS
-from app.kafka_broker import KafkaBroker
-from app.kafka_security import SaslListener, grant_prefix
+from app.brokers.apache_kafka import KafkaBroker
+from app.brokers.kafka_sasl import SaslListener, grant_prefix
+from app.brokers.kinds import BROKER_KINDS
+from app.brokers.process import free_port
 from tests.conftest import broker_kinds_under_test
 from tests.spark_fixtures import create_topic
 

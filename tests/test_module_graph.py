@@ -1,6 +1,7 @@
 """``docs/design/modules.md`` is what ``bench.module_graph`` draws from today's imports."""
 
 from bench import module_graph
+from tests.test_layers import cycles
 
 
 def test_the_committed_module_graph_is_current():
@@ -27,6 +28,14 @@ def test_imports_are_read_by_statement_relative_and_by_name(tmp_path):
         "pkg", "pkg.low", "pkg.mid", "pkg.deep.inner"
     }  # fmt: skip
     assert module_graph.by_name(path, known) == {"pkg.top"}
+
+
+def test_no_circle_runs_through_the_imports_by_name():
+    """An import by name (``app.cli`` hands ``fiba spark-read`` to ``spark_bridge.cli``) counts:
+    the module it names may not import its namer back, directly or round a circle."""
+    edges, named = module_graph.graph()
+    both = {name: edges[name] | named[name] for name in edges}
+    assert [sorted(circle) for circle in cycles(both)] == []
 
 
 def test_the_fiba_core_needs_only_the_standard_library():

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 
-from agents.queries import answer
+from agents.queries.service import answer
 from agents.records import RangeQuery, encode_json
 from stores.key_windows import KeyWindows, WindowConfig
 from stores.monoids import monoid_names

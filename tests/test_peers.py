@@ -27,7 +27,7 @@ from bench import peers
 from bench.bench_broker import BenchBroker
 from bench.quix_job import prefill_events
 from bench.quix_semantics import expected_outputs
-from bench.worker_pipeline import MAX_LATENESS_MS, SPACING_MS, cpu_seconds, event_stream, get_json
+from bench.worker_harness import MAX_LATENESS_MS, SPACING_MS, cpu_seconds, event_stream, get_json
 
 pytestmark = pytest.mark.kafka
 

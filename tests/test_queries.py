@@ -12,11 +12,11 @@ from types import SimpleNamespace
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from agents.clients import client_options
-from agents.queries import (
+from agents.queries.consumer import QueryConsumer
+from agents.queries.latency import (
     EMBEDDED_QUERY_FETCH_WAIT_MS,
     KAFKA_QUERY_FETCH_WAIT_MS,
     LatencyProducer,
-    QueryConsumer,
     query_fetch_wait_ms,
 )
 from app.settings import Settings

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from app.broker import free_port
-from app.cli import parse_time
+from app.brokers.process import free_port
+from app.cli_base import parse_time
 from app.generator import generate_events
 
 README = Path(__file__).resolve().parent.parent / "README.md"

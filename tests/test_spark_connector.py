@@ -24,7 +24,7 @@ import uuid
 import pytest
 
 from agents.records import Answer, dumps
-from app.broker import BrokerSetupError
+from app.brokers.process import BrokerSetupError
 from spark_bridge.connector import CONNECTOR_ARTIFACT, connector_jars, shipped_by_spark
 from spark_bridge.jvm import parse_values
 from spark_bridge.read import flatten_window, read_aggregates, read_records

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from app.broker import free_port
+from app.brokers.process import free_port
 from app.cli import cli
 from app.demo import log_tail, settings_environ, start_worker, stop_worker
 from app.settings import Settings, WindowSpec

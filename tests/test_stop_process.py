@@ -1,5 +1,5 @@
-"""``app.broker.stop_process``, the stop of the brokers, the demo's worker and the benchmark
-workers: SIGTERM, then SIGKILL for a process that outlives the timeout."""
+"""``app.brokers.process.stop_process``, the stop of the brokers, the demo's worker and the
+benchmark workers: SIGTERM, then SIGKILL for a process that outlives the timeout."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from app.broker import stop_process
+from app.brokers.process import stop_process
 
 SLEEPER = "import signal, sys, time; {}; print('ready', flush=True); time.sleep(60)"
 

@@ -14,7 +14,7 @@ from subprocess import Popen
 
 import pytest
 
-from app.broker import free_port
+from app.brokers.process import free_port
 from app.demo import log_tail, start_worker, stop_worker
 from app.settings import Settings
 from app.topics import create_topics

@@ -41,7 +41,7 @@ from agents.records import (
     INPUT_PARTITION,
     AggregateRecord,
 )
-from app.broker import free_port
+from app.brokers.process import free_port
 from app.demo import start_worker, stop_worker
 from app.settings import Settings, WindowSpec
 from app.topics import create_topics

@@ -20,8 +20,8 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.broker import free_port
-from app.brokers import make_broker, options_keeping_old_records
+from app.brokers.kinds import make_broker, options_keeping_old_records
+from app.brokers.process import free_port
 from app.demo import start_worker, stop_worker
 from app.health import BROKER_PROBE_TTL_S
 from app.topics import create_topics

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from app.broker import free_port
-from app.brokers import make_broker, options_keeping_old_records
+from app.brokers.kinds import make_broker, options_keeping_old_records
+from app.brokers.process import free_port
 from app.demo import log_tail, start_worker, stop_worker
 from app.topics import create_topics
 from app.worker import THREAD_STOP_GRACE_S

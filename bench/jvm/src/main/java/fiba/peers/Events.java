@@ -2,7 +2,7 @@ package fiba.peers;
 
 /**
  * The benchmark's input values, {@code {"ts": <epoch ms>, "value": <number>}} as
- * bench.worker_pipeline.event_stream writes them, read without a JSON library: the number
+ * bench.worker_harness.event_stream writes them, read without a JSON library: the number
  * after each field's name.
  */
 final class Events {

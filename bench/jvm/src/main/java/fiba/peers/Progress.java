@@ -4,7 +4,7 @@ import java.lang.management.ManagementFactory;
 import java.util.Locale;
 
 /**
- * How a peer's run is measured, as bench.worker_pipeline.measure_rate measures the worker:
+ * How a peer's run is measured, as bench.worker_harness.measure_rate measures the worker:
  * accepted input records per wall second between 30% and 90% of the run's records, and the
  * whole process's CPU time (every JVM thread: the job's, the Kafka clients', GC and JIT)
  * per record there. The job calls {@link #accept()} once per input record it takes in (on

@@ -1,4 +1,4 @@
-"""An optional SASL listener with users and ACLs for ``app.kafka_broker.KafkaBroker``.
+"""An optional SASL listener with users and ACLs for ``app.brokers.apache_kafka.KafkaBroker``.
 
 ``SaslListener`` describes it: SASL_PLAINTEXT, or SASL_SSL with ``keystore`` (a PEM file
 holding the broker's unencrypted PKCS#8 private key, then its certificate chain); users with

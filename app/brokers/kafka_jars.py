@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.broker import BrokerSetupError
+from app.brokers.process import BrokerSetupError
 from app.settings import CACHE_DIR_ENV
 
 KAFKA_VERSION = "4.1.1"
@@ -172,8 +172,8 @@ def first_error(output: str) -> str:
 
 
 def main() -> None:
-    """``python -m app.kafka_jars``: resolve the jars now (``make kafka-jars``), print where;
-    a failure is one line on stderr and exit code 2."""
+    """``python -m app.brokers.kafka_jars``: resolve the jars now (``make kafka-jars``), print
+    where; a failure is one line on stderr and exit code 2."""
     try:
         print(kafka_jars())
     except BrokerSetupError as exc:

@@ -1,17 +1,18 @@
 """Apache Kafka as a broker the project starts itself (kind ``kafka``, profile ``kafka``).
 
 ``KafkaBroker`` runs one combined KRaft broker+controller of the pinned ``KAFKA_VERSION`` (jars
-from ``app.kafka_jars``) on two free loopback ports: clients use ``bootstrap``, the controller
-listens on a port of its own. Its log lives on disk in ``data_dir``: a temporary directory
-removed on ``stop()`` unless one is given, in which case it is formatted once and reused (topics
-survive a restart, also after ``kill()``: ``start()`` again serves the same log on ``bootstrap``).
-``start()`` writes ``server.properties`` (``BROKER_CONFIG``, then ``extra_config``, plus
-listeners and paths) and a quiet log4j2 configuration, formats the storage unless already formatted
-(``kafka.tools.StorageTool``), starts ``kafka.Kafka`` with a small heap and returns once the
-broker answers a metadata request with itself as a live broker. The JVM starts in seconds on
-a small machine, hence the generous default ``start_timeout``. An optional ``sasl`` listener
-(``app.kafka_security.SaslListener``) adds a SASL_PLAINTEXT (or SASL_SSL) listener on
-``sasl_bootstrap`` with its users, SCRAM credentials and, if asked, ACL authorization.
+from ``app.brokers.kafka_jars``) on two free loopback ports: clients use ``bootstrap``, the
+controller listens on a port of its own. Its log lives on disk in ``data_dir``: a temporary
+directory removed on ``stop()`` unless one is given, in which case it is formatted once and
+reused (topics survive a restart, also after ``kill()``: ``start()`` again serves the same log
+on ``bootstrap``). ``start()`` writes ``server.properties`` (``BROKER_CONFIG``, then
+``extra_config``, plus listeners and paths) and a quiet log4j2 configuration, formats the
+storage unless already formatted (``kafka.tools.StorageTool``), starts ``kafka.Kafka`` with a
+small heap and returns once the broker answers a metadata request with itself as a live broker.
+The JVM starts in seconds on a small machine, hence the generous default ``start_timeout``. An
+optional ``sasl`` listener (``app.brokers.kafka_sasl.SaslListener``) adds a SASL_PLAINTEXT (or
+SASL_SSL) listener on ``sasl_bootstrap`` with its users, SCRAM credentials and, if asked, ACL
+authorization.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from pathlib import Path
 
 from aiokafka.client import AIOKafkaClient
 
-from app.broker import BrokerError, BrokerProcess, free_port, wait_for_port
-from app.kafka_jars import KAFKA_VERSION, kafka_jars, require_tool
-from app.kafka_security import SaslListener
+from app.brokers.kafka_jars import KAFKA_VERSION, kafka_jars, require_tool
+from app.brokers.kafka_sasl import SaslListener
+from app.brokers.process import BrokerError, BrokerProcess, free_port, wait_for_port
 
 BROKER_CONFIG: dict[str, str] = {
     "process.roles": "broker,controller",

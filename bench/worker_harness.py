@@ -1,0 +1,309 @@
+"""The harness of the worker benchmarks: a backlog, a child process under test, its figures.
+
+``backlogged_worker`` creates a scenario's topics (``scenario_settings``), pre-produces the
+input (``event_stream``: ``KEYS`` keys, ``OOO_FRACTION`` of the events up to
+``MAX_LATENESS_MS`` late) and runs a child of ``bench.worker_scenarios`` on it in a subprocess
+(``child_process``); ``measure_rate`` polls the child's ``GET /stats`` for events/s and CPU
+per event, ``http_latencies`` and ``topic_latencies`` time range queries meanwhile. Used by
+``bench.worker_pipeline``, ``bench.query_latency``, ``bench.peers`` and ``bench.window_end``.
+Methods: docs/bench-methods.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from agents.clients import client_options
+from app.brokers.process import free_port, stop_process
+from app.demo import settings_environ
+from app.settings import Settings, WindowSpec
+from app.topics import create_topics
+from bench.bench_broker import (
+    BenchBroker,
+)
+from stores.durations import format_duration
+
+KEYS = 100
+
+
+SPACING_MS = 100
+
+
+OOO_FRACTION = 0.2
+
+
+MAX_LATENESS_MS = 5_000
+
+
+T0 = 1_700_000_000_000
+
+
+def scenario_settings(
+    broker: BenchBroker,
+    occupancy: int,
+    emit: str,
+    state_dir: Path,
+    guarantee: str = "at_least_once",
+) -> Settings:
+    retention = occupancy * SPACING_MS
+    sizes = (retention // 100, retention // 10, retention)
+    suffix = uuid.uuid4().hex[:8]
+    return replace(
+        Settings(),
+        broker=broker.bootstrap,
+        broker_profile=broker.profile,
+        app_id=f"bench-{suffix}",
+        input_topic=f"bench-{suffix}-events",
+        aggregates_topic=f"bench-{suffix}-aggregates",
+        queries_topic=f"bench-{suffix}-queries",
+        answers_topic=f"bench-{suffix}-answers",
+        dead_letter_topic=f"bench-{suffix}-dlq",
+        partitions=4,
+        retention=retention,
+        windows=tuple(WindowSpec(format_duration(s), s) for s in sizes),
+        max_future_skew=retention,
+        emit=emit,
+        processing_guarantee=guarantee,
+        state_dir=state_dir,
+        web_port=free_port(),
+        sweep_interval=30_000,
+        log_level="warning",
+    )
+
+
+def event_stream(
+    n: int, max_lateness_ms: int = MAX_LATENESS_MS, seed: int = 1
+) -> list[tuple[bytes, bytes]]:
+    """``n`` input records: keys drawn uniformly from ``KEYS``, times ``T0 + i * SPACING /
+    KEYS``, ``OOO_FRACTION`` of them moved back by 1 to ``max_lateness_ms`` - 1 ms."""
+    rng = random.Random(seed)
+    step = SPACING_MS / KEYS
+    records = []
+    for i in range(n):
+        ts = T0 + int(i * step)
+        if rng.random() < OOO_FRACTION:
+            ts -= rng.randrange(1, max(2, max_lateness_ms))
+        key = f"key-{rng.randrange(KEYS)}".encode()
+        value = json.dumps({"ts": ts, "value": round(rng.uniform(-100, 100), 3)})
+        records.append((key, value.encode()))
+    return records
+
+
+async def produce(settings: Settings, records: list[tuple[bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(**client_options(settings), linger_ms=20)
+    await producer.start()
+    try:
+        for key, value in records:
+            await producer.send(settings.input_topic, value=value, key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def get_json(port: int, path: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_rate(
+    port: int, total: int, worker: subprocess.Popen, log_path: Path, timeout: float
+) -> tuple[float, float]:
+    """Accepted events per wall second and CPU microseconds of the worker per event, between
+    30% and 90% of ``total`` (polling ``GET /stats``). The CPU figure does not depend on how
+    many other processes share the machine's cores; the wall-clock rate does."""
+    marks: dict[float, tuple[float, float, int]] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise RuntimeError(f"the worker exited; see {log_path}")
+        try:
+            accepted = get_json(port, "/stats")["counts"].get("accepted", 0)
+        except OSError:
+            time.sleep(0.2)
+            continue
+        now, cpu = time.monotonic(), cpu_seconds(worker.pid)
+        for fraction in (0.3, 0.9):
+            if fraction not in marks and accepted >= fraction * total:
+                marks[fraction] = (now, cpu, accepted)
+        if 0.9 in marks:
+            (t1, c1, a1), (t2, c2, a2) = marks[0.3], marks[0.9]
+            if t2 == t1:
+                raise RuntimeError("the stream was consumed between two polls: make it longer")
+            return (a2 - a1) / (t2 - t1), 1e6 * (c2 - c1) / (a2 - a1)
+        time.sleep(0.1)
+    raise RuntimeError(f"timeout: the worker did not get through {total} events")
+
+
+def wait_until_assigned(port: int, worker: subprocess.Popen, timeout: float = 120) -> None:
+    """Return once the worker serves ``GET /stats`` and owns input partitions (query latency
+    is timed from then on, not across the worker's start and group join)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and worker.poll() is None:
+        try:
+            if get_json(port, "/stats").get("assigned"):
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("the worker never got its partitions")
+
+
+def http_latencies(port: int, window: str, stop: threading.Event, out: list[float]) -> None:
+    """Sequential ``GET /windows/{key}?window=`` until ``stop``; seconds per request."""
+    rng = random.Random(2)
+    while not stop.is_set():
+        key = f"key-{rng.randrange(KEYS)}"
+        started = time.perf_counter()
+        try:
+            get_json(port, f"/windows/{key}?window={window}")
+        except OSError:
+            time.sleep(0.05)
+            continue
+        out.append(time.perf_counter() - started)
+        time.sleep(0.01)
+
+
+async def topic_latencies(settings: Settings, stop: threading.Event, out: list[float]) -> None:
+    """Send queries one at a time until ``stop``; seconds from send until its answer is read."""
+    producer = AIOKafkaProducer(**client_options(settings), linger_ms=0)
+    consumer = AIOKafkaConsumer(
+        **client_options(settings), enable_auto_commit=False, fetch_max_wait_ms=10
+    )
+    await producer.start()
+    await consumer.start()
+    try:
+        tps = [TopicPartition(settings.answers_topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        rng = random.Random(3)
+        i = 0
+        while not stop.is_set():
+            i += 1
+            key = f"key-{rng.randrange(KEYS)}"
+            query = {"query_id": f"q{i}", "key": key, "window": settings.windows[1].name}
+            started = time.perf_counter()
+            await producer.send_and_wait(
+                settings.queries_topic, json.dumps(query).encode(), key=key.encode()
+            )
+            answered = False
+            while not answered and not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=200)
+                for records in batch.values():
+                    answered |= any(json.loads(r.value)["query_id"] == f"q{i}" for r in records)
+            if answered:
+                out.append(time.perf_counter() - started)
+            await asyncio.sleep(0.02)
+    finally:
+        await producer.stop()
+        await consumer.stop()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@contextlib.contextmanager
+def backlogged_worker(
+    broker: BenchBroker,
+    child: str,
+    occupancy: int,
+    events: int,
+    workdir: Path,
+    guarantee: str = "at_least_once",
+) -> Iterator[tuple[Settings, subprocess.Popen, Path]]:
+    """Create the scenario's topics, pre-produce ``events`` input records, and run the child
+    ``child`` (a worker emit mode, or ``floor``/``bare``/``bare-batch``) in a subprocess on
+    them for the ``with`` block: yields its settings, process and log file; terminates it
+    afterwards."""
+    emit = {
+        "bare": "event",
+        "bare-batch": "batch",
+        "floor": "batch",
+        "emit-floor": "event",
+        "batch-floor": "batch",
+    }.get(child, child)
+    settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6], guarantee)
+    asyncio.run(create_topics(settings))
+    asyncio.run(produce(settings, event_stream(events)))
+    with child_process(settings, child, occupancy, workdir) as (worker, log_path):
+        yield settings, worker, log_path
+
+
+@contextlib.contextmanager
+def child_process(
+    settings: Settings, child: str, occupancy: int, workdir: Path
+) -> Iterator[tuple[subprocess.Popen, Path]]:
+    """The child ``child`` of ``bench.worker_scenarios`` (a worker emit mode, or a floor) run on
+    ``settings`` (passed as ``FIBA_*`` variables) for the ``with`` block, its output in a log
+    file in ``workdir``: yields the process and the log's path; terminates it afterwards."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBA_")}
+    env.update(settings_environ(settings))
+    command = [sys.executable, "-m", "bench.worker_scenarios", child, str(occupancy)]
+    log_path = workdir / f"{child}-{occupancy}-{settings.app_id}.log"
+    with open(log_path, "wb") as log:
+        worker = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield worker, log_path
+    finally:
+        stop_process(worker, 30)
+
+
+def latency_figures(latencies: list[float]) -> dict[str, float]:
+    """Milliseconds of a run's query latencies (seconds, in the order sent): the first query
+    on its own (it pays the clients' and the worker's first-request set-up, 0.2-0.4 s, which as
+    one of a few dozen queries would be the p99), then ``n``, p50 and p99 of the others."""
+    steady = latencies[1:]
+    return {
+        "first": 1000 * latencies[0],
+        "n": len(steady),
+        "p50": 1000 * statistics.median(steady),
+        "p99": 1000 * percentile(steady, 0.99),
+    }
+
+
+def serve_stats(port: int, stats: dict[str, Any]) -> ThreadingHTTPServer:
+    """``GET /stats`` -> ``stats`` as JSON (as it is at each request: the caller updates its
+    counts in place) on loopback ``port``, in a daemon thread, for ``measure_rate``; the
+    worker-less scenarios' and peer jobs' stand-in for the worker's own endpoint."""
+
+    class Stats(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(stats).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Stats)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
