@@ -37,7 +37,7 @@ class FibaApp:
     benchmarks' bare Faust agent consumes it). Aggregates and dead letters are produced as
     whole batches with ``app.producer``'s aiokafka producer (``kafka_producer``), answers by
     an own producer, and the query topic has its own consumer
-    (``agents.queries.QueryConsumer``)."""
+    (``agents.queries.consumer.QueryConsumer``)."""
 
     settings: Settings
     app: faust.App
