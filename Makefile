@@ -42,8 +42,7 @@ PYTEST_OPTS ?= -n 3 --dist loadfile
 test: $(STAMP) kafka-jars spark-jars
 	$(PY) -m ruff check .
 	$(PY) -c "import stores; print('hot path build:', stores.build())"
-	$(MAKE) --no-print-directory test-newest-python
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-kafka test-embedded
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-kafka test-embedded test-newest-python
 
 # The newest supported Python (pyproject's classifiers; .venv has the oldest, 3.11): the core
 # alone (no Spark, no benchmarks) installed in .venv-newest, pure Python and not editable (an

@@ -1,27 +1,15 @@
 """The JVM peers of ``bench.peers``: Kafka Streams' ``SlidingWindows`` and Flink SQL's ``OVER
-... RANGE`` window (``bench/jvm``, built by its own pom with Maven: dependencies from Maven
-Central, cached in ``~/.m2``), run on the benchmark's input and checked.
+... RANGE`` window (``bench/jvm``, built by its own pom with Maven), run on the benchmark's
+input and checked.
 
-Each system runs in one JVM (``java``, one stream thread / parallelism 1) that first warms up:
-one job on a warm-up topic of its own (``event_stream(warmup, seed=2)``, windows of
-``WARMUP_OCCUPANCY`` events per key, so that even Kafka Streams gets through 10^6 events in
-minutes) so the JIT has compiled the job's code, then, on the same JVM, one measured job per
-occupancy (Kafka Streams: per occupancy and cache mode) on the measured input topic, the same
-records the worker and Quix read. A measured job first takes the occupancy's prefill topic
-(``prefill_records``: every key's windows full, as the worker and the Quix job start), then the
-input (Kafka Streams idles up to a minute per job after the prefill to keep that order; each
-result says how much of the prefill was taken in by the 30% mark: all of it, when in order).
-The JVM measures as ``bench.worker_harness.measure_rate`` does: input records per wall second
-between 30% and 90% of the input (Kafka Streams counts them as its source hands them to the
-window, Flink as its OVER window emits their rows), and the whole process's CPU µs per record
-there (``fiba.peers.Progress``); it prints one JSON line per job.
-
-Then every measured job's output topic is read back, checked against its system's model
-(``bench.jvm_semantics``), unless it holds more than ``check_limit`` records (Kafka Streams
-with the cache off emits about k records per event at k events per key per window: about
-10^8 at k = 1000, too many to read back here); the result says which. The outputs are deleted after
-the checks, Kafka Streams' changelogs after each job: Kafka Streams with the cache off at k =
-1000 writes about 10^8 records to each, so keep tens of gigabytes free for the broker's log.
+Each system runs in one JVM (one stream thread / parallelism 1) that first warms up on a topic
+of its own, then runs one measured job per occupancy (Kafka Streams: per occupancy and cache
+mode) on the same records the worker and Quix read, after a prefill that fills every key's
+windows. The JVM measures as ``bench.worker_harness.measure_rate`` does (records per wall
+second between 30% and 90% of the input, CPU µs per record) and prints one JSON line per job.
+Every output is read back and checked against its system's model (``bench.jvm_semantics``)
+unless it holds more than ``check_limit`` records, then deleted. Details (the order of the
+prefill, what each JVM counts, disk needs): docs/bench-methods.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """What the JVM peers (``bench/jvm``) must emit, and the checks of what they did emit.
 
-Both models see every input record of a run (the prefill's and the measured input's, in any
-order: neither depends on the order, since no record of the benchmark's input is late enough
-to be dropped, see below) as ``(key, JSON value {"ts", "value"})`` and aggregate count, sum and
-max of ``value``.
-
-- **Flink SQL ``OVER (PARTITION BY k ORDER BY rt RANGE BETWEEN INTERVAL r PRECEDING AND
-  CURRENT ROW)``**: one output row per input row, ``(ts, cnt, sm, mx)`` over the rows of the
-  same key with time in ``[ts - r, ts]``, both bounds inclusive, rows of equal time included
-  (they are peers: each sees the others). Flink drops a row behind the watermark (``max ts -
-  grace``); the input's lateness is below ``grace``, so none is.
-- **Kafka Streams ``SlidingWindows`` (KIP-450)**, ``timeDifference`` d: windows ``[start,
-  start + d]``, both bounds inclusive, per key: the *left* window ``[t - d, t]`` of every
-  distinct record time t, and the *right* window ``[t + 1, t + 1 + d]`` of every record time t
-  with a record in ``(t, t + 1 + d]``; every window holds the key's records inside it. Kafka
-  Streams emits each window each time a record creates or updates it (all of them with the cache
-  off, the latest at each cache flush with it on), so the last record of a window in the output
-  is its final value, which the check compares; it also checks that the windows emitted are
-  exactly the model's. A record is dropped only when ``t + 1 + d <= stream time - grace``
-  (stream time per task), again never in this input.
-
-O((n + w) log n) for n records and w windows (prefix sums and a sparse table per key).
+Both models see every input record of a run (prefill and measured input, in any order) as
+``(key, JSON value {"ts", "value"})`` and aggregate count, sum and max of ``value``. Flink SQL's
+``OVER ... RANGE``: one row per input row over the key's rows with time in ``[ts - r, ts]``,
+both bounds inclusive. Kafka Streams' ``SlidingWindows`` (KIP-450): per key the left window
+``[t - d, t]`` of every distinct record time and the right window ``[t + 1, t + 1 + d]`` where a
+later record falls in it; the last emitted value of each window is compared, and the windows
+emitted must be exactly the model's. No record of the benchmark's input is late enough to be
+dropped by either. O((n + w) log n) for n records and w windows. The models in full:
+docs/bench-methods.md.
 """
 
 from __future__ import annotations
