@@ -33,7 +33,8 @@ spark-jars: $(STAMP)
 
 # Every test runs under both builds of the hot path and every Kafka test on both broker kinds:
 # the compiled build (when the install could compile it) on Apache Kafka (`test-kafka`) and the
-# pure-Python build (FIBA_PURE_PYTHON=1) on Tansu (`test-embedded`), the two passes at once
+# pure-Python build (FIBA_PURE_PYTHON=1) on Tansu (`test-embedded`), the two passes at once, beside
+# the newest-Python check (`test-newest-python`)
 # (their brokers, ports and temporary directories are their own; each pass's output is printed
 # when it ends). PYTEST_OPTS: three xdist workers per pass (most tests wait on brokers, Spark and
 # worker subprocesses), sharing one session broker, each with its own SparkSession; a file's
