@@ -31,7 +31,8 @@ def test_classifiers_readme_and_make_test_agree() -> None:
     assert "Requirements: Python 3.11, 3.12 or 3.13 " in readme
     makefile = (ROOT / "Makefile").read_text()
     assert f"$(HOME)/.pyenv/versions/3.{newest[1]}*/bin/python3.{newest[1]}" in makefile
-    assert "$(MAKE) --no-print-directory test-newest-python" in makefile
+    test_recipe = makefile.split("\ntest: ", 1)[1].split("\n\n", 1)[0]
+    assert "test-newest-python" in test_recipe  # `make test` runs it
     # this suite runs on the oldest (the Makefile's default PYTHON is python3.11)
     assert "PYTHON ?= $(shell command -v python3.11 || command -v python3)" in makefile
     assert sys.version_info[:2] in versions
