@@ -54,19 +54,13 @@ def rows_of(name: str) -> list[dict[str, Any]]:
     return data if isinstance(data, list) else [data]
 
 
-def run_facts(name: str) -> dict[str, str | None]:
-    """The run's facts a ``bench_broker.write_results`` file records (none for older files)."""
+def run_facts(name: str) -> dict[str, str]:
+    """The run's facts a ``bench_broker.write_results`` file records (none for older files), in
+    the shape of a report header (``report_header``): the machine's facts with the command."""
     data = load_json(name)
     if not (isinstance(data, dict) and "results" in data):
         return {}
-    machine = data.get("machine") or {}
-    return {
-        "machine": machine_of(machine),
-        "command": data.get("command"),
-        "date": data.get("date"),
-        "load": machine.get("load average (1, 5, 15 min)"),
-        "code": machine.get("code"),
-    }
+    return {**(data.get("machine") or {}), "command": data["command"], "date": data["date"]}
 
 
 def load_csv(name: str) -> list[dict[str, str]]:
@@ -139,6 +133,18 @@ def provenance(
     return [*(f"- {name}: {value or NOT_RECORDED}" for name, value in facts), ""]
 
 
+def run_provenance(run: dict[str, str], files: Iterable[str]) -> list[str]:
+    """``provenance`` of a run whose facts are a report header or ``run_facts``."""
+    return provenance(
+        machine=machine_of(run),
+        command=run.get("command"),
+        date=run.get("date"),
+        load=run.get("load average (1, 5, 15 min)"),
+        code=run.get("code"),
+        files=files,
+    )
+
+
 def machine_of(facts: dict[str, str]) -> str | None:
     parts = [facts.get("cpu"), f"{facts['cores']} cores" if "cores" in facts else None]
     parts += [facts.get("python"), facts.get("platform")]
@@ -159,12 +165,8 @@ def fiba_section(plots: list[Callable[[], None]]) -> list[str]:
         "Median of interleaved repetitions; CPU time per repetition. Compare ratios within the",
         "run: absolute rates move with the machine's load.",
         "",
-        *provenance(
-            machine=machine_of(run),
-            command=run.get("command"),
-            date=run.get("date"),
-            load=run.get("load average (1, 5, 15 min)"),
-            code=run.get("code"),
+        *run_provenance(
+            run,
             files=["rounds.csv", "fifo.csv", "ooo.csv", "sharing.csv", "report-all.txt"],
         ),
         "### Rounds (sum)",
@@ -277,12 +279,8 @@ def builds_section() -> list[str]:
         "",
         "`FiBA(min_arity=4)` with sum, n = 2^16; speed-up against today's pure-Python build.",
         "",
-        *provenance(
-            machine=machine_of(run),
-            command=run.get("command"),
-            date=run.get("date"),
-            load=run.get("load average (1, 5, 15 min)"),
-            code=run.get("code"),
+        *run_provenance(
+            run,
             files=["builds.csv", "report-builds.txt"],
         ),
     ]
@@ -445,7 +443,6 @@ def jvm_peers_section(name: str = "peers_kafka.json") -> list[str]:
                     checked,
                 ]
             )
-    facts = run_facts(name)
     return [
         "## The worker against every peer on Apache Kafka",
         "",
@@ -454,14 +451,7 @@ def jvm_peers_section(name: str = "peers_kafka.json") -> list[str]:
         "`OVER ... RANGE` window, each JVM warmed up first, each output checked against its",
         "system's semantics. Events per second between 30% and 90% of the stream.",
         "",
-        *provenance(
-            machine=facts.get("machine"),
-            command=facts.get("command"),
-            date=facts.get("date"),
-            load=facts.get("load"),
-            code=facts.get("code"),
-            files=[name],
-        ),
+        *run_provenance(run_facts(name), files=[name]),
         *table(
             ["events per key in the window", "system", "events/s", "CPU µs/event",
              "worker ahead (event / batch)", "output"],
