@@ -1,0 +1,184 @@
+"""Memory per retained window entry of the worker's windows state (count, sum, max), per build.
+
+``python -m bench.memory_per_entry [--entries 1000000] [--keys 1000] [--paths stream,restore]``
+fills, in a fresh interpreter per path, one partition's ``KeyWindows`` (count/sum/max, three
+windows, a retention that keeps every entry) with ``entries`` entries over ``keys`` keys, as
+the worker does: ``stream`` through ``accept_batch`` (``emit=batch``, 1,000 events per batch,
+every entry at a distinct time, 20% out of order), ``restore`` through ``load`` (one O(n)
+bulk build per key, as a restore). It reads the interpreter's resident memory (``/proc``) empty,
+half full and full: bytes per entry are the growth over the entries (per-key costs
+included), and the second half's growth alone (the marginal cost); then the Python heap alone
+(``tracemalloc``, a second fill). The build (``stores.build()``) is recorded, so that the run
+measures whichever core is installed. Writes ``bench/results/memory_per_entry.json``
+(``quick/`` for fewer than 10^6 entries). Goal (issue 29): at most 64 bytes per entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import tracemalloc
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench.bench_broker import announce_run, write_results
+from bench.worker_process import resident_bytes
+
+RESULTS = Path(__file__).parent / "results"
+GOAL_BYTES = 64
+AGGREGATIONS = ("count", "sum", "max")
+BATCH = 1000
+FULL_RUN = 1_000_000
+
+
+def filled_windows(entries: int, keys: int, path: str, at: Any) -> Any:
+    """A ``KeyWindows`` filled with ``entries`` entries over ``keys`` keys along ``path``,
+    calling ``at(filled)`` at the start and after every batch (stream) or key (restore)."""
+    from app.settings import Settings, WindowSpec
+    from stores.durations import format_duration
+    from stores.gc_pause import paused_gc
+    from stores.key_windows import KeyWindows, WindowConfig
+
+    retention = 2 * entries + 10_000
+    sizes = (retention // 100, retention // 10, retention)
+    settings = replace(
+        Settings(),
+        aggregations=AGGREGATIONS,
+        retention=retention,
+        windows=tuple(WindowSpec(format_duration(s), s) for s in sizes),
+        max_wall_clock_skew=None,
+    )
+    config = WindowConfig.from_settings(settings)
+    windows = KeyWindows(config, emit="batch")
+    rng = random.Random(1)
+    at(0)
+    if path == "stream":
+        for lo in range(0, entries, BATCH):
+            batch = []
+            for i in range(lo, min(entries, lo + BATCH)):
+                # distinct times: every event is an entry of its own; 20% arrive late
+                t = 2 * i + 1 if rng.random() < 0.8 else max(0, 2 * i - 2 * rng.randrange(1, 50))
+                batch.append((f"key-{rng.randrange(keys)}", t, rng.uniform(-100, 100)))
+            windows.accept_batch(batch)
+            at(min(entries, lo + BATCH))
+    else:
+        per_key = entries // keys
+        lift = config.lift
+        with paused_gc(freeze=True):  # as a restore builds (agents.windows)
+            for k in range(keys):
+                pairs = [(1 + 2 * j, lift(rng.uniform(-100, 100))) for j in range(per_key)]
+                windows.load(f"key-{k}", pairs)
+                at((k + 1) * per_key)
+    return windows
+
+
+def measure(entries: int, keys: int, path: str) -> dict[str, Any]:
+    """In this interpreter: resident bytes empty, half full and full along ``path``, then the
+    traced Python heap of a second fill."""
+    import stores
+
+    marks: dict[str, int] = {}
+
+    def at_rss(filled: int) -> None:
+        if filled == 0 and "empty" not in marks:
+            gc.collect()
+            marks["empty"] = resident_bytes_self()
+        elif filled >= entries // 2 and "half" not in marks:
+            gc.collect()
+            marks["half"], marks["half_entries"] = resident_bytes_self(), filled
+
+    windows = filled_windows(entries, keys, path, at_rss)
+    gc.collect()
+    held = windows.entry_count()
+    full = resident_bytes_self()
+    windows.clear()
+    del windows
+    gc.collect()
+    traced: list[int] = []
+    tracemalloc.start()
+    try:
+
+        def at_traced(filled: int) -> None:
+            if filled == 0:
+                traced.append(tracemalloc.get_traced_memory()[0])
+
+        windows = filled_windows(entries, keys, path, at_traced)
+        gc.collect()
+        traced.append(tracemalloc.get_traced_memory()[0])
+        windows.clear()
+    finally:
+        tracemalloc.stop()
+    return {
+        "path": path,
+        "build": stores.build(),
+        "entries": held,
+        "keys": keys,
+        "aggregations": list(AGGREGATIONS),
+        "rss_empty_mb": marks["empty"] / 1e6,
+        "rss_full_mb": full / 1e6,
+        "bytes_per_entry": (full - marks["empty"]) / held,
+        "marginal_bytes_per_entry": (full - marks["half"]) / (held - marks["half_entries"]),
+        "python_heap_bytes_per_entry": (traced[-1] - traced[0]) / held,
+    }
+
+
+def resident_bytes_self() -> int:
+    return resident_bytes(os.getpid())
+
+
+def run_child(entries: int, keys: int, path: str) -> dict[str, Any]:
+    """``measure`` in a fresh interpreter (this module's ``--child``), so that no earlier
+    allocation is reused by the state measured."""
+    command = [sys.executable, "-m", "bench.memory_per_entry", "--child", path]
+    command += ["--entries", str(entries), "--keys", str(keys)]
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| path | build | entries | keys | bytes/entry (RSS) | marginal | Python heap | goal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        met = "met" if r["bytes_per_entry"] <= GOAL_BYTES else "not met"
+        lines.append(
+            f"| {r['path']} | {r['build']} | {r['entries']:,} | {r['keys']:,} "
+            f"| {r['bytes_per_entry']:.0f} | {r['marginal_bytes_per_entry']:.0f} "
+            f"| {r['python_heap_bytes_per_entry']:.0f} | <= {GOAL_BYTES}: {met} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=FULL_RUN)
+    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--paths", default="stream,restore")
+    parser.add_argument("--child", choices=("stream", "restore"), help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=None, help="results file")
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args.entries, args.keys, args.child)))
+        return
+    facts = announce_run("bench.memory_per_entry")
+    results = []
+    for path in args.paths.split(","):
+        result = run_child(args.entries, args.keys, path)
+        print(json.dumps(result), flush=True)
+        results.append(result)
+    out = args.out or (
+        RESULTS / ("quick" if args.entries < FULL_RUN else "") / "memory_per_entry.json"
+    )
+    write_results(results, out, "embedded", facts)  # no broker: the name stays
+    print(report(results))
+
+
+if __name__ == "__main__":
+    main()
