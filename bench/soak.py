@@ -150,16 +150,13 @@ def summarize(
     return summary
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """One soak run (see the module doc); its settings, samples and summary."""
+def run(args: argparse.Namespace, broker: BenchBroker) -> dict[str, Any]:
+    """One soak run on ``broker`` (see the module doc); its settings, samples and summary."""
     fill = args.keys * args.retained_per_key
     warmup = (
         args.warmup_events if args.warmup_events is not None else min(2 * fill, args.events // 2)
     )
-    with (
-        bench_broker(args.broker_kind) as broker,
-        tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp,
-    ):
+    with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
         settings = soak_settings(
             broker, args.keys, args.retained_per_key, args.emit, Path(tmp) / "state"
         )
@@ -212,7 +209,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def options() -> argparse.ArgumentParser:
+    """The command line's options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
@@ -229,9 +227,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=4 * 3600)
     parser.add_argument("--out", type=Path, default=None, help="results file")
     add_broker_kind_option(parser, default="kafka")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = options().parse_args(argv)
     facts = announce_run("bench.soak")
-    result = run(args)
+    with bench_broker(args.broker_kind) as broker:
+        result = run(args, broker)
     out = args.out or (RESULTS / ("quick" if args.events < FULL_RUN else "") / "soak.json")
     write_run([result], out, "embedded", facts)  # the file name does not change with the kind
     print(report(result))
