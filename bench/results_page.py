@@ -555,6 +555,135 @@ def restore_section() -> list[str]:
     return lines
 
 
+def scale_out_section() -> list[str]:
+    name = "scale_out.json"
+    document = rows_of(name)[0]
+    lines = [
+        "## Scale-out: two workers against one",
+        "",
+        "`bench.scale_out`: one pre-produced input over 4 partitions, read by a fresh group of",
+        "one `fiba worker` (all 4 partitions), then of two (2 each), per emit mode. Times from",
+        "starting the processes; the steady rate between 10% and 90% of the input once every",
+        "worker owns partitions. What N machines give: [bench-methods.md](bench-methods.md#"
+        "scale-out-one-fiba-worker-against-two-in-one-group).",
+        "",
+        *run_provenance(run_facts(name), [name]),
+        f"- build: `{document['build']}`; broker: {document['broker']}; "
+        f"{document['events']:,} events over {document['keys']:,} keys "
+        f"({' / '.join(f'{n:,}' for n in document['events_per_partition'])} per partition), "
+        f"{document['occupancy']} events per key in the largest window, "
+        f"{', '.join(document['aggregations'])}",
+        "",
+    ]
+    header = ["emit", "workers", "all own partitions (s)", "all applied (s)"]
+    header += ["changelog through (s)", "events/s overall", "events/s steady", "CPU µs/event"]
+    header += ["CPU s per process", "partitions per process", "load (1 min, before → after)"]
+    lines += table(
+        header,
+        (
+            [
+                f"`{r['emit']}`",
+                str(r["workers"]),
+                number(r["owning_s"]),
+                number(r["applied_s"]),
+                number(r["through_changelog_s"]),
+                rate(r["events_per_s_overall"]),
+                NONE if r["events_per_s_steady"] is None else rate(r["events_per_s_steady"]),
+                number(r["cpu_us_per_event_steady"]),
+                ", ".join(number(c) for c in r["cpu_s_per_process"]),
+                " / ".join(",".join(map(str, p)) for p in r["partitions_per_process"] or []),
+                " → ".join(number(x, 2) for x in r["load_average_1m"]),
+            ]
+            for r in document["runs"]
+        ),
+    )
+    lines += [
+        f"- `{emit}`: two workers / one: "
+        + ", ".join(f"{kind} {value:.2f}x" for kind, value in figures.items())
+        for emit, figures in document["ratio_two_over_one"].items()
+    ]
+    return [*lines, ""]
+
+
+def soak_section(plots: list[Callable[[], None]]) -> list[str]:
+    name = "soak.json"
+    lines = [
+        "## Soak: resident memory over a long stream",
+        "",
+        "`bench.soak`: one `fiba worker` reading a long keyed stream while it is produced; its",
+        "resident memory and window entries sampled every few seconds. Slope: least squares of",
+        "resident MB against events after the warm-up (the state full, evictions keeping up).",
+        "",
+        *run_provenance(run_facts(name), [name]),
+    ]
+    header = ["events", "keys", "emit", "build", "retention", "warm-up events"]
+    header += ["slope (MB per 10^6 events)", "resident MB after warm-up", "peak MB"]
+    header += ["entries after warm-up", "events/s", "CPU µs/event"]
+    rows = rows_of(name)
+
+    def span(pair: list[float] | None, digits: int = 3) -> str:
+        return NONE if pair is None else " - ".join(number(x, digits) for x in pair)
+
+    lines += table(
+        header,
+        (
+            [
+                number(r["events"], 9),
+                number(r["keys"], 7),
+                f"`{r['emit']}`",
+                f"`{r['build']}`",
+                f"{r['retention_ms'] // 1000:,} s ({r['retained_per_key']} events per key)",
+                number(r["warmup_events"], 9),
+                NONE
+                if r["slope_mb_per_million_events"] is None
+                else f"{r['slope_mb_per_million_events']:+.2f}",
+                span(r["rss_mb_after_warmup"]),
+                number(r["peak_rss_mb"]),
+                span(r["entries_after_warmup"], 9),
+                rate(r.get("events_per_s", 0)),
+                number(r.get("cpu_us_per_event")),
+            ]
+            for r in rows
+        ),
+    )
+    plots.append(plot_soak)
+    return [*lines, "![soak](img/soak.png)", ""]
+
+
+def memory_section() -> list[str]:
+    name = "memory_per_entry.json"
+    lines = [
+        "## Memory per retained window entry",
+        "",
+        "`bench.memory_per_entry`: one partition's windows (count, sum, max) filled with 10^6",
+        "entries over 10^3 keys in a fresh interpreter, along the worker's two paths (events in",
+        "batches; a restore's bulk builds); resident bytes per entry (growth from empty to full,",
+        "and of the second half alone) and the Python heap's share (tracemalloc). Issue 29's",
+        "goal: at most 64 bytes.",
+        "",
+        *run_provenance(run_facts(name), [name]),
+    ]
+    header = ["path", "build", "entries", "keys", "bytes/entry", "marginal bytes/entry"]
+    header += ["Python heap bytes/entry", "goal <= 64"]
+    lines += table(
+        header,
+        (
+            [
+                f"`{r['path']}`",
+                f"`{r['build']}`",
+                number(r["entries"], 9),
+                number(r["keys"], 7),
+                number(r["bytes_per_entry"]),
+                number(r["marginal_bytes_per_entry"]),
+                number(r["python_heap_bytes_per_entry"]),
+                "met" if r["bytes_per_entry"] <= 64 else "not met",
+            ]
+            for r in rows_of(name)
+        ),
+    )
+    return lines
+
+
 def spark_section() -> list[str]:
     lines = [
         "## Spark",
@@ -659,6 +788,9 @@ USED = {
     "worker_restore_batch.json",
     "worker_restore_marshal.json",
     "worker_restore_worker.json",
+    "scale_out.json",
+    "soak.json",
+    "memory_per_entry.json",
 }
 
 
@@ -681,7 +813,10 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         "",
         "Contents: [FiBA](#fiba-against-the-baselines-and-the-papers) ·",
         "[the worker](#the-worker-against-its-floors) · [its peer](#the-worker-against-its-peer) ·",
-        "[range queries](#range-queries-under-load) · [restore](#restore) · [Spark](#spark) ·",
+        "[range queries](#range-queries-under-load) · [restore](#restore) ·",
+        "[memory per entry](#memory-per-retained-window-entry) ·",
+        "[soak](#soak-resident-memory-over-a-long-stream) ·",
+        "[scale-out](#scale-out-two-workers-against-one) · [Spark](#spark) ·",
         "[exactly-once](#exactly-once-its-price)",
         "",
         *fiba_section(plots),
@@ -690,6 +825,9 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         *jvm_peers_section(),
         *queries_section(),
         *restore_section(),
+        *memory_section(),
+        *soak_section(plots),
+        *scale_out_section(),
         *spark_section(),
         *exactly_once_section(),
         *other_files_section(used),
@@ -783,6 +921,31 @@ def plot_peers() -> None:
     axes.set_ylabel("events per second")
     axes.set_title("the worker and Quix Streams on the same input")
     _save(plt, figure, axes, "peers.png")
+
+
+def plot_soak() -> None:
+    rows = rows_of("soak.json")
+    plt, figure, axes = _figure()
+    entries_axes = axes.twinx()
+    for r in rows:
+        samples = r["samples"]
+        events = [s["events"] / 1e6 for s in samples]
+        axes.plot(
+            events,
+            [s["rss_bytes"] / 1e6 for s in samples],
+            label=f"resident MB ({r['emit']}, {r['build']})",
+        )
+        entries_axes.plot(
+            events, [s["entries"] / 1e6 for s in samples], linestyle="--", color="grey"
+        )
+        axes.axvline(r["warmup_events"] / 1e6, color="black", linewidth=0.8, linestyle=":")
+    axes.set_xlabel("events applied (10^6); dotted: end of the warm-up")
+    axes.set_ylabel("worker resident memory (MB)")
+    entries_axes.set_ylabel("window entries held (10^6, dashed)")
+    axes.set_ylim(bottom=0)
+    entries_axes.set_ylim(bottom=0)
+    axes.set_title("soak: one worker's resident memory and entries held")
+    _save(plt, figure, axes, "soak.png")
 
 
 # --- command line ----------------------------------------------------------------------------

@@ -36,9 +36,8 @@ from app.status import read_status
 from app.topics import create_topics
 from bench.bench_broker import BenchBroker, add_broker_kind_option, announce_run, bench_broker
 from bench.bench_broker import write_results as write_run
-from bench.soak import worker_environ
 from bench.worker_harness import cpu_seconds
-from bench.worker_process import applied_events, keyed_records, produce_records
+from bench.worker_process import applied_events, keyed_records, produce_records, worker_environ
 from stores import build
 from stores.durations import format_duration
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import tempfile
 import threading
 import time
@@ -39,8 +38,9 @@ from bench.worker_process import (
     produce_records,
     resident_bytes,
     window_entries,
+    worker_environ,
 )
-from stores import PURE_PYTHON_SWITCH, build
+from stores import build
 from stores.durations import format_duration
 
 RESULTS = Path(__file__).parent / "results"
@@ -79,13 +79,6 @@ def soak_settings(
         web_port=free_port(),
         log_level="warning",
     )
-
-
-def worker_environ() -> dict[str, str]:
-    """What the worker's environment must keep of this one (``start_worker`` drops every
-    ``FIBA_*`` variable): the pure-Python switch, so that it loads the build ``build()`` names."""
-    switch = os.environ.get(PURE_PYTHON_SWITCH)
-    return {} if switch is None else {PURE_PYTHON_SWITCH: switch}
 
 
 def sample(pid: int, port: int, started: float) -> dict[str, Any] | None:

@@ -4,12 +4,14 @@
 every ``step_ms`` of event time, ``OOO_FRACTION`` of them up to ``max_lateness_ms`` late);
 ``produce_records`` sends it. A worker's figures are read from outside, as an operator would:
 ``applied_events`` (its ``GET /stats`` applied offsets), ``window_entries`` (its ``GET
-/metrics``), ``resident_bytes`` (``/proc``; its CPU: ``bench.worker_harness.cpu_seconds``).
+/metrics``), ``resident_bytes`` (``/proc``; its CPU: ``bench.worker_harness.cpu_seconds``);
+``worker_environ`` keeps the build the bench runs with in the workers it starts.
 Used by ``bench.soak`` and ``bench.scale_out``; methods: docs/bench-methods.md.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import urllib.request
 from collections.abc import Iterable, Iterator
@@ -20,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 from agents.clients import client_options
 from app.settings import Settings
 from bench.worker_harness import OOO_FRACTION, T0, get_json
+from stores import PURE_PYTHON_SWITCH
 
 
 def keyed_records(
@@ -97,3 +100,11 @@ def peak_resident_bytes(pid: int) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmHWM for process {pid}")
+
+
+def worker_environ() -> dict[str, str]:
+    """What the worker's environment must keep of this one (``start_worker`` drops every
+    ``FIBA_*`` variable): the pure-Python switch, so that it loads the build ``stores.build()``
+    names."""
+    switch = os.environ.get(PURE_PYTHON_SWITCH)
+    return {} if switch is None else {PURE_PYTHON_SWITCH: switch}
