@@ -31,6 +31,8 @@ class BenchBroker:
     bootstrap: str
     profile: str
     kind: str
+    pid: int | None = None
+    """The broker's process when the benchmark started it (its CPU time), else None."""
 
 
 def add_broker_kind_option(parser: argparse.ArgumentParser, default: str = "embedded") -> None:
@@ -47,7 +49,7 @@ def add_broker_kind_option(parser: argparse.ArgumentParser, default: str = "embe
 def bench_broker(kind: str) -> Iterator[BenchBroker]:
     """A fresh broker of ``kind`` for the ``with`` block, stopped afterwards."""
     with make_broker(kind) as broker:
-        yield BenchBroker(broker.bootstrap, broker.profile, kind)
+        yield BenchBroker(broker.bootstrap, broker.profile, kind, broker.pid)
 
 
 def announce_run(module: str) -> dict[str, Any]:

@@ -577,7 +577,8 @@ def scale_out_section() -> list[str]:
     ]
     header = ["emit", "workers", "all own partitions (s)", "all applied (s)"]
     header += ["changelog through (s)", "events/s overall", "events/s steady", "CPU µs/event"]
-    header += ["CPU s per process", "partitions per process", "load (1 min, before → after)"]
+    header += ["CPU s per process", "partitions per process", "broker CPU s (µs/event)"]
+    header += ["load (1 min, before → after)"]
     lines += table(
         header,
         (
@@ -592,6 +593,7 @@ def scale_out_section() -> list[str]:
                 number(r["cpu_us_per_event_steady"]),
                 ", ".join(number(c) for c in r["cpu_s_per_process"]),
                 " / ".join(",".join(map(str, p)) for p in r["partitions_per_process"] or []),
+                broker_cpu(r),
                 " → ".join(number(x, 2) for x in r["load_average_1m"]),
             ]
             for r in document["runs"]
@@ -603,6 +605,14 @@ def scale_out_section() -> list[str]:
         for emit, figures in document["ratio_two_over_one"].items()
     ]
     return [*lines, ""]
+
+
+def broker_cpu(run: dict[str, Any]) -> str:
+    """A scale-out run's broker CPU seconds, and per event in µs (``-`` when not recorded)."""
+    seconds = run.get("broker_cpu_s")
+    if seconds is None:
+        return NONE
+    return f"{number(seconds)} ({number(1e6 * seconds / run['events'])})"
 
 
 def soak_section(plots: list[Callable[[], None]]) -> list[str]:

@@ -115,13 +115,20 @@ def progress(running: list[Any]) -> tuple[dict[int, int], list[list[int]]]:
 
 
 def timed_run(
-    settings: Settings, count: int, ends: dict[int, int], root: Path, timeout: float
+    settings: Settings,
+    count: int,
+    ends: dict[int, int],
+    root: Path,
+    timeout: float,
+    broker_pid: int | None = None,
 ) -> dict[str, Any]:
     """One group of ``count`` workers through the input: seconds from their start until
     every worker owns partitions, until all is applied (their ``/stats``) and until the
     changelog agrees; the steady rate between ``MARKS`` (from when every worker owns
-    partitions, if later); CPU per process; the partitions each owned then."""
+    partitions, if later); CPU per process, and the broker's (``broker_pid``) over the run;
+    the partitions each owned then."""
     total = sum(ends.values())
+    broker_cpu = None if broker_pid is None else cpu_seconds(broker_pid)
     load_before = os.getloadavg()[0]
     marks: dict[float, tuple[float, int, float]] = {}
     balanced: tuple[float, list[list[int]]] | None = None
@@ -155,6 +162,8 @@ def timed_run(
             status = asyncio.run(read_status(settings, urls))
         through_s = time.monotonic() - started
         cpus = [cpu_seconds(p.pid) for _, p, _ in running]
+        if broker_pid is not None and broker_cpu is not None:
+            broker_cpu = cpu_seconds(broker_pid) - broker_cpu
     steady = None
     cpu_us = None
     if len(marks) == len(MARKS):
@@ -173,6 +182,7 @@ def timed_run(
         "events_per_s_steady": steady,
         "cpu_us_per_event_steady": cpu_us,
         "cpu_s_per_process": cpus,
+        "broker_cpu_s": broker_cpu,
         "load_average_1m": [load_before, os.getloadavg()[0]],
     }
 
@@ -216,7 +226,7 @@ def run(args: argparse.Namespace, broker: BenchBroker) -> dict[str, Any]:
                 for count in counts:
                     settings = group_settings(broker, input_topic, emit, root)
                     asyncio.run(create_topics(settings))
-                    result = timed_run(settings, count, ends, root, args.timeout)
+                    result = timed_run(settings, count, ends, root, args.timeout, broker.pid)
                     result["round"] = round_
                     print(result, flush=True)
                     results.append(result)
@@ -250,8 +260,8 @@ def report(document: dict[str, Any]) -> str:
         "| emit | workers | round | all own partitions after (s) | applied after (s) "
         "| changelog through after (s) "
         "| events/s overall | events/s steady | CPU µs/event | CPU s per process "
-        "| partitions per process |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| partitions per process | broker CPU s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in document["runs"]:
         lines.append(
@@ -261,7 +271,8 @@ def report(document: dict[str, Any]) -> str:
             f"| {_figure(r['events_per_s_steady'], ',.0f')} "
             f"| {_figure(r['cpu_us_per_event_steady'], '.1f')} "
             f"| {', '.join(f'{c:.1f}' for c in r['cpu_s_per_process'])} "
-            f"| {' / '.join(','.join(map(str, p)) for p in r['partitions_per_process'] or [])} |"
+            f"| {' / '.join(','.join(map(str, p)) for p in r['partitions_per_process'] or [])} "
+            f"| {_figure(r['broker_cpu_s'], '.1f')} |"
         )
     for emit, figures in document["ratio_two_over_one"].items():
         lines.append(

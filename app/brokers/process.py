@@ -99,6 +99,11 @@ class BrokerProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (its CPU time for the benchmarks), else None."""
+        return self._proc.pid if self.running else None
+
     def prepare(self) -> None:
         """Everything the process needs before it starts (nothing by default)."""
 
