@@ -188,18 +188,21 @@ def timed_run(
 
 
 def ratios(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per emit mode, two workers' rate over one's (medians over the rounds): ``steady`` and
-    ``overall`` (from the start, group join and rebalance included)."""
+    """Per emit mode, two workers' figure over one's (medians over the rounds): the rates
+    ``steady`` and ``overall`` (from the start, group join and rebalance included), and
+    ``cpu_per_event`` (steady CPU per event of the group: 1.0 when splitting the partitions
+    costs no extra CPU, so that on free cores the rate would double)."""
     out: dict[str, dict[str, float]] = {}
+    fields = {
+        "steady": "events_per_s_steady",
+        "overall": "events_per_s_overall",
+        "cpu_per_event": "cpu_us_per_event_steady",
+    }
     for emit in dict.fromkeys(r["emit"] for r in results):
         figures = {}
-        for kind in ("steady", "overall"):
+        for kind, name in fields.items():
             rates = {
-                n: [
-                    r[f"events_per_s_{kind}"]
-                    for r in results
-                    if r["emit"] == emit and r["workers"] == n
-                ]
+                n: [r[name] for r in results if r["emit"] == emit and r["workers"] == n]
                 for n in (1, 2)
             }
             if all(rates[n] and None not in rates[n] for n in (1, 2)):

@@ -70,3 +70,28 @@ def test_a_quick_scale_out_runs_one_and_two_workers_through_the_same_input(
     assert document["build"] == stores.build()
     assert "batch" in document["ratio_two_over_one"]
     assert "two workers / one" in scale_out.report(document)
+
+
+def test_scale_out_ratios_are_two_workers_over_one_per_mode_from_medians() -> None:
+    def run(emit: str, workers: int, steady: float | None, overall: float, cpu: float) -> dict:
+        return {
+            "emit": emit,
+            "workers": workers,
+            "events_per_s_steady": steady,
+            "events_per_s_overall": overall,
+            "cpu_us_per_event_steady": cpu,
+        }
+
+    runs = [
+        run("batch", 1, 100, 50, 10),
+        run("batch", 2, 150, 60, 11),
+        run("batch", 1, 120, 70, 12),
+        run("batch", 2, 210, 80, 13),
+        run("event", 1, 40, 20, 30),
+        run("event", 2, None, 30, 30),  # never balanced: no steady figure
+    ]
+    figures = scale_out.ratios(runs)
+    assert figures["batch"] == pytest.approx(
+        {"steady": 180 / 110, "overall": 70 / 60, "cpu_per_event": 12 / 11}
+    )
+    assert figures["event"] == pytest.approx({"overall": 1.5, "cpu_per_event": 1.0})
