@@ -557,6 +557,8 @@ def restore_section() -> list[str]:
 
 def scale_out_section() -> list[str]:
     name = "scale_out.json"
+    if not (RESULTS / name).exists():
+        return []
     document = rows_of(name)[0]
     lines = [
         "## Scale-out: two workers against one",
@@ -617,6 +619,8 @@ def broker_cpu(run: dict[str, Any]) -> str:
 
 def soak_section(plots: list[Callable[[], None]]) -> list[str]:
     name = "soak.json"
+    if not (RESULTS / name).exists():
+        return []
     lines = [
         "## Soak: resident memory over a long stream",
         "",
@@ -662,6 +666,8 @@ def soak_section(plots: list[Callable[[], None]]) -> list[str]:
 
 def memory_section() -> list[str]:
     name = "memory_per_entry.json"
+    if not (RESULTS / name).exists():
+        return []
     lines = [
         "## Memory per retained window entry",
         "",
