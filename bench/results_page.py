@@ -577,7 +577,7 @@ def scale_out_section() -> list[str]:
         f"{', '.join(document['aggregations'])}",
         "",
     ]
-    header = ["emit", "workers", "all own partitions (s)", "all applied (s)"]
+    header = ["emit", "workers", "round", "all own partitions (s)", "all applied (s)"]
     header += ["changelog through (s)", "events/s overall", "events/s steady", "CPU µs/event"]
     header += ["CPU s per process", "partitions per process", "broker CPU s (µs/event)"]
     header += ["load (1 min, before → after)"]
@@ -587,6 +587,7 @@ def scale_out_section() -> list[str]:
             [
                 f"`{r['emit']}`",
                 str(r["workers"]),
+                str(r["round"]),
                 number(r["owning_s"]),
                 number(r["applied_s"]),
                 number(r["through_changelog_s"]),
