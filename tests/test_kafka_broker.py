@@ -60,7 +60,10 @@ def test_the_broker_removes_a_temporary_log_dir_and_keeps_a_given_one(tmp_path):
     with KafkaBroker() as broker:
         temporary = broker.data_dir
         assert temporary is not None and (temporary / "log" / "meta.properties").is_file()
+        # its process, whose CPU time bench.scale_out reads
+        assert broker.pid is not None and Path(f"/proc/{broker.pid}/stat").is_file()
     assert not temporary.exists()
+    assert broker.pid is None
     # a given one: formatted, and kept by the same stop (no second broker start needed)
     kept = KafkaBroker(data_dir=tmp_path / "kept")
     kept.prepare()
