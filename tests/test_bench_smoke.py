@@ -263,9 +263,10 @@ def test_the_emit_floor_writes_aggregate_records_of_the_workers_shape(tmp_path) 
     settings = scenario_settings(
         BenchBroker("127.0.0.1:9", "embedded", "embedded"), 100, "event", tmp_path
     )
-    obj = json.loads(emit_floor_encoder(settings)("key-3", T0, 41))
+    obj = json.loads(emit_floor_encoder(settings)("key-3", T0, 41, 2))
     validate("aggregate", obj)
-    assert (obj["key"], obj["event_ts"], obj["input_offset"]) == ("key-3", T0, 41)
+    answered = (obj["input_partition"], obj["input_offset"])
+    assert (obj["key"], obj["event_ts"], answered) == ("key-3", T0, (2, 41))
     assert list(obj["windows"]) == [w.name for w in settings.windows]
     for w in settings.windows:
         window = obj["windows"][w.name]
