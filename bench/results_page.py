@@ -460,6 +460,80 @@ def jvm_peers_section(name: str = "peers_kafka.json") -> list[str]:
     ]  # fmt: skip
 
 
+LATENCY_MODES = {
+    "emit-floor": "`emit-floor` (no window work)",
+    "event": '`emit = "event"`',
+    "batch": '`emit = "batch"`',
+}
+
+
+def latency_section(plots: list[Callable[[], None]], name: str = "latency_kafka.json") -> list[str]:
+    """``bench.latency``: each mode's maximum rate, then the event-to-aggregate latency at
+    each load, and issue 29's goal."""
+    if not (RESULTS / name).exists():
+        return []
+    rows = rows_of(name)
+    plots.append(plot_latency)
+    top = {r["emit"]: r for r in rows if r["kind"] == "max_rate"}
+    body = []
+    for r in (r for r in rows if r["kind"] == "paced"):
+        event, answer, metric = r["per_event"], r["per_aggregate"], r.get("metric")
+        body.append(
+            [
+                LATENCY_MODES.get(r["emit"], r["emit"]),
+                f"{r['load']:.0%}",
+                f"{rate(r['target_rate'])} / {rate(r['input_rate'])}",
+                f"{r['worker_cpu_share']:.0%}",
+                number(r["behind_at_end"], 7),
+                number(event["n"], 7),
+                " / ".join(number(event[q]) for q in ("p50", "p99", "p999", "max")),
+                f"{number(answer['p50'])} / {number(answer['p99'])} ({number(answer['mean'])})",
+                NONE
+                if metric is None
+                else f"{number(metric['count'], 7)}, {number(metric['mean_ms'])}",
+                number(r["load_1m"], 2),
+            ]
+        )
+    from bench.latency import goal_verdict
+
+    return [
+        "## Event-to-aggregate latency",
+        "",
+        "`python -m bench.latency` on Apache Kafka: per mode its maximum rate (a backlog, as",
+        "`bench.worker_pipeline` measures), then a fresh worker fed at a steady fraction of it by",
+        "a producer process of its own, input and aggregates topics with `LogAppendTime`. Per",
+        "input record after the warm-up: the append time of the first aggregate record including",
+        "it minus its own (ms, the broker's clock, whole ms). The machine is shared: see the load.",
+        "",
+        *run_provenance(run_facts(name), files=[name]),
+        *table(
+            ["mode", "maximum events/s", "CPU µs/event", "events per CPU second", "1-min load"],
+            (
+                [
+                    LATENCY_MODES.get(emit, emit),
+                    rate(r["events_per_s"]),
+                    number(r.get("cpu_us_per_event")),
+                    rate(r["events_per_cpu_s"]) if "events_per_cpu_s" in r else NONE,
+                    number(r.get("load_1m"), 2),
+                ]
+                for emit, r in top.items()
+            ),
+        ),
+        *table(
+            ["mode", "load", "events/s (target / appended)", "worker CPU (of one core)",
+             "behind at end",
+             "events timed", "per event p50 / p99 / p99.9 / max",
+             "per aggregate record p50 / p99 (mean)", "`/metrics` histogram: count, mean",
+             "1-min load"],
+            body,
+        ),
+        goal_verdict(rows),
+        "",
+        "![event-to-aggregate latency against load](img/latency.png)",
+        "",
+    ]  # fmt: skip
+
+
 def queries_section() -> list[str]:
     lines = [
         "## Range queries under load",
@@ -653,6 +727,7 @@ USED = {
     "worker_pipeline.json",
     "query_latency.json",
     "worker_pipeline_kafka.json",
+    "latency_kafka.json",
     "paper_claims.json",
     "spark_bench.json",
     "spark_bench_quick.json",
@@ -681,13 +756,15 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         "",
         "Contents: [FiBA](#fiba-against-the-baselines-and-the-papers) ·",
         "[the worker](#the-worker-against-its-floors) · [its peer](#the-worker-against-its-peer) ·",
-        "[range queries](#range-queries-under-load) · [restore](#restore) · [Spark](#spark) ·",
+        "[latency](#event-to-aggregate-latency) · [range queries](#range-queries-under-load) ·",
+        "[restore](#restore) · [Spark](#spark) ·",
         "[exactly-once](#exactly-once-its-price)",
         "",
         *fiba_section(plots),
         *worker_section(),
         *peers_section(plots),
         *jvm_peers_section(),
+        *latency_section(plots),
         *queries_section(),
         *restore_section(),
         *spark_section(),
@@ -783,6 +860,29 @@ def plot_peers() -> None:
     axes.set_ylabel("events per second")
     axes.set_title("the worker and Quix Streams on the same input")
     _save(plt, figure, axes, "peers.png")
+
+
+def plot_latency() -> None:
+    rows = [r for r in rows_of("latency_kafka.json") if r["kind"] == "paced"]
+    plt, figure, axes = _figure()
+    modes = [m for m in LATENCY_MODES if any(r["emit"] == m for r in rows)]
+    for color, emit in enumerate(modes):
+        points = sorted((r["load"], r["per_event"]) for r in rows if r["emit"] == emit)
+        label = LATENCY_MODES[emit].replace("`", "")
+        for q, style in (("p50", "o--"), ("p99", "o-")):
+            axes.plot(
+                [100 * load for load, _ in points],
+                [max(0.5, e[q]) for _, e in points],
+                style,
+                color=f"C{color}",
+                label=f"{label} {q}",
+            )
+    axes.axhline(20, color="grey", linewidth=0.8, label="goal: p99 <= 20 ms at 50% (event)")
+    axes.set_yscale("log")
+    axes.set_xlabel("load: % of the mode's maximum rate")
+    axes.set_ylabel("ms, input appended to aggregate appended")
+    axes.set_title("event-to-aggregate latency (Apache Kafka, shared machine)")
+    _save(plt, figure, axes, "latency.png")
 
 
 # --- command line ----------------------------------------------------------------------------
