@@ -3,5 +3,6 @@
 
 pub mod fiba;
 pub mod monoids;
+pub mod state_codec;
 #[cfg(feature = "python")]
 mod python;

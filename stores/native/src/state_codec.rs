@@ -1,0 +1,505 @@
+//! The window store's restore in one native pass (`stores.restored_entries`): changelog record
+//! batches (Kafka's v2 format, uncompressed) replayed into the entries `entry id -> partial
+//! bytes` (the record format of `stores.changelog`: upserts carrying their deletions,
+//! tombstones, the applied marker, the shape record), then the entries sorted, grouped per key
+//! and their `marshal` partials decoded into the Python objects `marshal.loads` gives
+//! (`windows`), with a Python fallback for anything outside the subset decoded here.
+//! Everything a batch or a partial holds that this code does not know is handed back to the
+//! Python path, so the result equals it by construction (tests/test_restored_entries.py).
+
+use std::collections::HashMap;
+
+/// Changelog key of the applied-offset marker (`stores.changelog.APPLIED_KEY`).
+pub const APPLIED_KEY: &[u8] = b"\x00applied";
+/// Changelog key of the shape record (`stores.changelog.SHAPE_KEY`).
+pub const SHAPE_KEY: &[u8] = b"\x00shape";
+const UPSERT_HEADER: usize = 12;
+const BATCH_HEADER: usize = 61;
+
+/// Why a record batch or record could not be replayed here.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReplayError {
+    /// Not an uncompressed v2 batch: the caller replays it through its own parser.
+    Unsupported,
+    /// Bytes that are no valid batch or record of the changelog's format.
+    Malformed(&'static str),
+}
+
+/// The entries of a restore: entry id -> partial bytes, plus the applied offset seen.
+#[derive(Default)]
+pub struct Entries {
+    pub map: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+fn be_i64(b: &[u8], at: usize) -> Result<i64, ReplayError> {
+    b.get(at..at + 8)
+        .map(|s| i64::from_be_bytes(s.try_into().unwrap()))
+        .ok_or(ReplayError::Malformed("truncated record batch"))
+}
+
+fn be_u32(b: &[u8], at: usize) -> Result<u32, ReplayError> {
+    b.get(at..at + 4)
+        .map(|s| u32::from_be_bytes(s.try_into().unwrap()))
+        .ok_or(ReplayError::Malformed("truncated record batch"))
+}
+
+/// A zigzag varint (Kafka's varint and varlong) at `*at`, advancing it.
+fn varint(b: &[u8], at: &mut usize) -> Result<i64, ReplayError> {
+    let mut raw: u64 = 0;
+    let mut shift = 0;
+    loop {
+        let byte = *b
+            .get(*at)
+            .ok_or(ReplayError::Malformed("truncated varint"))?;
+        *at += 1;
+        raw |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok((raw >> 1) as i64 ^ -((raw & 1) as i64));
+        }
+        shift += 7;
+        if shift > 63 {
+            return Err(ReplayError::Malformed("varint too long"));
+        }
+    }
+}
+
+/// `len` bytes at `*at` (None for a negative length: a null key or value), advancing it.
+fn nullable<'a>(b: &'a [u8], at: &mut usize, len: i64) -> Result<Option<&'a [u8]>, ReplayError> {
+    if len < 0 {
+        return Ok(None);
+    }
+    let end = at
+        .checked_add(len as usize)
+        .filter(|&e| e <= b.len())
+        .ok_or(ReplayError::Malformed("truncated record"))?;
+    let s = &b[*at..end];
+    *at = end;
+    Ok(Some(s))
+}
+
+impl Entries {
+    /// Replay one changelog record (`stores.window_store.replay_changelog`'s rules); returns
+    /// the applied offset after it.
+    pub fn apply(
+        &mut self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        applied: i64,
+    ) -> Result<i64, ReplayError> {
+        let Some(key) = key else {
+            return match value {
+                None => Ok(applied),
+                Some(_) => Err(ReplayError::Malformed("a changelog record without a key")),
+            };
+        };
+        let Some(value) = value else {
+            self.map.remove(key);
+            return Ok(applied);
+        };
+        if key == APPLIED_KEY {
+            return Ok(applied.max(be_i64(value, 0)?));
+        }
+        if key == SHAPE_KEY {
+            self.map.insert(key.to_vec(), value.to_vec());
+            return Ok(applied);
+        }
+        let offset = be_i64(value, 0)?;
+        let n_deleted = be_u32(value, 8)? as usize;
+        let end = UPSERT_HEADER + 8 * n_deleted;
+        if value.len() < end || key.len() < 8 {
+            return Err(ReplayError::Malformed("an upsert shorter than its header says"));
+        }
+        if n_deleted > 0 {
+            let prefix = &key[..key.len() - 8];
+            let mut id = prefix.to_vec();
+            for i in (UPSERT_HEADER..end).step_by(8) {
+                id.truncate(prefix.len());
+                id.extend_from_slice(&value[i..i + 8]);
+                self.map.remove(&id);
+            }
+        }
+        self.map.insert(key.to_vec(), value[end..].to_vec());
+        Ok(applied.max(offset))
+    }
+
+    /// Replay the records at offsets >= `min_offset` of the record batch `batch` (one whole
+    /// v2 batch, CRC already checked by the caller); returns `(applied, records replayed)`.
+    /// `Unsupported` (nothing applied) for a compressed batch or another magic.
+    pub fn replay_batch(
+        &mut self,
+        batch: &[u8],
+        min_offset: i64,
+        mut applied: i64,
+    ) -> Result<(i64, u64), ReplayError> {
+        if batch.len() < BATCH_HEADER {
+            return Err(ReplayError::Malformed("truncated record batch"));
+        }
+        let magic = batch[16];
+        let attributes = u16::from_be_bytes([batch[21], batch[22]]);
+        if magic != 2 || attributes & 0x07 != 0 {
+            return Err(ReplayError::Unsupported);
+        }
+        let base_offset = be_i64(batch, 0)?;
+        let count = be_u32(batch, 57)?;
+        let mut at = BATCH_HEADER;
+        let mut replayed = 0;
+        for _ in 0..count {
+            let length = varint(batch, &mut at)?;
+            let end = at
+                .checked_add(usize::try_from(length).map_err(|_| ReplayError::Malformed("bad record length"))?)
+                .filter(|&e| e <= batch.len())
+                .ok_or(ReplayError::Malformed("truncated record"))?;
+            at += 1; // attributes
+            varint(batch, &mut at)?; // timestamp delta
+            let offset = base_offset + varint(batch, &mut at)?;
+            let key_len = varint(batch, &mut at)?;
+            let key = nullable(batch, &mut at, key_len)?;
+            let value_len = varint(batch, &mut at)?;
+            let value = nullable(batch, &mut at, value_len)?;
+            if at > end {
+                return Err(ReplayError::Malformed("record longer than its length"));
+            }
+            at = end; // the headers, which the changelog does not use
+            if offset >= min_offset {
+                applied = self.apply(key, value, applied)?;
+                replayed += 1;
+            }
+        }
+        Ok((applied, replayed))
+    }
+
+    /// The entries sorted by entry id (key, then time), the map emptied.
+    pub fn into_sorted(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut items: Vec<(Vec<u8>, Vec<u8>)> = self.map.drain().collect();
+        items.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        items
+    }
+}
+
+/// `(key bytes, time)` of an entry id (`stores.changelog.entry_id`), None if it is none.
+pub fn split_entry_id(eid: &[u8]) -> Option<(&[u8], i64)> {
+    if eid.len() < 12 {
+        return None;
+    }
+    let (prefix, time) = eid.split_at(eid.len() - 8);
+    let biased = u64::from_be_bytes(time.try_into().unwrap());
+    Some((&prefix[4..], (biased ^ (1u64 << 63)) as i64))
+}
+
+#[cfg(feature = "python")]
+pub mod python {
+    //! `stores._native.RestoredEntries`: `Entries` as a Python class.
+    use super::{split_entry_id, Entries, ReplayError};
+    use pyo3::exceptions::{PyRuntimeError, PyValueError};
+    use pyo3::prelude::*;
+    use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+
+    fn replay_error(e: ReplayError) -> PyErr {
+        match e {
+            ReplayError::Unsupported => PyValueError::new_err("unsupported record batch"),
+            ReplayError::Malformed(what) => {
+                PyValueError::new_err(format!("corrupt changelog record: {what}"))
+            }
+        }
+    }
+
+    /// Entry id -> partial bytes of one restore (see `stores.restored_entries`).
+    #[pyclass(module = "stores._native")]
+    pub struct RestoredEntries {
+        entries: Entries,
+        sorted: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    }
+
+    impl RestoredEntries {
+        fn open(&mut self) -> PyResult<&mut Entries> {
+            if self.sorted.is_some() {
+                return Err(PyRuntimeError::new_err("the entries were already turned into windows"));
+            }
+            Ok(&mut self.entries)
+        }
+    }
+
+    #[pymethods]
+    impl RestoredEntries {
+        #[new]
+        fn new() -> Self {
+            RestoredEntries { entries: Entries::default(), sorted: None }
+        }
+
+        fn __len__(&self) -> usize {
+            self.sorted.as_ref().map_or(self.entries.map.len(), Vec::len)
+        }
+
+        fn put(&mut self, key: &[u8], value: &[u8]) -> PyResult<()> {
+            self.open()?.map.insert(key.to_vec(), value.to_vec());
+            Ok(())
+        }
+
+        fn delete(&mut self, key: &[u8]) -> PyResult<()> {
+            self.open()?.map.remove(key);
+            Ok(())
+        }
+
+        fn pop(&mut self, key: &[u8]) -> PyResult<Option<Vec<u8>>> {
+            Ok(self.open()?.map.remove(key))
+        }
+
+        /// Put every `(key, value)` of an iterable of byte pairs (a local copy's items).
+        fn extend(&mut self, items: &Bound<'_, PyAny>) -> PyResult<()> {
+            let map = &mut self.open()?.map;
+            for item in items.try_iter()? {
+                let (k, v): (Bound<'_, PyBytes>, Bound<'_, PyBytes>) = item?.extract()?;
+                map.insert(k.as_bytes().to_vec(), v.as_bytes().to_vec());
+            }
+            Ok(())
+        }
+
+        /// Replay the record batch `data[pos:pos + size]` (records at offsets >= `min_offset`):
+        /// `(applied, records replayed)`, or None (nothing applied) when it is compressed or of
+        /// another magic.
+        fn replay_batch(
+            &mut self,
+            data: &[u8],
+            pos: usize,
+            size: usize,
+            min_offset: i64,
+            applied: i64,
+        ) -> PyResult<Option<(i64, u64)>> {
+            let batch = pos
+                .checked_add(size)
+                .and_then(|end| data.get(pos..end))
+                .ok_or_else(|| PyValueError::new_err("record batch outside the fetched bytes"))?;
+            // Unsupported is found before any record is applied; a corrupt batch fails the
+            // whole restore
+            match self.open()?.replay_batch(batch, min_offset, applied) {
+                Ok(done) => Ok(Some(done)),
+                Err(ReplayError::Unsupported) => Ok(None),
+                Err(e) => Err(replay_error(e)),
+            }
+        }
+
+        /// The entries as windows: `{key: [(time, partial), ...]}`, each list in time order,
+        /// partials decoded from `marshal` bytes here when `marshal` and the bytes are of the
+        /// subset known here, else by `decode(bytes)`. The entries stay, sorted, for
+        /// `sorted_items`.
+        fn windows<'py>(
+            &mut self,
+            py: Python<'py>,
+            decode: &Bound<'py, PyAny>,
+            marshal: bool,
+        ) -> PyResult<Bound<'py, PyDict>> {
+            let items = self.open()?.into_sorted();
+            let out = PyDict::new(py);
+            let mut start = 0;
+            while start < items.len() {
+                let (key, _) = split_entry_id(&items[start].0)
+                    .ok_or_else(|| PyValueError::new_err("an entry id shorter than 12 bytes"))?;
+                let mut end = start + 1;
+                while end < items.len()
+                    && split_entry_id(&items[end].0).is_some_and(|(k, _)| k == key)
+                {
+                    end += 1;
+                }
+                let mut pairs = Vec::with_capacity(end - start);
+                for (eid, data) in &items[start..end] {
+                    let (_, time) = split_entry_id(eid).unwrap();
+                    let partial = match marshal.then(|| super::marshal::loads(py, data)).flatten() {
+                        Some(obj) => obj?,
+                        None => decode.call1((PyBytes::new(py, data),))?,
+                    };
+                    pairs.push(PyTuple::new(py, [time.into_pyobject(py)?.into_any(), partial])?);
+                }
+                let name = std::str::from_utf8(key)
+                    .map_err(|e| PyValueError::new_err(format!("a key is not UTF-8: {e}")))?;
+                out.set_item(PyString::new(py, name), PyList::new(py, pairs)?)?;
+                start = end;
+            }
+            self.sorted = Some(items);
+            Ok(out)
+        }
+
+        /// `[(entry id, partial bytes), ...]` of the sorted entries `start` to `stop`, after
+        /// `windows` (the local copy's backfill).
+        fn sorted_items<'py>(
+            &self,
+            py: Python<'py>,
+            start: usize,
+            stop: usize,
+        ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+            let items = self
+                .sorted
+                .as_ref()
+                .ok_or_else(|| PyRuntimeError::new_err("windows() was not called"))?;
+            let stop = stop.min(items.len());
+            Ok(items[start.min(stop)..stop]
+                .iter()
+                .map(|(k, v)| (PyBytes::new(py, k), PyBytes::new(py, v)))
+                .collect())
+        }
+    }
+
+    pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add_class::<RestoredEntries>()
+    }
+}
+
+#[cfg(feature = "python")]
+mod marshal {
+    //! The subset of `marshal` format 4 that built-in partials use (None, bools, ints, floats,
+    //! strings, tuples, references): `loads` gives the objects `marshal.loads` gives, or None
+    //! for anything else (the caller falls back to Python).
+    use pyo3::prelude::*;
+    use pyo3::types::{PyBool, PyFloat, PyString, PyTuple};
+
+    const FLAG_REF: u8 = 0x80;
+
+    struct Reader<'a, 'py> {
+        py: Python<'py>,
+        b: &'a [u8],
+        at: usize,
+        refs: Vec<Option<Bound<'py, PyAny>>>,
+    }
+
+    impl<'a, 'py> Reader<'a, 'py> {
+        fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+            let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+            self.at += n;
+            Some(s)
+        }
+
+        fn u8(&mut self) -> Option<u8> {
+            self.take(1).map(|s| s[0])
+        }
+
+        fn i32(&mut self) -> Option<i32> {
+            self.take(4).map(|s| i32::from_le_bytes(s.try_into().unwrap()))
+        }
+
+        fn object(&mut self) -> Option<PyResult<Bound<'py, PyAny>>> {
+            let code = self.u8()?;
+            let flag = code & FLAG_REF != 0;
+            let py = self.py;
+            let obj: Bound<'py, PyAny> = match code & !FLAG_REF {
+                b'N' => py.None().into_bound(py),
+                b'T' => PyBool::new(py, true).to_owned().into_any(),
+                b'F' => PyBool::new(py, false).to_owned().into_any(),
+                b'i' => match self.i32()?.into_pyobject(py) {
+                    Ok(v) => v.into_any(),
+                    Err(e) => return Some(Err(e.into())),
+                },
+                b'l' => {
+                    let n = self.i32()?;
+                    let digits = n.unsigned_abs() as usize;
+                    if digits == 0 || digits > 4 {
+                        return None; // beyond 60 bits: Python's marshal
+                    }
+                    let mut v: i64 = 0;
+                    for d in 0..digits {
+                        let s = self.take(2)?;
+                        let digit = i64::from(u16::from_le_bytes([s[0], s[1]]));
+                        if digit >= 1 << 15 {
+                            return None;
+                        }
+                        v |= digit << (15 * d);
+                    }
+                    match (if n < 0 { -v } else { v }).into_pyobject(py) {
+                        Ok(v) => v.into_any(),
+                        Err(e) => return Some(Err(e.into())),
+                    }
+                }
+                b'g' => {
+                    let s = self.take(8)?;
+                    PyFloat::new(py, f64::from_le_bytes(s.try_into().unwrap())).into_any()
+                }
+                b'u' | b't' | b'a' | b'A' => {
+                    let n = usize::try_from(self.i32()?).ok()?;
+                    PyString::new(py, std::str::from_utf8(self.take(n)?).ok()?).into_any()
+                }
+                b'z' | b'Z' => {
+                    let n = usize::from(self.u8()?);
+                    PyString::new(py, std::str::from_utf8(self.take(n)?).ok()?).into_any()
+                }
+                b'r' => {
+                    let index = usize::try_from(self.i32()?).ok()?;
+                    return self.refs.get(index)?.clone().map(Ok);
+                }
+                code @ (b')' | b'(') => {
+                    let n = if code == b')' {
+                        usize::from(self.u8()?)
+                    } else {
+                        usize::try_from(self.i32()?).ok()?
+                    };
+                    let slot = flag.then(|| {
+                        self.refs.push(None);
+                        self.refs.len() - 1
+                    });
+                    let mut items = Vec::with_capacity(n.min(64));
+                    for _ in 0..n {
+                        match self.object()? {
+                            Ok(item) => items.push(item),
+                            Err(e) => return Some(Err(e)),
+                        }
+                    }
+                    let tuple = match PyTuple::new(py, items) {
+                        Ok(t) => t.into_any(),
+                        Err(e) => return Some(Err(e)),
+                    };
+                    if let Some(slot) = slot {
+                        self.refs[slot] = Some(tuple.clone());
+                    }
+                    return Some(Ok(tuple));
+                }
+                _ => return None,
+            };
+            if flag {
+                self.refs.push(Some(obj.clone()));
+            }
+            Some(Ok(obj))
+        }
+    }
+
+    /// `marshal.loads(data)` when `data` is one object of the subset above and nothing after
+    /// it; None otherwise.
+    pub fn loads<'py>(py: Python<'py>, data: &[u8]) -> Option<PyResult<Bound<'py, PyAny>>> {
+        let mut reader = Reader { py, b: data, at: 0, refs: Vec::new() };
+        let obj = reader.object()?;
+        (reader.at == data.len()).then_some(obj)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upsert(offset: i64, deleted: &[u64], partial: &[u8]) -> Vec<u8> {
+        let mut v = offset.to_be_bytes().to_vec();
+        v.extend((deleted.len() as u32).to_be_bytes());
+        for t in deleted {
+            v.extend(t.to_be_bytes());
+        }
+        v.extend(partial);
+        v
+    }
+
+    fn eid(key: &str, time: i64) -> Vec<u8> {
+        let mut v = (key.len() as u32).to_be_bytes().to_vec();
+        v.extend(key.as_bytes());
+        v.extend(((time as u64) ^ (1 << 63)).to_be_bytes());
+        v
+    }
+
+    #[test]
+    fn upserts_delete_what_they_carry_and_tombstones_remove() {
+        let mut e = Entries::default();
+        let a = e.apply(Some(&eid("k", 1)), Some(&upsert(5, &[], b"x")), -1).unwrap();
+        let a = e.apply(Some(&eid("k", 2)), Some(&upsert(6, &[1 ^ (1 << 63)], b"y")), a).unwrap();
+        assert_eq!(a, 6);
+        assert_eq!(e.map.len(), 1);
+        assert_eq!(e.map[&eid("k", 2)], b"y");
+        let a = e.apply(Some(APPLIED_KEY), Some(&9i64.to_be_bytes()), a).unwrap();
+        assert_eq!(a, 9);
+        e.apply(Some(&eid("k", 2)), None, a).unwrap();
+        assert!(e.map.is_empty());
+        assert_eq!(split_entry_id(&eid("k", -3)), Some((&b"k"[..], -3)));
+    }
+}
