@@ -3,6 +3,6 @@
 
 pub mod fiba;
 pub mod monoids;
-pub mod state_codec;
 #[cfg(feature = "python")]
 mod python;
+pub mod state_codec;

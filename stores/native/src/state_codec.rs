@@ -8,6 +8,7 @@
 //! Python path, so the result equals it by construction (tests/test_restored_entries.py).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Changelog key of the applied-offset marker (`stores.changelog.APPLIED_KEY`).
 pub const APPLIED_KEY: &[u8] = b"\x00applied";
@@ -25,10 +26,89 @@ pub enum ReplayError {
     Malformed(&'static str),
 }
 
-/// The entries of a restore: entry id -> partial bytes, plus the applied offset seen.
+/// FxHash (rustc's): one multiply per word; the keys are entry-id prefixes and times.
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_i64(&mut self, i: i64) {
+        self.write_u64(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Fx = BuildHasherDefault<FxHasher>;
+
+/// Where a partial's bytes are in the arena: chunk, start, length.
+#[derive(Clone, Copy)]
+pub struct Span(u32, u32, u32);
+
+const CHUNK: usize = 1 << 20;
+
+/// Append-only storage of partial bytes: one copy each, no allocation per partial.
+#[derive(Default)]
+pub struct Arena {
+    chunks: Vec<Vec<u8>>,
+}
+
+impl Arena {
+    fn push(&mut self, data: &[u8]) -> Span {
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|c| c.capacity() - c.len() >= data.len());
+        if !fits {
+            self.chunks.push(Vec::with_capacity(CHUNK.max(data.len())));
+        }
+        let index = self.chunks.len() - 1;
+        let chunk = &mut self.chunks[index];
+        let start = chunk.len();
+        chunk.extend_from_slice(data);
+        Span(index as u32, start as u32, data.len() as u32)
+    }
+
+    pub fn get(&self, span: Span) -> &[u8] {
+        let start = span.1 as usize;
+        &self.chunks[span.0 as usize][start..start + span.2 as usize]
+    }
+}
+
+/// The entries of a restore, entry id -> partial bytes, kept per key: an entry id of at least
+/// 12 bytes is its key's prefix (length and UTF-8) and 8 bytes of time; shorter keys (the shape
+/// record) are kept aside. Per record one lookup of the key (few, so in cache) and one hash of
+/// the time: no allocation per entry.
 #[derive(Default)]
 pub struct Entries {
-    pub map: HashMap<Vec<u8>, Vec<u8>>,
+    prefixes: HashMap<Vec<u8>, usize, Fx>,
+    keys: Vec<Vec<u8>>,
+    windows: Vec<HashMap<i64, Span, Fx>>,
+    special: HashMap<Vec<u8>, Vec<u8>>,
+    pub arena: Arena,
+}
+
+/// `(prefix, time)` of an entry id of at least 12 bytes.
+fn split(eid: &[u8]) -> Option<(&[u8], i64)> {
+    if eid.len() < 12 {
+        return None;
+    }
+    let (prefix, time) = eid.split_at(eid.len() - 8);
+    let biased = u64::from_be_bytes(time.try_into().unwrap());
+    Some((prefix, (biased ^ (1u64 << 63)) as i64))
 }
 
 fn be_i64(b: &[u8], at: usize) -> Result<i64, ReplayError> {
@@ -78,7 +158,61 @@ fn nullable<'a>(b: &'a [u8], at: &mut usize, len: i64) -> Result<Option<&'a [u8]
 }
 
 impl Entries {
-    /// Replay one changelog record (`stores.window_store.replay_changelog`'s rules); returns
+    fn window(&mut self, prefix: &[u8]) -> &mut HashMap<i64, Span, Fx> {
+        let index = match self.prefixes.get(prefix) {
+            Some(&index) => index,
+            None => {
+                let index = self.keys.len();
+                self.prefixes.insert(prefix.to_vec(), index);
+                self.keys.push(prefix.to_vec());
+                self.windows.push(HashMap::default());
+                index
+            }
+        };
+        &mut self.windows[index]
+    }
+
+    /// Set entry `key` to `value`.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) {
+        match split(key) {
+            Some((prefix, time)) => {
+                let span = self.arena.push(value);
+                self.window(prefix).insert(time, span);
+            }
+            None => {
+                self.special.insert(key.to_vec(), value.to_vec());
+            }
+        }
+    }
+
+    /// Remove entry `key` and return its bytes, if it was there.
+    pub fn remove(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        match split(key) {
+            Some((prefix, time)) => {
+                let index = *self.prefixes.get(prefix)?;
+                let span = self.windows[index].remove(&time)?;
+                Some(self.arena.get(span).to_vec())
+            }
+            None => self.special.remove(key),
+        }
+    }
+
+    fn delete(&mut self, prefix: &[u8], time: i64) {
+        if let Some(&index) = self.prefixes.get(prefix) {
+            self.windows[index].remove(&time);
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.special.len() + self.windows.iter().map(HashMap::len).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Replay one changelog record (`stores.changelog.replay_changelog`'s rules); returns
     /// the applied offset after it.
     pub fn apply(
         &mut self,
@@ -93,32 +227,30 @@ impl Entries {
             };
         };
         let Some(value) = value else {
-            self.map.remove(key);
+            self.remove(key);
             return Ok(applied);
         };
         if key == APPLIED_KEY {
             return Ok(applied.max(be_i64(value, 0)?));
         }
         if key == SHAPE_KEY {
-            self.map.insert(key.to_vec(), value.to_vec());
+            self.put(key, value);
             return Ok(applied);
         }
         let offset = be_i64(value, 0)?;
         let n_deleted = be_u32(value, 8)? as usize;
         let end = UPSERT_HEADER + 8 * n_deleted;
-        if value.len() < end || key.len() < 8 {
-            return Err(ReplayError::Malformed("an upsert shorter than its header says"));
+        if value.len() < end || key.len() < 12 {
+            return Err(ReplayError::Malformed(
+                "an upsert shorter than its header says",
+            ));
         }
-        if n_deleted > 0 {
-            let prefix = &key[..key.len() - 8];
-            let mut id = prefix.to_vec();
-            for i in (UPSERT_HEADER..end).step_by(8) {
-                id.truncate(prefix.len());
-                id.extend_from_slice(&value[i..i + 8]);
-                self.map.remove(&id);
-            }
+        let (prefix, _) = split(key).unwrap();
+        for i in (UPSERT_HEADER..end).step_by(8) {
+            let biased = u64::from_be_bytes(value[i..i + 8].try_into().unwrap());
+            self.delete(prefix, (biased ^ (1u64 << 63)) as i64);
         }
-        self.map.insert(key.to_vec(), value[end..].to_vec());
+        self.put(key, &value[end..]);
         Ok(applied.max(offset))
     }
 
@@ -146,7 +278,10 @@ impl Entries {
         for _ in 0..count {
             let length = varint(batch, &mut at)?;
             let end = at
-                .checked_add(usize::try_from(length).map_err(|_| ReplayError::Malformed("bad record length"))?)
+                .checked_add(
+                    usize::try_from(length)
+                        .map_err(|_| ReplayError::Malformed("bad record length"))?,
+                )
                 .filter(|&e| e <= batch.len())
                 .ok_or(ReplayError::Malformed("truncated record"))?;
             at += 1; // attributes
@@ -168,28 +303,29 @@ impl Entries {
         Ok((applied, replayed))
     }
 
-    /// The entries sorted by entry id (key, then time), the map emptied.
-    pub fn into_sorted(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut items: Vec<(Vec<u8>, Vec<u8>)> = self.map.drain().collect();
-        items.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        items
+    /// The entries in entry id order, per key: `(prefix, [(time, span), ...])`, keys in
+    /// prefix order (the prefixes are prefix-free, so that is entry id order), times
+    /// ascending; the maps emptied, shorter keys left aside.
+    pub fn into_sorted(&mut self) -> Vec<(Vec<u8>, Vec<(i64, Span)>)> {
+        let mut out: Vec<(Vec<u8>, Vec<(i64, Span)>)> = Vec::with_capacity(self.keys.len());
+        for (prefix, window) in self.keys.drain(..).zip(self.windows.drain(..)) {
+            if window.is_empty() {
+                continue;
+            }
+            let mut pairs: Vec<(i64, Span)> = window.into_iter().collect();
+            pairs.sort_unstable_by_key(|&(t, _)| t);
+            out.push((prefix, pairs));
+        }
+        self.prefixes.clear();
+        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        out
     }
-}
-
-/// `(key bytes, time)` of an entry id (`stores.changelog.entry_id`), None if it is none.
-pub fn split_entry_id(eid: &[u8]) -> Option<(&[u8], i64)> {
-    if eid.len() < 12 {
-        return None;
-    }
-    let (prefix, time) = eid.split_at(eid.len() - 8);
-    let biased = u64::from_be_bytes(time.try_into().unwrap());
-    Some((&prefix[4..], (biased ^ (1u64 << 63)) as i64))
 }
 
 #[cfg(feature = "python")]
 pub mod python {
     //! `stores._native.RestoredEntries`: `Entries` as a Python class.
-    use super::{split_entry_id, Entries, ReplayError};
+    use super::{Entries, ReplayError, Span};
     use pyo3::exceptions::{PyRuntimeError, PyValueError};
     use pyo3::prelude::*;
     use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
@@ -203,17 +339,21 @@ pub mod python {
         }
     }
 
+    type Sorted = Vec<(Vec<u8>, Vec<(i64, Span)>)>;
+
     /// Entry id -> partial bytes of one restore (see `stores.restored_entries`).
     #[pyclass(module = "stores._native")]
     pub struct RestoredEntries {
         entries: Entries,
-        sorted: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+        sorted: Option<(Sorted, usize)>,
     }
 
     impl RestoredEntries {
         fn open(&mut self) -> PyResult<&mut Entries> {
             if self.sorted.is_some() {
-                return Err(PyRuntimeError::new_err("the entries were already turned into windows"));
+                return Err(PyRuntimeError::new_err(
+                    "the entries were already turned into windows",
+                ));
             }
             Ok(&mut self.entries)
         }
@@ -223,33 +363,42 @@ pub mod python {
     impl RestoredEntries {
         #[new]
         fn new() -> Self {
-            RestoredEntries { entries: Entries::default(), sorted: None }
+            RestoredEntries {
+                entries: Entries::default(),
+                sorted: None,
+            }
         }
 
         fn __len__(&self) -> usize {
-            self.sorted.as_ref().map_or(self.entries.map.len(), Vec::len)
+            self.sorted
+                .as_ref()
+                .map_or_else(|| self.entries.len(), |s| s.1)
         }
 
         fn put(&mut self, key: &[u8], value: &[u8]) -> PyResult<()> {
-            self.open()?.map.insert(key.to_vec(), value.to_vec());
+            self.open()?.put(key, value);
             Ok(())
         }
 
         fn delete(&mut self, key: &[u8]) -> PyResult<()> {
-            self.open()?.map.remove(key);
+            self.open()?.remove(key);
             Ok(())
         }
 
-        fn pop(&mut self, key: &[u8]) -> PyResult<Option<Vec<u8>>> {
-            Ok(self.open()?.map.remove(key))
+        fn pop<'py>(
+            &mut self,
+            py: Python<'py>,
+            key: &[u8],
+        ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+            Ok(self.open()?.remove(key).map(|v| PyBytes::new(py, &v)))
         }
 
         /// Put every `(key, value)` of an iterable of byte pairs (a local copy's items).
         fn extend(&mut self, items: &Bound<'_, PyAny>) -> PyResult<()> {
-            let map = &mut self.open()?.map;
+            let entries = self.open()?;
             for item in items.try_iter()? {
                 let (k, v): (Bound<'_, PyBytes>, Bound<'_, PyBytes>) = item?.extract()?;
-                map.insert(k.as_bytes().to_vec(), v.as_bytes().to_vec());
+                entries.put(k.as_bytes(), v.as_bytes());
             }
             Ok(())
         }
@@ -278,9 +427,10 @@ pub mod python {
             }
         }
 
-        /// The entries as windows: `{key: [(time, partial), ...]}`, each list in time order,
-        /// partials decoded from `marshal` bytes here when `marshal` and the bytes are of the
-        /// subset known here, else by `decode(bytes)`. The entries stay, sorted, for
+        /// The entries as windows: `{key: [(time, partial), ...]}`, keys in entry id order,
+        /// each list in time order, partials decoded from `marshal` bytes here when `marshal`
+        /// and the bytes are of the subset known here, else by `decode(bytes)`. Entries whose
+        /// id is shorter than 12 bytes must have been popped. The entries stay, sorted, for
         /// `sorted_items`.
         fn windows<'py>(
             &mut self,
@@ -288,53 +438,72 @@ pub mod python {
             decode: &Bound<'py, PyAny>,
             marshal: bool,
         ) -> PyResult<Bound<'py, PyDict>> {
-            let items = self.open()?.into_sorted();
+            let entries = self.open()?;
+            if entries.len() != entries.windows.iter().map(|w| w.len()).sum::<usize>() {
+                return Err(PyValueError::new_err("an entry id shorter than 12 bytes"));
+            }
+            let sorted = entries.into_sorted();
+            let arena = &entries.arena;
             let out = PyDict::new(py);
-            let mut start = 0;
-            while start < items.len() {
-                let (key, _) = split_entry_id(&items[start].0)
-                    .ok_or_else(|| PyValueError::new_err("an entry id shorter than 12 bytes"))?;
-                let mut end = start + 1;
-                while end < items.len()
-                    && split_entry_id(&items[end].0).is_some_and(|(k, _)| k == key)
-                {
-                    end += 1;
-                }
-                let mut pairs = Vec::with_capacity(end - start);
-                for (eid, data) in &items[start..end] {
-                    let (_, time) = split_entry_id(eid).unwrap();
+            let mut count = 0;
+            for (prefix, pairs) in &sorted {
+                let mut list = Vec::with_capacity(pairs.len());
+                for &(time, span) in pairs {
+                    let data = arena.get(span);
                     let partial = match marshal.then(|| super::marshal::loads(py, data)).flatten() {
                         Some(obj) => obj?,
                         None => decode.call1((PyBytes::new(py, data),))?,
                     };
-                    pairs.push(PyTuple::new(py, [time.into_pyobject(py)?.into_any(), partial])?);
+                    list.push(PyTuple::new(
+                        py,
+                        [time.into_pyobject(py)?.into_any(), partial],
+                    )?);
                 }
-                let name = std::str::from_utf8(key)
+                count += pairs.len();
+                let name = std::str::from_utf8(&prefix[4..])
                     .map_err(|e| PyValueError::new_err(format!("a key is not UTF-8: {e}")))?;
-                out.set_item(PyString::new(py, name), PyList::new(py, pairs)?)?;
-                start = end;
+                out.set_item(PyString::new(py, name), PyList::new(py, list)?)?;
             }
-            self.sorted = Some(items);
+            self.sorted = Some((sorted, count));
             Ok(out)
         }
 
-        /// `[(entry id, partial bytes), ...]` of the sorted entries `start` to `stop`, after
-        /// `windows` (the local copy's backfill).
+        /// `[(entry id, partial bytes), ...]` of the entries `start` to `stop` in entry id
+        /// order, after `windows` (the local copy's backfill).
         fn sorted_items<'py>(
             &self,
             py: Python<'py>,
             start: usize,
             stop: usize,
         ) -> PyResult<Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
-            let items = self
+            let (sorted, _) = self
                 .sorted
                 .as_ref()
                 .ok_or_else(|| PyRuntimeError::new_err("windows() was not called"))?;
-            let stop = stop.min(items.len());
-            Ok(items[start.min(stop)..stop]
-                .iter()
-                .map(|(k, v)| (PyBytes::new(py, k), PyBytes::new(py, v)))
-                .collect())
+            let mut out = Vec::with_capacity(stop.saturating_sub(start));
+            let mut index = 0;
+            for (prefix, pairs) in sorted {
+                if index >= stop {
+                    break;
+                }
+                if index + pairs.len() <= start {
+                    index += pairs.len();
+                    continue;
+                }
+                let mut eid = prefix.clone();
+                for &(time, span) in pairs {
+                    if index >= start && index < stop {
+                        eid.truncate(prefix.len());
+                        eid.extend_from_slice(&((time as u64) ^ (1u64 << 63)).to_be_bytes());
+                        out.push((
+                            PyBytes::new(py, &eid),
+                            PyBytes::new(py, self.entries.arena.get(span)),
+                        ));
+                    }
+                    index += 1;
+                }
+            }
+            Ok(out)
         }
     }
 
@@ -372,7 +541,8 @@ mod marshal {
         }
 
         fn i32(&mut self) -> Option<i32> {
-            self.take(4).map(|s| i32::from_le_bytes(s.try_into().unwrap()))
+            self.take(4)
+                .map(|s| i32::from_le_bytes(s.try_into().unwrap()))
         }
 
         fn object(&mut self) -> Option<PyResult<Bound<'py, PyAny>>> {
@@ -461,7 +631,12 @@ mod marshal {
     /// `marshal.loads(data)` when `data` is one object of the subset above and nothing after
     /// it; None otherwise.
     pub fn loads<'py>(py: Python<'py>, data: &[u8]) -> Option<PyResult<Bound<'py, PyAny>>> {
-        let mut reader = Reader { py, b: data, at: 0, refs: Vec::new() };
+        let mut reader = Reader {
+            py,
+            b: data,
+            at: 0,
+            refs: Vec::new(),
+        };
         let obj = reader.object()?;
         (reader.at == data.len()).then_some(obj)
     }
@@ -491,15 +666,26 @@ mod tests {
     #[test]
     fn upserts_delete_what_they_carry_and_tombstones_remove() {
         let mut e = Entries::default();
-        let a = e.apply(Some(&eid("k", 1)), Some(&upsert(5, &[], b"x")), -1).unwrap();
-        let a = e.apply(Some(&eid("k", 2)), Some(&upsert(6, &[1 ^ (1 << 63)], b"y")), a).unwrap();
+        let a = e
+            .apply(Some(&eid("k", 1)), Some(&upsert(5, &[], b"x")), -1)
+            .unwrap();
+        let a = e
+            .apply(
+                Some(&eid("k", 2)),
+                Some(&upsert(6, &[1 ^ (1 << 63)], b"y")),
+                a,
+            )
+            .unwrap();
         assert_eq!(a, 6);
-        assert_eq!(e.map.len(), 1);
-        assert_eq!(e.map[&eid("k", 2)], b"y");
-        let a = e.apply(Some(APPLIED_KEY), Some(&9i64.to_be_bytes()), a).unwrap();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e.remove(&eid("k", 2)).unwrap(), b"y");
+        e.put(&eid("k", 2), b"y");
+        let a = e
+            .apply(Some(APPLIED_KEY), Some(&9i64.to_be_bytes()), a)
+            .unwrap();
         assert_eq!(a, 9);
         e.apply(Some(&eid("k", 2)), None, a).unwrap();
-        assert!(e.map.is_empty());
-        assert_eq!(split_entry_id(&eid("k", -3)), Some((&b"k"[..], -3)));
+        assert!(e.is_empty());
+        assert_eq!(split(&eid("k", -3)), Some((&eid("k", 0)[..5], -3)));
     }
 }
