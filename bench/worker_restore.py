@@ -27,8 +27,8 @@ import tracemalloc
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from itertools import groupby
-from operator import itemgetter
+from itertools import groupby, repeat
+from operator import itemgetter, sub
 from pathlib import Path
 from typing import Any
 
@@ -207,8 +207,15 @@ async def phase_times(
             groups = []
             for prefix, group in groupby(ids, itemgetter(slice(None, -8))):
                 eids = list(group)
-                times = [int.from_bytes(e[len(prefix) :]) - (1 << 63) for e in eids]
-                groups.append((prefix[4:].decode(), times, list(map(found.__getitem__, eids))))
+                # as PyEntries.windows does it: C-level maps
+                times = map(
+                    sub,
+                    map(int.from_bytes, map(itemgetter(slice(len(prefix), None)), eids)),
+                    repeat(1 << 63),
+                )
+                groups.append(
+                    (prefix[4:].decode(), list(times), list(map(found.__getitem__, eids)))
+                )
             phases["group"] = clock.lap()
             decode_many = getattr(codec, "decode_many", None) or (
                 lambda data: list(map(codec.decode, data))
