@@ -101,6 +101,9 @@ pub struct Entries {
     pub arena: Arena,
 }
 
+/// Entries in entry id order: per key prefix, its `(time, span)`s in time order.
+pub type Sorted = Vec<(Vec<u8>, Vec<(i64, Span)>)>;
+
 /// `(prefix, time)` of an entry id of at least 12 bytes.
 fn split(eid: &[u8]) -> Option<(&[u8], i64)> {
     if eid.len() < 12 {
@@ -306,8 +309,8 @@ impl Entries {
     /// The entries in entry id order, per key: `(prefix, [(time, span), ...])`, keys in
     /// prefix order (the prefixes are prefix-free, so that is entry id order), times
     /// ascending; the maps emptied, shorter keys left aside.
-    pub fn into_sorted(&mut self) -> Vec<(Vec<u8>, Vec<(i64, Span)>)> {
-        let mut out: Vec<(Vec<u8>, Vec<(i64, Span)>)> = Vec::with_capacity(self.keys.len());
+    pub fn into_sorted(&mut self) -> Sorted {
+        let mut out: Sorted = Vec::with_capacity(self.keys.len());
         for (prefix, window) in self.keys.drain(..).zip(self.windows.drain(..)) {
             if window.is_empty() {
                 continue;
@@ -325,7 +328,7 @@ impl Entries {
 #[cfg(feature = "python")]
 pub mod python {
     //! `stores._native.RestoredEntries`: `Entries` as a Python class.
-    use super::{Entries, ReplayError, Span};
+    use super::{Entries, ReplayError, Sorted};
     use pyo3::exceptions::{PyRuntimeError, PyValueError};
     use pyo3::prelude::*;
     use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
@@ -338,8 +341,6 @@ pub mod python {
             }
         }
     }
-
-    type Sorted = Vec<(Vec<u8>, Vec<(i64, Span)>)>;
 
     /// Entry id -> partial bytes of one restore (see `stores.restored_entries`).
     #[pyclass(module = "stores._native")]
