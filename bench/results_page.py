@@ -548,7 +548,9 @@ def restore_phase_rows(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     timed = [(name, row) for name, row in rows if "phases" in row]
     if not timed:
         return []
-    phases = list(dict.fromkeys(phase for _, row in timed for phase in row["phases"]))
+    order = ["fetch", "record decode", "replay", "sort", "group", "partial decode", "windows"]
+    found = dict.fromkeys(phase for _, row in timed for phase in row["phases"])
+    phases = sorted(found, key=lambda p: order.index(p) if p in order else len(order))
     body = []
     for name, row in timed:
         cells = [
