@@ -7,6 +7,7 @@
 //! Everything a batch or a partial holds that this code does not know is handed back to the
 //! Python path, so the result equals it by construction (tests/test_restored_entries.py).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -60,10 +61,12 @@ pub struct Span(u32, u32, u32);
 
 const CHUNK: usize = 1 << 20;
 
-/// Append-only storage of partial bytes: one copy each, no allocation per partial.
+/// Storage of partial bytes in 1 MB chunks: one copy each, no allocation per partial. What an
+/// overwrite or a removal frees stays until `Entries` compacts the arena.
 #[derive(Default)]
 pub struct Arena {
     chunks: Vec<Vec<u8>>,
+    used: usize,
 }
 
 impl Arena {
@@ -79,7 +82,19 @@ impl Arena {
         let chunk = &mut self.chunks[index];
         let start = chunk.len();
         chunk.extend_from_slice(data);
+        self.used += data.len();
         Span(index as u32, start as u32, data.len() as u32)
+    }
+
+    /// `data` written over `span` if it fits there (the same partial layout, as a rewritten
+    /// entry usually has): the new span; else None.
+    fn overwrite(&mut self, span: Span, data: &[u8]) -> Option<Span> {
+        if data.len() > span.2 as usize {
+            return None;
+        }
+        let start = span.1 as usize;
+        self.chunks[span.0 as usize][start..start + data.len()].copy_from_slice(data);
+        Some(Span(span.0, span.1, data.len() as u32))
     }
 
     pub fn get(&self, span: Span) -> &[u8] {
@@ -99,6 +114,8 @@ pub struct Entries {
     windows: Vec<HashMap<i64, Span, Fx>>,
     special: HashMap<Vec<u8>, Vec<u8>>,
     pub arena: Arena,
+    /// Bytes of the entries present: the arena is compacted once it holds over twice that.
+    live: usize,
 }
 
 /// Entries in entry id order: per key prefix, its `(time, span)`s in time order.
@@ -161,8 +178,8 @@ fn nullable<'a>(b: &'a [u8], at: &mut usize, len: i64) -> Result<Option<&'a [u8]
 }
 
 impl Entries {
-    fn window(&mut self, prefix: &[u8]) -> &mut HashMap<i64, Span, Fx> {
-        let index = match self.prefixes.get(prefix) {
+    fn window_index(&mut self, prefix: &[u8]) -> usize {
+        match self.prefixes.get(prefix) {
             Some(&index) => index,
             None => {
                 let index = self.keys.len();
@@ -171,21 +188,52 @@ impl Entries {
                 self.windows.push(HashMap::default());
                 index
             }
-        };
-        &mut self.windows[index]
+        }
     }
 
-    /// Set entry `key` to `value`.
+    /// Set entry `key` to `value` (over its old bytes if they fit).
     pub fn put(&mut self, key: &[u8], value: &[u8]) {
-        match split(key) {
-            Some((prefix, time)) => {
-                let span = self.arena.push(value);
-                self.window(prefix).insert(time, span);
+        let Some((prefix, time)) = split(key) else {
+            self.special.insert(key.to_vec(), value.to_vec());
+            return;
+        };
+        let index = self.window_index(prefix);
+        let arena = &mut self.arena;
+        match self.windows[index].entry(time) {
+            Entry::Occupied(mut slot) => {
+                let old = *slot.get();
+                self.live -= old.2 as usize;
+                let span = arena
+                    .overwrite(old, value)
+                    .unwrap_or_else(|| arena.push(value));
+                slot.insert(span);
             }
-            None => {
-                self.special.insert(key.to_vec(), value.to_vec());
+            Entry::Vacant(slot) => {
+                slot.insert(arena.push(value));
             }
         }
+        self.live += value.len();
+        if self.arena.used > 2 * self.live + CHUNK {
+            self.compact();
+        }
+    }
+
+    /// Copy the present entries' bytes into a fresh arena, dropping what overwrites and
+    /// removals left. O(entries), once the arena doubled: amortized O(1) per byte written.
+    fn compact(&mut self) {
+        let mut fresh = Arena::default();
+        for window in &mut self.windows {
+            for span in window.values_mut() {
+                *span = fresh.push(self.arena.get(*span));
+            }
+        }
+        self.arena = fresh;
+    }
+
+    fn forget(&mut self, index: usize, time: i64) -> Option<Span> {
+        let span = self.windows[index].remove(&time)?;
+        self.live -= span.2 as usize;
+        Some(span)
     }
 
     /// Remove entry `key` and return its bytes, if it was there.
@@ -193,7 +241,7 @@ impl Entries {
         match split(key) {
             Some((prefix, time)) => {
                 let index = *self.prefixes.get(prefix)?;
-                let span = self.windows[index].remove(&time)?;
+                let span = self.forget(index, time)?;
                 Some(self.arena.get(span).to_vec())
             }
             None => self.special.remove(key),
@@ -202,7 +250,7 @@ impl Entries {
 
     fn delete(&mut self, prefix: &[u8], time: i64) {
         if let Some(&index) = self.prefixes.get(prefix) {
-            self.windows[index].remove(&time);
+            self.forget(index, time);
         }
     }
 
@@ -662,6 +710,26 @@ mod tests {
         v.extend(key.as_bytes());
         v.extend(((time as u64) ^ (1 << 63)).to_be_bytes());
         v
+    }
+
+    #[test]
+    fn rewrites_and_removals_leave_the_arena_bounded() {
+        let mut e = Entries::default();
+        for i in 0..200_000i64 {
+            let value = upsert(i, &[], &(i as f64).to_le_bytes()[..(1 + i % 8) as usize]);
+            e.apply(Some(&eid("k", i % 10)), Some(&value), -1).unwrap();
+            e.apply(Some(&eid("gone", i)), Some(&value), -1).unwrap();
+            e.apply(Some(&eid("gone", i)), None, -1).unwrap();
+        }
+        assert_eq!(e.len(), 10);
+        assert!(e.arena.used <= 2 * 80 + CHUNK, "{} bytes", e.arena.used);
+        let last = (199_990..200_000i64)
+            .map(|i| (i % 10, i))
+            .collect::<Vec<_>>();
+        for (t, i) in last {
+            let want = &(i as f64).to_le_bytes()[..(1 + i % 8) as usize];
+            assert_eq!(e.remove(&eid("k", t)).unwrap(), want);
+        }
     }
 
     #[test]
