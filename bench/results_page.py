@@ -586,46 +586,94 @@ def latency_row(r: dict[str, Any]) -> list[str]:
     ]
 
 
-def restore_row(row: dict[str, Any]) -> list[str]:
-    """One row of a ``worker_restore_*.json``: seconds, and bytes per retained entry."""
+def restore_row(name: str, row: dict[str, Any]) -> list[str]:
+    """One row of a ``worker_restore_*.json``: seconds (CPU in brackets where recorded), and
+    bytes per retained entry."""
 
     def seconds(key: str) -> str:
-        return number(row[key]) if key in row else NONE
+        if key not in row:
+            return NONE
+        cpu = row.get(key.replace("_s", "_cpu_s"))
+        return number(row[key]) + (f" ({number(cpu)})" if cpu is not None else "")
 
+    memory = NONE
+    if "windows_bytes_per_entry" in row:
+        memory = (
+            f"{number(row['windows_bytes_per_entry'])} + {number(row['index_bytes_per_entry'])}"
+        )
     return [
+        f"`{name}`",
+        row.get("broker", NONE),
         f"`{row['codec']}`",
+        row.get("impl", NONE),
         number(row["entries"], 7),
         number(row["keys"], 7),
         seconds("restore_changelog_s"),
         seconds("ready_from_changelog_s"),
         seconds("restore_local_s"),
         seconds("ready_from_local_s"),
-        f"{number(row['windows_bytes_per_entry'])} + {number(row['index_bytes_per_entry'])}",
+        memory,
+        number(row["load_average_1m"][0], 2) if "load_average_1m" in row else NONE,
+    ]
+
+
+def restore_phase_rows(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The phases of the restores that recorded them: one column per phase, wall (CPU) s."""
+    timed = [(name, row) for name, row in rows if "phases" in row]
+    if not timed:
+        return []
+    order = ["fetch", "record decode", "replay", "sort", "group", "partial decode", "windows"]
+    found = dict.fromkeys(phase for _, row in timed for phase in row["phases"])
+    phases = sorted(found, key=lambda p: order.index(p) if p in order else len(order))
+    body = []
+    for name, row in timed:
+        cells = [
+            f"{number(row['phases'][p][0])} ({number(row['phases'][p][1])})"
+            if p in row["phases"]
+            else NONE
+            for p in phases
+        ]
+        body.append([f"`{name}`", row["impl"], *cells])
+    return [
+        "Each phase of a restore from the changelog alone on its own, wall (CPU) seconds "
+        "(`fetch`: Fetch responses and CRC; native `replay` includes the record decode, "
+        "`windows` the sort, grouping and partial decode; `load`: the index, `KeyWindows.load` "
+        "per key):",
+        "",
+        *table(["file", "impl", *phases], body),
     ]
 
 
 def restore_section() -> list[str]:
     files = sorted(p.name for p in RESULTS.glob("worker_restore_*.json"))
     rows = [(name, row) for name in files for row in rows_of(name)]
-    loads = [
-        f"{name}: {' → '.join(number(x, 2) for x in row['load_average_1m'])}"
-        " (1 min, before → after)"
-        for name, row in rows
-        if "load_average_1m" in row
-    ]
     lines = [
         "## Restore",
         "",
         "`bench.worker_restore`: a partition of 10^6 retained entries made ready again, from the",
-        "changelog alone or from the local RocksDB copy (seconds), and the memory per entry. One",
-        "file per partial codec; `marshal` is today's.",
+        "changelog alone or from the local RocksDB copy (seconds; CPU seconds in brackets), and",
+        "the memory per entry. One file per partial codec (`marshal` is today's) and broker; per",
+        "restore implementation (`native`: `stores._native.RestoredEntries`, `python`:",
+        "`PyEntries`) one row. Target: ready from the changelog in at most 3 s.",
         "",
-        *provenance(files=files, load="; ".join(loads) or None),
     ]
-
-    header = ["codec", "entries", "keys", "changelog read", "ready from changelog"]
-    header += ["local read", "ready from local", "bytes/entry (windows + index)"]
-    lines += table(header, (restore_row(row) for _, row in rows))
+    for name in files:
+        facts = run_facts(name)
+        if facts:
+            lines += [f"`{name}`:", "", *run_provenance(facts, [name])]
+    legacy = [name for name in files if not run_facts(name)]
+    if legacy:
+        loads = [
+            f"{name}: {' → '.join(number(x, 2) for x in row['load_average_1m'])}"
+            for name, row in rows
+            if name in legacy and "load_average_1m" in row
+        ]
+        lines += provenance(files=legacy, load="; ".join(loads) or None)
+    header = ["file", "broker", "codec", "impl", "entries", "keys", "changelog read"]
+    header += ["ready from changelog", "local read", "ready from local"]
+    header += ["bytes/entry (windows + index)", "load"]
+    lines += table(header, (restore_row(name, row) for name, row in rows))
+    lines += restore_phase_rows(rows)
     return lines
 
 
