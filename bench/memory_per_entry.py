@@ -9,7 +9,7 @@ bulk build per key, as a restore). It reads the interpreter's resident memory (`
 half full and full: bytes per entry are the growth over the entries (per-key costs
 included), and the second half's growth alone (the marginal cost); then the Python heap alone
 (``tracemalloc``, a second fill). The build (``stores.build()``) is recorded, so that the run
-measures whichever core is installed. Writes ``bench/results/memory_per_entry.json``
+measures whichever core is installed. Writes ``bench/results/memory_per_entry_<build>.json``
 (``quick/`` for fewer than 10^6 entries). Goal (issue 29): at most 64 bytes per entry.
 """
 
@@ -141,6 +141,12 @@ def run_child(entries: int, keys: int, path: str) -> dict[str, Any]:
     return json.loads(output.strip().splitlines()[-1])
 
 
+def results_name(build: str) -> str:
+    """The results file of a build: ``memory_per_entry_<build>.json`` (``+`` as ``_``), so
+    that the runs of every build stay side by side."""
+    return f"memory_per_entry_{build.replace('+', '_')}.json"
+
+
 def report(results: list[dict[str, Any]]) -> str:
     lines = [
         "| path | build | entries | keys | bytes/entry (RSS) | marginal | Python heap | goal |",
@@ -174,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(result), flush=True)
         results.append(result)
     out = args.out or (
-        RESULTS / ("quick" if args.entries < FULL_RUN else "") / "memory_per_entry.json"
+        RESULTS / ("quick" if args.entries < FULL_RUN else "") / results_name(results[0]["build"])
     )
     write_results(results, out, "embedded", facts)  # no broker: the name stays
     print(report(results))

@@ -788,8 +788,8 @@ def soak_section(plots: list[Callable[[], None]]) -> list[str]:
 
 
 def memory_section() -> list[str]:
-    name = "memory_per_entry.json"
-    if not (RESULTS / name).exists():
+    files = sorted(p.name for p in RESULTS.glob("memory_per_entry_*.json"))
+    if not files:
         return []
     lines = [
         "## Memory per retained window entry",
@@ -800,8 +800,9 @@ def memory_section() -> list[str]:
         "and of the second half alone) and the Python heap's share (tracemalloc). Issue 29's",
         "goal: at most 64 bytes.",
         "",
-        *run_provenance(run_facts(name), [name]),
     ]
+    for name in files:
+        lines += run_provenance(run_facts(name), [name])
     header = ["path", "build", "entries", "keys", "bytes/entry", "marginal bytes/entry"]
     header += ["Python heap bytes/entry", "goal <= 64"]
     lines += table(
@@ -817,6 +818,7 @@ def memory_section() -> list[str]:
                 number(r["python_heap_bytes_per_entry"]),
                 "met" if r["bytes_per_entry"] <= 64 else "not met",
             ]
+            for name in files
             for r in rows_of(name)
         ),
     )
@@ -930,7 +932,6 @@ USED = {
     "worker_restore_worker.json",
     "scale_out.json",
     "soak.json",
-    "memory_per_entry.json",
 }
 
 
@@ -942,6 +943,7 @@ def render() -> tuple[str, list[Callable[[], None]]]:
     plots: list[Callable[[], None]] = []
     used = USED | {p.name for p in RESULTS.glob("worker_restore_*.json")}
     used |= {p.name for p in RESULTS.glob("spark_bench*.json")}
+    used |= {p.name for p in RESULTS.glob("memory_per_entry_*.json")}
     lines = [
         "# Benchmarks: the current figures",
         "",
