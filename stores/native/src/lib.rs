@@ -5,3 +5,6 @@ pub mod fiba;
 pub mod monoids;
 #[cfg(feature = "python")]
 mod python;
+#[cfg(feature = "python")]
+mod pywindows;
+pub mod windows;

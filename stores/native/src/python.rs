@@ -40,7 +40,7 @@ macro_rules! dispatch {
     };
 }
 
-fn val_from_py(x: &Bound<'_, PyAny>) -> PyResult<Val> {
+pub(crate) fn val_from_py(x: &Bound<'_, PyAny>) -> PyResult<Val> {
     if x.is_none() {
         Ok(Val::None)
     } else if x.is_exact_instance_of::<PyInt>() {
@@ -55,7 +55,7 @@ fn val_from_py(x: &Bound<'_, PyAny>) -> PyResult<Val> {
     }
 }
 
-fn val_to_py(py: Python<'_>, v: Val) -> PyResult<PyObject> {
+pub(crate) fn val_to_py(py: Python<'_>, v: Val) -> PyResult<PyObject> {
     Ok(match v {
         Val::None => py.None(),
         Val::Empty => PyTuple::empty(py).into_any().unbind(),
@@ -93,7 +93,12 @@ fn lift<const N: usize>(spec: &Spec, x: &Bound<'_, PyAny>) -> PyResult<[Val; N]>
 
 /// The Python partial: a part's own partial, or (compose) the flat tuple of the parts'
 /// partials with the triples spliced in.
-fn partial_to_py(py: Python<'_>, spec: &Spec, compose: bool, fields: &[Val]) -> PyResult<PyObject> {
+pub(crate) fn partial_to_py(
+    py: Python<'_>,
+    spec: &Spec,
+    compose: bool,
+    fields: &[Val],
+) -> PyResult<PyObject> {
     let mut out: Vec<PyObject> = Vec::with_capacity(spec.width);
     for &(kind, o) in &spec.parts {
         match kind {
@@ -452,6 +457,7 @@ fn debug_build() -> bool {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFiBA>()?;
+    m.add_class::<crate::pywindows::PyKeyWindows>()?;
     m.add_function(wrap_pyfunction!(bench_in_order, m)?)?;
     m.add_function(wrap_pyfunction!(bench_out_of_order, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bulk, m)?)?;
