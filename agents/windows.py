@@ -1,10 +1,11 @@
 """Input records -> per-key windows -> aggregates, with exactly-once state under at-least-once.
 
-One ``WindowsPipeline`` per worker holds, for every input partition it owns, a ``KeyWindows``
-(one FiBA per key) and the partition's applied offset, restored from the ``WindowStore``. Per
-record, in offset order: an offset at or below the applied one is a redelivery and skipped; a
-rejected event becomes a dead letter; an accepted one queues its aggregate record (``emit`` =
-``event``/``changes``) and its state change (``store.record``). ``emit = "batch"`` applies a
+One ``WindowsPipeline`` per worker holds, for every input partition it owns, its windows
+(``stores.native_windows.new_key_windows``: the native kernel, or ``KeyWindows``) and the
+partition's applied offset, restored from the ``WindowStore``. Per record, in offset order: an
+offset at or below the applied one is a redelivery and skipped; a rejected event becomes a dead
+letter; an accepted one queues its aggregate record (``emit`` = ``event``/``changes``) and its
+state change (``store.record``). ``emit = "batch"`` applies a
 fetched batch columnar, in slices of about ``SLICE_TIME``, one record per touched key. After
 each fetched chunk the outputs are handed to the producer and acknowledged before the store
 hands over the changelog records that mark their offsets applied (at-least-once output by
@@ -37,6 +38,7 @@ from agents.records import AggregateEncoder, encode_aggregate
 from agents.transactions import Transactions
 from stores.gc_pause import PacedYoungCollections, paused_gc
 from stores.key_windows import KeyAggregates, KeyWindows, Rejected, WindowConfig
+from stores.native_windows import NativeKeyWindows, new_key_windows
 from stores.state_shape import RESET_HINT, StateMismatch
 from stores.window_store import WindowStore
 
@@ -61,7 +63,7 @@ class PartitionState:
     """What this worker holds for one input partition it owns."""
 
     partition: int
-    windows: KeyWindows
+    windows: KeyWindows | NativeKeyWindows
     applied_offset: int
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     halted: bool = False
@@ -139,7 +141,7 @@ class WindowsPipeline:
                 if self.transactions is not None:
                     await self.transactions.claim(partition)  # fences the previous owner
                 restored = await self.store.restore(partition)
-                windows = KeyWindows(self.config, emit=self.settings.emit)
+                windows = new_key_windows(self.config, emit=self.settings.emit)
                 # paused: about half the build's time otherwise; then frozen out of every later
                 # collection, before the collector resumes (stores.gc_pause)
                 with paused_gc(freeze=True):
@@ -174,7 +176,7 @@ class WindowsPipeline:
         """The partitions whose state is loaded."""
         return sorted(self._states)
 
-    def loaded_windows(self) -> dict[int, KeyWindows]:
+    def loaded_windows(self) -> dict[int, KeyWindows | NativeKeyWindows]:
         """The window state of each loaded partition (for metrics: read, never change)."""
         return {partition: state.windows for partition, state in self._states.items()}
 
@@ -218,7 +220,7 @@ class WindowsPipeline:
         if self.transactions is not None:
             await self.transactions.keep_only(keep)
 
-    async def _free(self, windows: KeyWindows) -> None:
+    async def _free(self, windows: KeyWindows | NativeKeyWindows) -> None:
         """Free a released partition's windows now, key by key (``KeyWindows.forget``), the
         event loop getting its turns, O(entries) in all. Left to the
         collector instead, the dropped trees (reference cycles) would never be freed once
