@@ -21,7 +21,7 @@ from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import stores
@@ -315,3 +315,59 @@ def test_a_window_of_the_youngest_d_entries_costs_o_log_d_combines():
     lowered = native.lowered_windows("k", 2**14 - 1)
     assert [w[3]["count"] for w in lowered] == [65, 2049]
     assert core.combines < 2 * 4 * (math.log2(64) + math.log2(2048))
+
+
+# --- the Faust API's state (stores.sliding_state) on native trees ------------------------------
+
+SLIDING_PARTS = [("sum", "count", "max", "mean", "first"), ("count", "max", "last", "pop_stddev")]
+
+
+@settings(max_examples=200, deadline=None)
+@example(  # an entry on the horizon as the stream time passes it: kept
+    names=SLIDING_PARTS[0],
+    ops=[("add", 0, "a", t, 1) for t in (0, 3, 18, 33)],
+)
+@given(
+    names=st.sampled_from(SLIDING_PARTS),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "add", "add", "put", "remove"]),
+            st.sampled_from([0, 0, 0, 1]),
+            st.sampled_from(KEYS[:2]),
+            st.integers(-1, 25).map(lambda x: 3 * x),  # a grid: entries land on the horizon
+            st.one_of(NUMBERS, st.just("zz")),
+        ),
+        max_size=60,
+    ),
+)
+def test_the_faust_api_state_on_native_trees_equals_the_python_one(names, ops):
+    """``SlidingState`` with its parts given (native trees) against the same without (Python
+    trees): every outcome, error, window, range and entry; a string for ``max`` moves its key
+    to a Python tree."""
+    from stores.monoids import compose, monoid
+    from stores.sliding_state import SlidingState
+
+    parts = {name: monoid(name) for name in names}
+    sizes = {"w3": 3, "w12": 12, "w30": 30}
+    native = SlidingState(compose(parts), sizes, 30, 20, parts=parts)
+    python = SlidingState(compose(parts), sizes, 30, 20)
+    inexact = bool(INEXACT & set(names)) or "mean" in names
+    for number, (op, partition, key, t, value) in enumerate(ops):
+        where = f"op {number} {op}"
+        outcomes: list[Any] = []
+        for state in (native, python):
+            try:
+                if op == "add":
+                    outcomes.append(state.add(partition, key, t, value))
+                elif op == "put":
+                    state.put(partition, key, t, state.lift(value))
+                    outcomes.append(None)
+                else:
+                    outcomes.append(state.remove(partition, key, t))
+            except ValueError as error:  # LateEvent, FutureEvent, KeyPartitionError, bad values
+                outcomes.append((type(error), str(error)))
+        assert_same(outcomes[0], outcomes[1], inexact, where)
+        assert_same(list(native.entries()), list(python.entries()), inexact, where)
+        for k in KEYS:
+            assert_same(native.all_windows(k), python.all_windows(k), inexact, where)
+            assert_same(native.range(k, 10, 60), python.range(k, 10, 60), inexact, where)

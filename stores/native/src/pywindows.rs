@@ -136,7 +136,10 @@ fn to_py(py: Python<'_>, ctx: &Ctx, p: &[Val]) -> PyResult<PyObject> {
 }
 
 /// The fields of a Python compose partial (a flat tuple, triples spliced in).
-fn from_py<const N: usize>(ctx: &Ctx, obj: &Bound<'_, PyAny>) -> PyResult<[Val; N]> {
+pub(crate) fn partial_from_py<const N: usize>(
+    spec: &Spec,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<[Val; N]> {
     let items = obj.downcast::<PyTuple>()?;
     let mut out = [Val::None; N];
     let mut i = 0;
@@ -148,7 +151,7 @@ fn from_py<const N: usize>(ctx: &Ctx, obj: &Bound<'_, PyAny>) -> PyResult<[Val; 
             ))
         })
     };
-    for &(kind, o) in &ctx.spec.parts {
+    for &(kind, o) in &spec.parts {
         match kind {
             Kind::Count | Kind::Sum | Kind::Min | Kind::Max => {
                 out[o] = val_from_py(&item(i)?)?;
@@ -382,7 +385,7 @@ where
                 out.last().expect("checked").0
             )));
         }
-        out.push((t, from_py(ctx, &partial)?));
+        out.push((t, partial_from_py(&ctx.spec, &partial)?));
     }
     w.load(key, out);
     Ok(())
