@@ -464,3 +464,15 @@ def test_changelog_chunks_prices_formats_that_hold_the_same_state(factor: float)
     retained = sum(writer.size.values())
     assert compacted_bytes(chunked) <= factor * retained * 1.1  # plus record framing
     assert len(chunked) < len(per_entry) / 5
+
+
+@pytest.mark.parametrize("kernel", ["python", "native"])
+def test_windows_memory_counts_the_entries_it_measures(kernel: str) -> None:
+    """``bench.windows_memory`` builds the partition it measures: every entry retained."""
+    import stores
+    from bench.windows_memory import measure
+
+    if kernel == "native" and stores.native() is None:
+        pytest.skip("no native core in this build")
+    figures = measure(kernel, keys=3, entries=200, min_arity=4)
+    assert (figures["kernel"], figures["keys"], figures["entries"]) == (kernel, 3, 600)
