@@ -1,10 +1,12 @@
 //! Native core of fiba-stream: the FiBA aggregator (`fiba`), the native twins of the built-in
 //! monoids (`monoids`) and, with the `python` feature, the `stores._native` module.
 
+pub mod changelog_layouts;
 pub mod fiba;
 pub mod monoids;
 #[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]
 mod pywindows;
+pub mod state_codec;
 pub mod windows;
