@@ -1,7 +1,11 @@
 //! Native core of fiba-stream: the FiBA aggregator (`fiba`), the native twins of the built-in
 //! monoids (`monoids`) and, with the `python` feature, the `stores._native` module.
 
+pub mod events;
 pub mod fiba;
+pub mod json_text;
 pub mod monoids;
+#[cfg(feature = "python")]
+mod py_io;
 #[cfg(feature = "python")]
 mod python;

@@ -456,5 +456,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_out_of_order, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bulk, m)?)?;
     m.add_function(wrap_pyfunction!(debug_build, m)?)?;
+    crate::py_io::register(m)?;
     Ok(())
 }
