@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 
 import stores
 from agents.events import MAX_EVENT_TIME, MIN_EVENT_TIME, BadEvent, EventParser
+from agents.records import AggregateEncoder, aggregate_encoder
 from app.settings import Settings
 
 pytestmark = pytest.mark.skipif(stores.native() is None, reason="no native core")
@@ -263,6 +265,85 @@ def test_records_native_cannot_decide_take_the_python_parser() -> None:
     assert outcomes[2] == ("k", 1, 0) and type(outcomes[2][2]) is int
 
 
+# --- the aggregate encoder ---------------------------------------------------------------------
+
+EXTREME_FLOATS = [
+    1e16, 1e-7, 1e-5, 1e-4, 0.1, 5e-324, 1.7976931348623157e308, -0.0, 0.0, 2.0, 1e15,
+    123456789012345678.0, math.inf, -math.inf, math.nan, 2.2250738585072014e-308,
+]  # fmt: skip
+
+
+class NoJson:
+    """A result of no JSON type (a custom aggregation's): the Python encoder writes its repr."""
+
+    def __repr__(self) -> str:
+        return "NoJson()"
+
+
+lowered_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.sampled_from(EXTREME_FLOATS),
+    st.floats(-1e6, 1e6).map(round).map(float),
+    st.text(max_size=6),
+    st.sampled_from(["\ud800", '\x00\x1f\x7f\u2028"\\', "é😀"]),
+)
+lowered_values = st.one_of(
+    lowered_scalars,
+    st.tuples(lowered_scalars, st.integers(0, 100)),
+    st.tuples(),
+    st.tuples(lowered_scalars),
+    st.lists(lowered_scalars, max_size=3),
+    st.dictionaries(st.text(max_size=3), lowered_scalars, max_size=3),
+    st.just(NoJson()),
+)
+NAMES = ("sum", "max", "first", "maxcount")
+
+
+@st.composite
+def encoder_calls(draw: st.DrawFn) -> tuple[tuple[str, ...], bool, tuple[Any, ...]]:
+    names = tuple(draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=4, unique=True)))
+    whole = draw(st.booleans())
+    windows = []
+    for name in draw(st.lists(st.sampled_from(["5m", "1h", "ω"]), max_size=3, unique=True)):
+        lowered = {"count": draw(st.integers(0, 2**64) | lowered_scalars)}
+        for n in names:
+            lowered[n] = draw(lowered_values)
+        if whole and draw(st.booleans()):
+            lowered = dict(reversed(lowered.items()))
+        start = draw(st.integers(MIN_EVENT_TIME, MAX_EVENT_TIME))
+        windows.append((name, start, draw(st.integers(start, MAX_EVENT_TIME)), lowered))
+    key = draw(st.text(max_size=8) | st.sampled_from(["\ud800", 'a"b']))
+    times = st.integers(MIN_EVENT_TIME, MAX_EVENT_TIME)
+    args = (key, draw(times), draw(times), windows, draw(st.integers(0, 2**31)), draw(times))
+    return names, whole, args
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(encoder_calls(), min_size=1, max_size=4))
+def test_the_native_encoder_writes_the_python_bytes(calls) -> None:
+    for names, whole, args in calls:
+        python = AggregateEncoder(names, whole)
+        native = aggregate_encoder(names, whole)
+        assert not isinstance(native, AggregateEncoder)
+        expected = python.encode(*args)
+        assert native.encode(*args) == expected
+        assert native.encode_many([args, args]) == [expected, expected]
+    assert python.encode_many([args]) == [expected]
+
+
+def test_floats_at_the_edges_are_written_as_orjson_writes_them() -> None:
+    python = AggregateEncoder(("sum",), True)
+    native = aggregate_encoder(("sum",), True)
+    for f in EXTREME_FLOATS:
+        args = ("k", 1, 2, [("5m", 0, 2, {"count": 1, "sum": f})], 0, 7)
+        assert native.encode(*args) == python.encode(*args), f
+
+
 def test_the_pure_python_switch_keeps_the_python_io(monkeypatch) -> None:
     monkeypatch.setattr(stores, "native", lambda: None)
     assert not EventParser(replace(Settings())).native
+    assert isinstance(aggregate_encoder(("sum",), True), AggregateEncoder)
