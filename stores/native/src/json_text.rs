@@ -100,8 +100,25 @@ pub fn push_py_float(out: &mut Vec<u8>, f: f64) {
 }
 
 /// A finite float as orjson writes it: fixed notation for exponents -5 to 15, else
-/// `d.ddde±X` with no padding of the exponent.
+/// `d.ddde±X` with no padding of the exponent. That is `ryu`'s own layout but for the `+` of
+/// a positive exponent, so it is written straight from `ryu`'s text (no allocation).
 pub fn push_orjson_float(out: &mut Vec<u8>, f: f64) {
+    let mut buf = ryu::Buffer::new();
+    let text = buf.format_finite(f).as_bytes();
+    match text.iter().position(|&c| c == b'e') {
+        Some(i) if text.get(i + 1) != Some(&b'-') => {
+            out.extend_from_slice(&text[..=i]);
+            out.push(b'+');
+            out.extend_from_slice(&text[i + 1..]);
+        }
+        _ => out.extend_from_slice(text),
+    }
+}
+
+/// `push_orjson_float` by the layout rule rather than from `ryu`'s text (the tests check
+/// that the two agree).
+#[cfg(test)]
+fn orjson_float_by_rule(out: &mut Vec<u8>, f: f64) {
     push_float(out, f, -5, 1);
 }
 
@@ -249,6 +266,31 @@ mod tests {
         for &(f, python, orj) in cases {
             assert_eq!(py_float(f), python, "repr of {f:e}");
             assert_eq!(orjson(f), orj, "orjson of {f:e}");
+        }
+    }
+
+    #[test]
+    fn orjson_floats_are_ryus_layout_with_a_plus() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for i in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let f = f64::from_bits(x);
+            let f = if f.is_finite() { f } else { i as f64 * 0.1 };
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            push_orjson_float(&mut a, f);
+            orjson_float_by_rule(&mut b, f);
+            assert_eq!(a, b, "{f:e}");
+        }
+        for e in -330..310 {
+            for m in [1.0, 1.5, 9.999_999_999_999_999] {
+                let f = m * 10f64.powi(e);
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                push_orjson_float(&mut a, f);
+                orjson_float_by_rule(&mut b, f);
+                assert_eq!(a, b, "{f:e}");
+            }
         }
     }
 
