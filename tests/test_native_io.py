@@ -308,7 +308,7 @@ def encoder_calls(draw: st.DrawFn) -> tuple[tuple[str, ...], bool, tuple[Any, ..
     names = tuple(draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=4, unique=True)))
     whole = draw(st.booleans())
     windows = []
-    for name in draw(st.lists(st.sampled_from(["5m", "1h", "ω"]), max_size=3, unique=True)):
+    for name in draw(st.lists(st.sampled_from(["5m", "1h", "ω"]), max_size=3)):
         lowered = {"count": draw(st.integers(0, 2**64) | lowered_scalars)}
         for n in names:
             lowered[n] = draw(lowered_values)

@@ -347,7 +347,8 @@ impl PyAggregateEncoder {
             return Ok(head);
         }
         out.extend_from_slice(b",\"windows\":{");
-        let mut names: Vec<Bound<'py, PyAny>> = Vec::new();
+        // each window name's JSON text in `out` (equal texts: equal names, one dict key)
+        let mut names: Vec<(usize, usize)> = Vec::new();
         for (i, window) in windows.try_iter()?.enumerate() {
             let Ok((name, start, end, lowered)) = window?.extract::<(
                 Bound<'py, PyAny>,
@@ -360,18 +361,18 @@ impl PyAggregateEncoder {
             let Ok(lowered) = lowered.downcast_exact::<PyDict>() else {
                 return Ok(Err(Unsure));
             };
-            for seen in &names {
-                if seen.eq(&name)? {
-                    return Ok(Err(Unsure)); // a dict keeps one of them
-                }
-            }
             if i > 0 {
                 out.push(b',');
             }
-            if push_value(out, &name, 0).is_err() {
+            let at = out.len();
+            if name.downcast_exact::<PyString>().is_err() || push_value(out, &name, 0).is_err() {
                 return Ok(Err(Unsure));
             }
-            names.push(name);
+            let text = &out[at..];
+            if names.iter().any(|&(a, b)| out[a..b] == *text) {
+                return Ok(Err(Unsure)); // a dict keeps one of them
+            }
+            names.push((at, out.len()));
             out.extend_from_slice(b":{\"start\":");
             let Some(count_value) = lowered.get_item(count)? else {
                 return Ok(Err(Unsure)); // the Python encoder raises its KeyError
