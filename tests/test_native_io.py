@@ -208,7 +208,7 @@ def parsers_of(which: int) -> tuple[EventParser, EventParser]:
     return parsers(SETTINGS[which])
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.sampled_from(range(len(SETTINGS))), st.lists(records, max_size=8))
 def test_the_native_parser_gives_the_python_outcome_of_every_record(which, chunk) -> None:
     native, python = parsers_of(which)
@@ -322,7 +322,7 @@ def encoder_calls(draw: st.DrawFn) -> tuple[tuple[str, ...], bool, tuple[Any, ..
     return names, whole, args
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.lists(encoder_calls(), min_size=1, max_size=4))
 def test_the_native_encoder_writes_the_python_bytes(calls) -> None:
     for names, whole, args in calls:
