@@ -79,9 +79,13 @@ TIME_TEXTS = [
     "\x1c2024-01-01\x1f", "2024-01-01T12:30:45+24:00",
 ]  # fmt: skip
 
+EDGE_FLOATS = [1e-05, 1.5e-07, 0.0001, 1e16, 1.5e22, 5e-324, 1.7976931348623157e308, -0.0, 2.5]
+"""Floats whose text differs between layouts (Python's repr: 1e-05, 1e+16; orjson: 0.00001)."""
+
 scalars = st.one_of(
     st.none(),
     st.booleans(),
+    st.sampled_from(EDGE_FLOATS),
     st.integers(-(2**70), 2**70),
     st.integers(MIN_EVENT_TIME - 2, MAX_EVENT_TIME + 2),
     st.floats(allow_nan=False, allow_infinity=False),
@@ -126,6 +130,8 @@ good_times = st.one_of(
     st.integers(0, 2_000_000_000_000).map(str),
     st.datetimes().map(lambda d: json.dumps(d.isoformat(sep=" " if d.second % 2 else "T"))),
     st.sampled_from(TIME_TEXTS).map(json.dumps),
+    st.sampled_from(EDGE_FLOATS).map(repr),  # fractions of a ms: the detail shows the float
+    st.lists(st.sampled_from(EDGE_FLOATS), max_size=2).map(json.dumps),
 )
 good_values = st.one_of(
     st.integers(-(10**18), 10**18).map(str),
