@@ -26,7 +26,7 @@ from aiokafka.record.memory_records import MemoryRecords
 from agents.batched_send import send_records
 from agents.clients import client_options
 from agents.config import FaustWorker, WorkerSettings
-from stores.changelog import ChangelogRecord, ChangelogTruncated
+from stores.changelog import ChangelogRecord, ChangelogTruncated, FetchedBatch
 
 
 class KafkaChangelog:
@@ -125,6 +125,8 @@ def consumer_for(settings: WorkerSettings, fetch_max_wait_ms: int = 20) -> AIOKa
     )
 
 
+_BATCH_SIZE_OFFSET = 12
+"""A record batch is its base offset (8 bytes), its length (4) and that many bytes."""
 _READ_UNCOMMITTED = 0
 _READ_COMMITTED = 1
 _RETRY_BACKOFF_S = 0.1
@@ -179,8 +181,8 @@ class ChangelogReader:
         self, tp: TopicPartition, start: int, timeout: float = 30.0
     ) -> AsyncIterator[list[Iterable[ChangelogRecord]]]:
         """Yield the records of ``tp`` from offset ``start`` to its end, one list of record
-        batches (each an iterable of records, in offset order, to be iterated once) per Fetch
-        response.
+        batches (each a ``FetchedBatch``: its records, in offset order, to be iterated once,
+        and its bytes) per Fetch response.
 
         "End" is the high watermark of the last Fetch response (``read_committed``: its last
         stable offset). Raises ``ChangelogTruncated``
@@ -199,17 +201,19 @@ class ChangelogReader:
                 batches: list[Iterable[ChangelogRecord]] = []
                 records = MemoryRecords(data)
                 committed = _CommittedFilter(aborted) if self._isolation else None
+                at = 0  # where the batch ``next_batch`` returns begins in ``data``
                 while records.has_next():
                     batch = records.next_batch()
+                    size = _BATCH_SIZE_OFFSET + int.from_bytes(data[at + 8 : at + 12])
                     if not batch.validate_crc():
                         raise kafka_errors.CorruptRecordException(f"invalid CRC in {tp}")
                     if committed is not None and not committed.keeps(batch):
                         pass  # a batch of an aborted transaction
                     elif not batch.is_control_batch:
                         # only the first batch read may begin before ``start``
-                        first = position == start
-                        batches.append([r for r in batch if r.offset >= start] if first else batch)
+                        batches.append(FetchedBatch(batch, data, at, size, start))
                     position = max(position, batch.next_offset)
+                    at += size
                 if position > highwater:
                     raise ChangelogTruncated(f"{tp} ends at {highwater}, before offset {start}")
                 if batches:

@@ -132,8 +132,9 @@ class PartitionTransactions:
     """One transactional producer per claimed partition; see the module doc.
 
     ``riders`` send the outputs queued for a source partition inside its changelog
-    transaction; ``progress(partition)`` gives the input position to commit to the monitoring
-    group (None: nothing to commit). Transactions of one partition run one at a time.
+    transaction, and ``committed`` hear of each partition's commit; ``progress(partition)``
+    gives the input position to commit to the monitoring group (None: nothing to commit).
+    Transactions of one partition run one at a time.
 
     It is the window store's ``stores.changelog.ChangelogLink``: records are sent in
     transactions (``send_records``); reading back, tailing and standby assignments are those of
@@ -144,6 +145,8 @@ class PartitionTransactions:
         self.settings = settings
         self.base = base
         self.riders: list[OutputsRider] = []
+        self.committed: list[Callable[[int], None]] = []
+        """Called with the partition after each committed transaction (the outputs' latency)."""
         self.progress: Callable[[int], int | None] = lambda partition: None
         self._producers: dict[int, AIOKafkaProducer] = {}
         self._locks: dict[int, asyncio.Lock] = {}
@@ -225,6 +228,8 @@ class PartitionTransactions:
                     await producer.stop()
                 raise
             self.commits += 1
+            for committed in self.committed:
+                committed(partition)
 
     # --- the window store's ChangelogProducer ---------------------------------------------------
 

@@ -31,6 +31,7 @@ from faust.exceptions import ConsumerNotStarted
 from agents.batched_send import KeyedOutputs
 from agents.config import FaustWorker
 from agents.dead_letters import DeadLetters
+from agents.emit_latency import EmitLatency
 from agents.events import BadEvent, EventParser, ParsedEvent
 from agents.loop_turns import LoopTurns
 from agents.records import aggregate_encoder, encode_aggregate
@@ -92,6 +93,12 @@ class WindowsPipeline:
             fiba.kafka_producer, fiba.settings.aggregates_topic, "aggregates"
         )
         """Aggregate records queued during a chunk, handed over at its end."""
+        self.latency = EmitLatency()
+        """The event-to-aggregate latency of the aggregate records acknowledged (the input
+        timestamps of the queued ones noted beside them, observed once acknowledged)."""
+        self._in_transaction: dict[int, list[int]] = {}
+        """Exactly-once: per input partition, the input timestamps of the aggregate records in
+        its open transaction (observed by ``outputs_committed``)."""
         self._encoder = (
             aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
             if fiba.settings.emit != "changes"
@@ -284,16 +291,25 @@ class WindowsPipeline:
         if self.transactions is not None:
             return
         async with self._delivering:
+            handed = self.latency.take()  # exactly the records the next line takes
             deliveries = await self.aggregates.send() + await self.dead_letters.outputs.send()
             for delivery in deliveries:
                 await delivery
+            self.latency.observe(handed)
 
     async def send_outputs_of(self, partition: int, producer: Any) -> None:
         """Hand the outputs queued for input ``partition`` (its aggregate records and dead
         letters) to ``producer``, the transactional producer of the partition's transaction
-        (exactly-once; its commit waits for their acknowledgement)."""
+        (exactly-once; its commit waits for their acknowledgement; ``outputs_committed``
+        observes their latency then)."""
+        self._in_transaction[partition] = self.latency.take(partition)
         await self.aggregates.send(partition, producer)
         await self.dead_letters.outputs.send((self.settings.input_topic, partition), producer)
+
+    def outputs_committed(self, partition: int) -> None:
+        """The transaction of input ``partition`` committed (exactly-once): observe the
+        latency of the aggregate records ``send_outputs_of`` sent in it."""
+        self.latency.observe(self._in_transaction.pop(partition, ()))
 
     def progress(self, partition: int) -> int | None:
         """The input position of a loaded ``partition`` (applied offset + 1), None if not
@@ -363,7 +379,9 @@ class WindowsPipeline:
         key, event_ts = outcome.key, parsed[1]
         encoder = self._encoder
         if encoder is None:  # emit=changes: the record decides whether anything changed
-            self._emit(windows.record_of(key, event_ts), key, state.partition, offset)
+            self._emit(
+                windows.record_of(key, event_ts), key, state.partition, offset, record.timestamp
+            )
         else:
             data = encoder.encode(
                 key,
@@ -373,7 +391,7 @@ class WindowsPipeline:
                 state.partition,
                 offset,
             )
-            self._queue_aggregate(key, data, event_ts, state.partition)
+            self._queue_aggregate(key, data, event_ts, state.partition, record.timestamp)
         self.store.record(
             state.partition,
             offset,
@@ -435,9 +453,9 @@ class WindowsPipeline:
             lowered = windows.lowered_windows(key, event_ts)
             pending.append((key, event_ts, stream_time, lowered, partition, offset))
             if time.perf_counter() >= turns.deadline:
-                self._queue_encoded(pending, partition)
+                self._queue_encoded(pending, partition, fresh)
                 await turns.take()
-        self._queue_encoded(pending, partition)
+        self._queue_encoded(pending, partition, fresh)
         done = 0
         for message, reason, detail in sorted(refused, key=_offset_of_refused):
             upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
@@ -452,13 +470,18 @@ class WindowsPipeline:
                     await turns.take()
 
     def _queue_encoded(
-        self, pending: list[tuple[str, int, int, Any, int, int]], partition: int
+        self,
+        pending: list[tuple[str, int, int, Any, int, int]],
+        partition: int,
+        records: Sequence[ConsumerRecord],
     ) -> None:
         """Encode the ``AggregateEncoder.encode`` arguments in ``pending`` in one call
-        (``encode_many``), queue the records and empty ``pending``."""
+        (``encode_many``), queue the records (each answering the input record of its offset
+        among ``records``) and empty ``pending``."""
         encoded = self._encoder.encode_many(pending)  # type: ignore[union-attr]  # emit=batch
-        for (key, event_ts, *_), data in zip(pending, encoded, strict=True):
-            self._queue_aggregate(key, data, event_ts, partition)
+        for (key, event_ts, _, _, _, offset), data in zip(pending, encoded, strict=True):
+            input_ts = _timestamp_at(records, offset)
+            self._queue_aggregate(key, data, event_ts, partition, input_ts)
         pending.clear()
 
     def _fit_slice(self, elapsed: float) -> None:
@@ -502,20 +525,33 @@ class WindowsPipeline:
         self.store.record_skipped(state.partition, message.offset)
         state.applied_offset = message.offset
 
-    def _emit(self, record: KeyAggregates | None, key: str, partition: int, offset: int) -> None:
-        """Queue ``record``, answering input record ``offset`` of ``partition``, for the
-        aggregates topic (handed over after the chunk), its event time as its Kafka timestamp."""
+    def _emit(
+        self,
+        record: KeyAggregates | None,
+        key: str,
+        partition: int,
+        offset: int,
+        input_ts: int,
+    ) -> None:
+        """Queue ``record``, answering input record ``offset`` of ``partition`` (Kafka
+        timestamp ``input_ts``), for the aggregates topic (handed over after the chunk), its
+        event time as its Kafka timestamp."""
         if record is None:
             self.counts["suppressed"] += 1
             return
         data = encode_aggregate(record, partition, offset)
-        self._queue_aggregate(key, data, record.event_ts, partition)
+        self._queue_aggregate(key, data, record.event_ts, partition, input_ts)
 
-    def _queue_aggregate(self, key: str, data: bytes, event_ts: int, partition: int) -> None:
-        """Queue the aggregate record ``data`` of ``key`` (from input ``partition``) for the
-        aggregates topic, its event time as its Kafka timestamp, and count it."""
+    def _queue_aggregate(
+        self, key: str, data: bytes, event_ts: int, partition: int, input_ts: int
+    ) -> None:
+        """Queue the aggregate record ``data`` of ``key`` for the aggregates topic, its event
+        time as its Kafka timestamp, answering an input record of ``partition`` with Kafka
+        timestamp ``input_ts`` (its latency is observed once it is acknowledged), and count
+        it."""
         self.counts["aggregates"] += 1
         self.aggregates.add(key.encode(), data, event_ts, source=partition)
+        self.latency.add(partition, input_ts)
 
     # --- maintenance --------------------------------------------------------------------------
 
@@ -564,3 +600,13 @@ def _offset_of_refused(refused: tuple[ConsumerRecord, str, str]) -> int:
 
 def _offset_of_effect(effect: tuple[int, str, int, Any]) -> int:
     return effect[0]
+
+
+def _timestamp_at(records: Sequence[ConsumerRecord], offset: int) -> int:
+    """The Kafka timestamp of the record at ``offset`` among ``records`` (in offset order, one
+    of them at ``offset``). O(log records)."""
+    return records[bisect_left(records, offset, key=_offset_of_record)].timestamp
+
+
+def _offset_of_record(record: ConsumerRecord) -> int:
+    return record.offset

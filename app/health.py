@@ -11,8 +11,9 @@
   its assignment, and so its 200, until the group's session expired.
 - ``/metrics``: the Prometheus text format (``prometheus_client``, one registry per worker).
   Counters and gauges are read from the worker's state when scraped (``StateCollector``, no
-  cost on the record path); query latency and event-loop lag are histograms observed as they
-  happen.
+  cost on the record path), and so is the event-to-aggregate latency histogram (counted in
+  bulk by ``agents.emit_latency``); query latency and event-loop lag are histograms observed
+  as they happen.
 
 Event-loop lag: a task sleeps ``LOOP_PROBE_S`` and observes how much later than asked it
 woke up (the time the loop was held by other work).
@@ -31,10 +32,16 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from faust.web import Request, Response, View
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from agents.clients import client_options
+from agents.emit_latency import EmitLatency
 from agents.input_reader import InputReader
 from agents.records import REASON_BAD_QUERY
 from agents.retention_watch import RetentionCheck
@@ -98,6 +105,7 @@ class StateCollector(Collector):
         outputs.add_metric(["aggregates"], counts.get("aggregates", 0))
         outputs.add_metric(["answers"], counts.get("answers", 0))
         yield outputs
+        yield aggregate_latency(pipeline.latency, self.worker.fiba.settings.emit)
         lag = GaugeMetricFamily(
             "fiba_input_lag_records",
             "Input records after the applied offset (log end offset - applied - 1)",
@@ -147,6 +155,20 @@ class StateCollector(Collector):
         for check in self.worker.retention_checks:
             older.add_metric([check.name], int(check.exceeded_at is not None))
         yield older
+
+
+def aggregate_latency(latency: EmitLatency, emit: str) -> HistogramMetricFamily:
+    """``fiba_aggregate_latency_seconds{emit}``: the event-to-aggregate latency of every
+    aggregate record acknowledged (``agents.emit_latency``); its count is the number of
+    aggregate records acknowledged (committed, under exactly-once)."""
+    family = HistogramMetricFamily(
+        "fiba_aggregate_latency_seconds",
+        "From the Kafka timestamp of the input record an aggregate record answers until the "
+        "aggregate record is acknowledged (exactly-once: committed)",
+        labels=["emit"],
+    )
+    family.add_metric([emit], latency.cumulative(), latency.sum_s)
+    return family
 
 
 class BrokerProbe:

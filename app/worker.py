@@ -88,6 +88,7 @@ def build_worker(settings: Settings) -> Worker:
     if transactions is not None:
         pipeline.use_transactions(transactions)
         transactions.riders.append(pipeline.send_outputs_of)
+        transactions.committed.append(pipeline.outputs_committed)
         transactions.progress = pipeline.progress
         service.transactions = transactions
     reader = InputReader(settings, pipeline, crash)

@@ -4,13 +4,17 @@
 offline (no broker) on the worker benchmark's input shape and measures, in CPU microseconds per
 event, the ``emit=batch`` store path of today against a changelog of one record per key and
 batch, to tell whether the latter is worth its format change. Prints a Markdown table of the
-medians; each variant: docs/bench-methods.md.
+medians; each variant: docs/bench-methods.md. ``--native`` measures both layouts encoded
+natively instead (``stores._native.bench_changelog_layouts``: Kafka record batches with their
+CRC, snapshots bounding the chunks under compaction, the compacted log replayed), writing
+``bench/results/changelog_layouts_native.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import marshal
 import statistics
 import struct
@@ -417,13 +421,82 @@ def run(occupancy: int, batches: int, rounds: int, factor: float) -> dict[str, A
     }
 
 
+def native_layouts(occupancies: list[int], rounds: int, factor: float) -> list[dict[str, Any]]:
+    """Medians over ``rounds`` of ``stores._native.bench_changelog_layouts`` per occupancy,
+    with enough batches for every key to go through its snapshot cycle twice."""
+    from stores import native
+
+    core = native()
+    if core is None:
+        raise SystemExit("the native core is not installed: make install (cargo on PATH)")
+    rows = []
+    for occupancy in occupancies:
+        per_key = BATCH // KEYS
+        batches = max(60, int(2 * factor * occupancy / per_key) + 1)
+        runs = [
+            core.bench_changelog_layouts(KEYS, occupancy, batches, BATCH, factor)
+            for _ in range(rounds)
+        ]
+        row: dict[str, Any] = {"occupancy": occupancy, "batches": batches, "keys": KEYS}
+        for layout in ("per_entry", "chunks"):
+            row[layout] = {
+                name: statistics.median(r[layout][name] for r in runs) for name in runs[0][layout]
+            }
+        rows.append(row)
+    return rows
+
+
+def main_native(args: argparse.Namespace) -> None:
+    command = (
+        f"python -m bench.changelog_chunks --native --occupancies {args.occupancies} "
+        f"--rounds {args.rounds} --snapshot-factor {args.snapshot_factor}"
+    )
+    machine = describe_machine()
+    print(f"command: {command}")
+    for name, value in machine.items():
+        print(f"{name}: {value}")
+    rows = native_layouts(
+        list(map(int, args.occupancies.split(","))), args.rounds, args.snapshot_factor
+    )
+    print(
+        "\n| events/key retained | layout | encode ns/event | records/event | bytes/event "
+        "| compacted bytes/entry | replay ns/entry |"
+    )
+    print("|" + " --- |" * 7)
+    for row in rows:
+        for layout in ("per_entry", "chunks"):
+            r = row[layout]
+            print(
+                f"| {row['occupancy']:,} | {layout} | {r['encode_ns_per_event']:.0f} "
+                f"| {r['records_per_event']:.2f} | {r['bytes_per_event']:.1f} "
+                f"| {r['compacted_bytes_per_entry']:.1f} | {r['replay_ns_per_entry']:.0f} |"
+            )
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(f"\nload average after: {load}")
+    document = {
+        "command": command,
+        "date": machine["date"],
+        "machine": machine,
+        "load_after": load,
+        "snapshot_factor": args.snapshot_factor,
+        "events_per_batch": BATCH,
+        "results": rows,
+    }
+    path = Path(__file__).parent / "results" / "changelog_layouts_native.json"
+    path.write_text(json.dumps(document, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--occupancies", default="1000,10000")
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--snapshot-factor", type=float, default=2.0)
+    parser.add_argument("--native", action="store_true", help="both layouts encoded natively")
     args = parser.parse_args()
+    if args.native:
+        main_native(args)
+        return
     print(
         f"command: python -m bench.changelog_chunks --occupancies {args.occupancies} "
         f"--batches {args.batches} --rounds {args.rounds} --snapshot-factor {args.snapshot_factor}"

@@ -460,6 +460,80 @@ def jvm_peers_section(name: str = "peers_kafka.json") -> list[str]:
     ]  # fmt: skip
 
 
+LATENCY_MODES = {
+    "emit-floor": "`emit-floor` (no window work)",
+    "event": '`emit = "event"`',
+    "batch": '`emit = "batch"`',
+}
+
+
+def latency_section(plots: list[Callable[[], None]], name: str = "latency_kafka.json") -> list[str]:
+    """``bench.latency``: each mode's maximum rate, then the event-to-aggregate latency at
+    each load, and issue 29's goal."""
+    if not (RESULTS / name).exists():
+        return []
+    rows = rows_of(name)
+    plots.append(plot_latency)
+    top = {r["emit"]: r for r in rows if r["kind"] == "max_rate"}
+    body = []
+    for r in (r for r in rows if r["kind"] == "paced"):
+        event, answer, metric = r["per_event"], r["per_aggregate"], r.get("metric")
+        body.append(
+            [
+                LATENCY_MODES.get(r["emit"], r["emit"]),
+                f"{r['load']:.0%}",
+                f"{rate(r['target_rate'])} / {rate(r['input_rate'])}",
+                f"{r['worker_cpu_share']:.0%}",
+                number(r["behind_at_end"], 7),
+                number(event["n"], 7),
+                " / ".join(number(event[q]) for q in ("p50", "p99", "p999", "max")),
+                f"{number(answer['p50'])} / {number(answer['p99'])} ({number(answer['mean'])})",
+                NONE
+                if metric is None
+                else f"{number(metric['count'], 7)}, {number(metric['mean_ms'])}",
+                number(r["load_1m"], 2),
+            ]
+        )
+    from bench.latency import goal_verdict
+
+    return [
+        "## Event-to-aggregate latency",
+        "",
+        "`python -m bench.latency` on Apache Kafka: per mode its maximum rate (a backlog, as",
+        "`bench.worker_pipeline` measures), then a fresh worker fed at a steady fraction of it by",
+        "a producer process of its own, input and aggregates topics with `LogAppendTime`. Per",
+        "input record after the warm-up: the append time of the first aggregate record including",
+        "it minus its own (ms, the broker's clock, whole ms). The machine is shared: see the load.",
+        "",
+        *run_provenance(run_facts(name), files=[name]),
+        *table(
+            ["mode", "maximum events/s", "CPU µs/event", "events per CPU second", "1-min load"],
+            (
+                [
+                    LATENCY_MODES.get(emit, emit),
+                    rate(r["events_per_s"]),
+                    number(r.get("cpu_us_per_event")),
+                    rate(r["events_per_cpu_s"]) if "events_per_cpu_s" in r else NONE,
+                    number(r.get("load_1m"), 2),
+                ]
+                for emit, r in top.items()
+            ),
+        ),
+        *table(
+            ["mode", "load", "events/s (target / appended)", "worker CPU (of one core)",
+             "behind at end",
+             "events timed", "per event p50 / p99 / p99.9 / max",
+             "per aggregate record p50 / p99 (mean)", "`/metrics` histogram: count, mean",
+             "1-min load"],
+            body,
+        ),
+        goal_verdict(rows),
+        "",
+        "![event-to-aggregate latency against load](img/latency.png)",
+        "",
+    ]  # fmt: skip
+
+
 def queries_section() -> list[str]:
     lines = [
         "## Range queries under load",
@@ -512,46 +586,94 @@ def latency_row(r: dict[str, Any]) -> list[str]:
     ]
 
 
-def restore_row(row: dict[str, Any]) -> list[str]:
-    """One row of a ``worker_restore_*.json``: seconds, and bytes per retained entry."""
+def restore_row(name: str, row: dict[str, Any]) -> list[str]:
+    """One row of a ``worker_restore_*.json``: seconds (CPU in brackets where recorded), and
+    bytes per retained entry."""
 
     def seconds(key: str) -> str:
-        return number(row[key]) if key in row else NONE
+        if key not in row:
+            return NONE
+        cpu = row.get(key.replace("_s", "_cpu_s"))
+        return number(row[key]) + (f" ({number(cpu)})" if cpu is not None else "")
 
+    memory = NONE
+    if "windows_bytes_per_entry" in row:
+        memory = (
+            f"{number(row['windows_bytes_per_entry'])} + {number(row['index_bytes_per_entry'])}"
+        )
     return [
+        f"`{name}`",
+        row.get("broker", NONE),
         f"`{row['codec']}`",
+        row.get("impl", NONE),
         number(row["entries"], 7),
         number(row["keys"], 7),
         seconds("restore_changelog_s"),
         seconds("ready_from_changelog_s"),
         seconds("restore_local_s"),
         seconds("ready_from_local_s"),
-        f"{number(row['windows_bytes_per_entry'])} + {number(row['index_bytes_per_entry'])}",
+        memory,
+        number(row["load_average_1m"][0], 2) if "load_average_1m" in row else NONE,
+    ]
+
+
+def restore_phase_rows(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The phases of the restores that recorded them: one column per phase, wall (CPU) s."""
+    timed = [(name, row) for name, row in rows if "phases" in row]
+    if not timed:
+        return []
+    order = ["fetch", "record decode", "replay", "sort", "group", "partial decode", "windows"]
+    found = dict.fromkeys(phase for _, row in timed for phase in row["phases"])
+    phases = sorted(found, key=lambda p: order.index(p) if p in order else len(order))
+    body = []
+    for name, row in timed:
+        cells = [
+            f"{number(row['phases'][p][0])} ({number(row['phases'][p][1])})"
+            if p in row["phases"]
+            else NONE
+            for p in phases
+        ]
+        body.append([f"`{name}`", row["impl"], *cells])
+    return [
+        "Each phase of a restore from the changelog alone on its own, wall (CPU) seconds "
+        "(`fetch`: Fetch responses and CRC; native `replay` includes the record decode, "
+        "`windows` the sort, grouping and partial decode; `load`: the index, `KeyWindows.load` "
+        "per key):",
+        "",
+        *table(["file", "impl", *phases], body),
     ]
 
 
 def restore_section() -> list[str]:
     files = sorted(p.name for p in RESULTS.glob("worker_restore_*.json"))
     rows = [(name, row) for name in files for row in rows_of(name)]
-    loads = [
-        f"{name}: {' → '.join(number(x, 2) for x in row['load_average_1m'])}"
-        " (1 min, before → after)"
-        for name, row in rows
-        if "load_average_1m" in row
-    ]
     lines = [
         "## Restore",
         "",
         "`bench.worker_restore`: a partition of 10^6 retained entries made ready again, from the",
-        "changelog alone or from the local RocksDB copy (seconds), and the memory per entry. One",
-        "file per partial codec; `marshal` is today's.",
+        "changelog alone or from the local RocksDB copy (seconds; CPU seconds in brackets), and",
+        "the memory per entry. One file per partial codec (`marshal` is today's) and broker; per",
+        "restore implementation (`native`: `stores._native.RestoredEntries`, `python`:",
+        "`PyEntries`) one row. Target: ready from the changelog in at most 3 s.",
         "",
-        *provenance(files=files, load="; ".join(loads) or None),
     ]
-
-    header = ["codec", "entries", "keys", "changelog read", "ready from changelog"]
-    header += ["local read", "ready from local", "bytes/entry (windows + index)"]
-    lines += table(header, (restore_row(row) for _, row in rows))
+    for name in files:
+        facts = run_facts(name)
+        if facts:
+            lines += [f"`{name}`:", "", *run_provenance(facts, [name])]
+    legacy = [name for name in files if not run_facts(name)]
+    if legacy:
+        loads = [
+            f"{name}: {' → '.join(number(x, 2) for x in row['load_average_1m'])}"
+            for name, row in rows
+            if name in legacy and "load_average_1m" in row
+        ]
+        lines += provenance(files=legacy, load="; ".join(loads) or None)
+    header = ["file", "broker", "codec", "impl", "entries", "keys", "changelog read"]
+    header += ["ready from changelog", "local read", "ready from local"]
+    header += ["bytes/entry (windows + index)", "load"]
+    lines += table(header, (restore_row(name, row) for name, row in rows))
+    lines += restore_phase_rows(rows)
     return lines
 
 
@@ -653,6 +775,7 @@ USED = {
     "worker_pipeline.json",
     "query_latency.json",
     "worker_pipeline_kafka.json",
+    "latency_kafka.json",
     "paper_claims.json",
     "spark_bench.json",
     "spark_bench_quick.json",
@@ -681,13 +804,15 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         "",
         "Contents: [FiBA](#fiba-against-the-baselines-and-the-papers) ·",
         "[the worker](#the-worker-against-its-floors) · [its peer](#the-worker-against-its-peer) ·",
-        "[range queries](#range-queries-under-load) · [restore](#restore) · [Spark](#spark) ·",
+        "[latency](#event-to-aggregate-latency) · [range queries](#range-queries-under-load) ·",
+        "[restore](#restore) · [Spark](#spark) ·",
         "[exactly-once](#exactly-once-its-price)",
         "",
         *fiba_section(plots),
         *worker_section(),
         *peers_section(plots),
         *jvm_peers_section(),
+        *latency_section(plots),
         *queries_section(),
         *restore_section(),
         *spark_section(),
@@ -783,6 +908,29 @@ def plot_peers() -> None:
     axes.set_ylabel("events per second")
     axes.set_title("the worker and Quix Streams on the same input")
     _save(plt, figure, axes, "peers.png")
+
+
+def plot_latency() -> None:
+    rows = [r for r in rows_of("latency_kafka.json") if r["kind"] == "paced"]
+    plt, figure, axes = _figure()
+    modes = [m for m in LATENCY_MODES if any(r["emit"] == m for r in rows)]
+    for color, emit in enumerate(modes):
+        points = sorted((r["load"], r["per_event"]) for r in rows if r["emit"] == emit)
+        label = LATENCY_MODES[emit].replace("`", "")
+        for q, style in (("p50", "o--"), ("p99", "o-")):
+            axes.plot(
+                [100 * load for load, _ in points],
+                [max(0.5, e[q]) for _, e in points],
+                style,
+                color=f"C{color}",
+                label=f"{label} {q}",
+            )
+    axes.axhline(20, color="grey", linewidth=0.8, label="goal: p99 <= 20 ms at 50% (event)")
+    axes.set_yscale("log")
+    axes.set_xlabel("load: % of the mode's maximum rate")
+    axes.set_ylabel("ms, input appended to aggregate appended")
+    axes.set_title("event-to-aggregate latency (Apache Kafka, shared machine)")
+    _save(plt, figure, axes, "latency.png")
 
 
 # --- command line ----------------------------------------------------------------------------

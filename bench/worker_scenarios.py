@@ -109,7 +109,9 @@ def run_floor(settings: Settings, produce: bool = False, durable: bool = False) 
                 if produce:
                     for tp, records in chunk.items():
                         for record in records:
-                            value = encode(record.key.decode(), record.timestamp, record.offset)
+                            value = encode(
+                                record.key.decode(), record.timestamp, record.offset, tp.partition
+                            )
                             outputs.add(record.key, value, record.timestamp, source=tp.partition)
                     for delivery in await outputs.send():
                         await delivery
@@ -190,7 +192,8 @@ class DurableFloor:
             for key, times in expired.items():
                 self.store.evict(partition, key, times)
             for key, (offset, ts) in last.items():
-                self.outputs.add(key.encode(), self.encode(key, ts, offset), ts, source=partition)
+                data = self.encode(key, ts, offset, partition)
+                self.outputs.add(key.encode(), data, ts, source=partition)
             accepted += len(effects)
         for delivery in await self.outputs.send():
             await delivery
@@ -200,10 +203,11 @@ class DurableFloor:
 
 
 def emit_floor_encoder(settings: Settings) -> Any:
-    """``encode(key, event_ts, offset) -> bytes``: an aggregate record of the worker's shape
-    and size under ``settings`` (every window, every aggregation, values of a full window),
-    written by ``emit=event``'s own encoder (``agents.records.AggregateEncoder``), without any
-    window work: what ``emit-floor`` produces per event."""
+    """``encode(key, event_ts, offset, partition) -> bytes``: an aggregate record of the
+    worker's shape and size under ``settings`` (every window, every aggregation, values of a
+    full window), answering input record ``offset`` of ``partition``, written by
+    ``emit=event``'s own encoder (``agents.records.AggregateEncoder``), without any window
+    work: what ``emit-floor`` produces per event."""
     from agents.records import AggregateEncoder
     from stores.key_windows import WindowConfig
 
@@ -216,9 +220,9 @@ def emit_floor_encoder(settings: Settings) -> Any:
     encoder = AggregateEncoder(config.aggregations, config.lowered_is_aggregates)
     spans = [(spec.name, spec.size_ms) for spec in config.windows]
 
-    def encode(key: str, event_ts: int, offset: int) -> bytes:
+    def encode(key: str, event_ts: int, offset: int, partition: int) -> bytes:
         windows = [(name, event_ts - size, event_ts, lowered) for name, size in spans]
-        return encoder.encode(key, event_ts, event_ts, windows, 0, offset)
+        return encoder.encode(key, event_ts, event_ts, windows, partition, offset)
 
     return encode
 

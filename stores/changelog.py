@@ -12,8 +12,9 @@ implements it on Kafka). Record layouts: docs/design/window-store.md.
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -70,6 +71,43 @@ def decode_offset(value: bytes) -> int:
     return _OFFSET.unpack_from(value)[0]
 
 
+def replay_changelog(
+    records: Iterable[ChangelogRecord],
+    applied: int,
+    put: Callable[[bytes, bytes], object],
+    delete: Callable[[bytes], object],
+) -> tuple[int, int]:
+    """Replay changelog ``records`` (in order) as writes of local entries (entry id -> partial
+    bytes): ``put`` for an upsert, ``delete`` for a tombstone and for each time an upsert
+    deleted. Return the applied offset after them (starting from ``applied``) and the number of
+    records. The one decoder of the record format (``stores.changelog``) for every replay: into
+    the in-memory entries of a restore, a local copy, a standby replica. O(records + deleted
+    times)."""
+    unpack_header = UPSERT_HEADER.unpack_from
+    header_size = UPSERT_HEADER.size
+    count = 0
+    for count, record in enumerate(records, 1):  # noqa: B007
+        key, value = record.key, record.value
+        if value is None:
+            delete(key)
+        elif key == APPLIED_KEY:
+            applied = max(applied, decode_offset(value))
+        elif key == SHAPE_KEY:
+            put(key, value)
+        else:
+            # the upsert value after its header and deleted times is the local value (partial)
+            offset, n_deleted = unpack_header(value)
+            end = header_size + 8 * n_deleted
+            if n_deleted:
+                prefix = key[:-8]
+                for i in range(header_size, end, 8):
+                    delete(prefix + value[i : i + 8])
+            put(key, value[end:])
+            if offset > applied:
+                applied = offset
+    return applied, count
+
+
 class ChangelogTruncated(Exception):
     """A changelog partition ends before an offset that was read earlier: it was recreated."""
 
@@ -99,6 +137,26 @@ class ChangelogRecord(Protocol):
 
     @property
     def value(self) -> bytes | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedBatch:
+    """A record batch as a reader hands it over, with its bytes for a native replay
+    (``stores.restored_entries``): ``data[pos:pos + size]`` is one whole Kafka record batch,
+    its CRC checked; iterating gives its records at offsets >= ``min_offset`` (``records``
+    parses them: aiokafka's batch) as ``ChangelogRecord``s."""
+
+    records: Iterable[ChangelogRecord]
+    data: bytes
+    pos: int
+    size: int
+    min_offset: int
+
+    def __iter__(self) -> Iterator[ChangelogRecord]:
+        start = self.min_offset
+        if _OFFSET.unpack_from(self.data, self.pos)[0] >= start:  # the batch's base offset
+            return iter(self.records)
+        return (r for r in self.records if r.offset >= start)
 
 
 class ChangelogReading(AbstractAsyncContextManager["ChangelogReading"], Protocol):

@@ -1,11 +1,12 @@
 """What shapes a window store's contents, recorded with the state, checked before it is served.
 
-A ``StateShape`` (aggregations in order, windows, retention, resolution, partial codec,
-partitions) is stored with the state: as the reserved record ``SHAPE_KEY`` of every changelog
-partition (the arbiter between the workers of an ``app_id``), in the local copies and in
-``state-shape.json``. A worker whose settings differ refuses to start, or stops at the first
-partition it is given, with one line naming what changed (``StateMismatch``); state written
-before shapes were recorded is adopted. Details: docs/design/window-store.md.
+A ``StateShape`` (the record layout's version, aggregations in order, windows, retention,
+resolution, partial codec, partitions) is stored with the state: as the reserved record
+``SHAPE_KEY`` of every changelog partition (the arbiter between the workers of an ``app_id``),
+in the local copies and in ``state-shape.json``. A worker whose settings differ refuses to
+start, or stops at the first partition it is given, with one line naming what changed
+(``StateMismatch``); state written before shapes were recorded is adopted, and a shape
+recorded before the layout had a version is version 1. Details: docs/design/window-store.md.
 """
 
 from __future__ import annotations
@@ -20,10 +21,19 @@ from stores.window_settings import WindowSettings
 
 SHAPE_FILE = "state-shape.json"
 
+STATE_FORMAT = "changelog-entries/1"
+"""The version of the state's record layout (``stores.changelog``: one upsert per entry carrying
+its deletions, tombstones, applied markers), a field of every shape. A shape recorded before the
+field existed was written in version 1, so one without it is read as version 1 (adopted); a
+state of another version is refused like one of other settings."""
+
 RESET_HINT = (
     "run `fiba state reset --changelog` with the new settings to rebuild the state from the "
     "input (stop every worker of this app_id first), or use a new app_id"
 )
+
+
+_FIRST_FORMAT = "changelog-entries/1"
 
 
 class ShapeSettings(WindowSettings, Protocol):
@@ -49,6 +59,7 @@ class StateShape:
         resolution = settings.resolution
         return cls(
             (
+                ("format", STATE_FORMAT),
                 ("aggregations", ",".join(map(stored_name, settings.aggregations))),
                 ("windows", ",".join(f"{w.name}={w.size_ms}ms" for w in settings.windows)),
                 ("retention", f"{settings.retention}ms"),
@@ -89,6 +100,8 @@ class StateShape:
         if stored is None:
             return
         old = StateShape.decode(stored)
+        if "format" not in dict(old.fields):  # recorded before the format had a version
+            old = StateShape((("format", _FIRST_FORMAT), *old.fields))
         if dict(old.fields) == dict(self.fields):
             return
         raise StateMismatch(

@@ -25,8 +25,7 @@ import shutil
 import struct
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import groupby, repeat
-from operator import itemgetter, sub
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,15 +46,21 @@ from stores.changelog import (
     UPSERT_HEADER,
     ChangelogLink,
     ChangelogReading,
-    ChangelogRecord,
     ChangelogTruncated,
     decode_offset,
     encode_offset,
     encode_upsert,
     entry_id_of,
     key_prefix,
+    replay_changelog,
 )
 from stores.gc_pause import paused_gc
+from stores.restored_entries import (
+    MARSHAL_FORMAT,
+    RestoredEntries,
+    replay_batches,
+    restored_entries,
+)
 from stores.state_shape import ShapeSettings, StateMismatch, StateShape
 
 logger = logging.getLogger(__name__)
@@ -68,11 +73,8 @@ is the local format version (2: values are bare partials): a copy of another ver
 checkpoint under this key, so it is discarded and rebuilt from the changelog."""
 _CHECKPOINT = struct.Struct(">qq")
 _OFFSET = struct.Struct(">q")
-_TIME_BIAS = 1 << 63
 _NO_WAL = WriteOptions()
 _NO_WAL.disable_wal = True
-_KEY_PREFIX = itemgetter(slice(None, -8))
-"""``entry_id -> key_prefix``: an entry id is its key's prefix plus 8 bytes of time."""
 LOCAL_PIECE_OPS = 192
 """Operations after which a partition's queued local writes are cut into a piece of their own
 (between two ``record``/``evict`` calls): one RocksDB WriteBatch each, about half a
@@ -174,8 +176,8 @@ class _Backfill:
     deleted), to re-apply right after the entries are ingested, since they would shadow it."""
 
     path: Path
-    ids: list[bytes]
-    entries: dict[bytes, bytes]
+    entries: RestoredEntries
+    """After ``windows``: ``sorted_items`` gives them in entry id order."""
     since: dict[bytes, bytes | None] = field(default_factory=dict)
     wanted: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
@@ -339,7 +341,11 @@ class WindowStore:
         reused = start is not None
         tp = TopicPartition(self.topic, partition)
         # every entry, entry id -> partial bytes: the local copy's, then the changelog's
-        entries = _local_entries(db) if reused else {}
+        entries = restored_entries()
+        if reused:
+            entries.extend(db.items())
+            entries.delete(_META_APPLIED)
+            entries.delete(_META_CHECKPOINT)
         async with self._producer.reader() as reader:
             try:
                 applied, replayed = await _replay(
@@ -350,11 +356,11 @@ class WindowStore:
                 # changelog is the truth; the local copy describes another history.
                 db.close()
                 Rdict.destroy(str(path))
-                db, reused, entries = self._fresh_local(path), False, {}
+                db, reused, entries = self._fresh_local(path), False, restored_entries()
                 applied, replayed = await _replay(reader, tp, 0, entries, -1, None)
             position = reader.position
-        shape_delivery = await self._check_shape(partition, entries.pop(SHAPE_KEY, None), db)
-        ids = sorted(entries)
+        shape_delivery = await self._check_shape(partition, entries.pop(SHAPE_KEY), db)
+        windows = self._windows(entries)
         if reused and replayed:
             db.flush(True)  # the replay skipped the WAL: make it durable before the checkpoint
         state = _OpenPartition(db, applied, applied, position, queued_upto=applied)
@@ -362,10 +368,10 @@ class WindowStore:
         batch = WriteBatch(raw_mode=True)
         batch.put(_META_APPLIED, _OFFSET.pack(applied))
         batch.put(SHAPE_KEY, self.shape.encode())
-        if reused or not ids:
+        if reused or not len(entries):
             batch.put(_META_CHECKPOINT, _CHECKPOINT.pack(position, applied))
         else:
-            fill = state.backfill = _Backfill(path, ids, entries)
+            fill = state.backfill = _Backfill(path, entries)
             state.local_complete = False
             fill.task = asyncio.create_task(
                 self._backfill(state, fill), name=f"window-store-backfill-{partition}"
@@ -380,7 +386,6 @@ class WindowStore:
             replayed,
             applied,
         )
-        windows = self._windows(ids, entries)
         return RestoredPartition(partition, applied, windows, reused, replayed)
 
     async def _check_shape(
@@ -401,16 +406,16 @@ class WindowStore:
             self.topic, partition, [(SHAPE_KEY, self.shape.encode())]
         )
 
-    def _windows(
-        self, ids: list[bytes], entries: dict[bytes, bytes]
-    ) -> dict[str, list[tuple[int, Any]]]:
-        """``_build_windows`` with the cyclic garbage collector paused: it would rescan the
-        growing heap of new tuples again and again. The
+    def _windows(self, entries: RestoredEntries) -> dict[str, list[tuple[int, Any]]]:
+        """``entries`` grouped by key, each key's ``(time, partial)`` list in time order
+        (``RestoredEntries.windows``: one sort, every partial decoded once), with the cyclic
+        garbage collector paused: it would rescan the growing heap of new tuples again and
+        again. The
         build is synchronous, so no other code runs meanwhile. Its result is frozen before the
         collector resumes (``paused_gc(freeze=True)``): else the next allocation would start a
         young collection over all of it."""
         with paused_gc(freeze=True):
-            return self._build_windows(ids, entries)
+            return entries.windows(self.codec.decode, self.codec.format == MARSHAL_FORMAT)
 
     async def release(self, partition: int) -> None:
         """Partition revoked: make its changelog durable, checkpoint, close its RocksDB."""
@@ -749,9 +754,9 @@ class WindowStore:
             writer = SstFileWriter(options=Options(raw_mode=True))
             writer.open(str(sst))
             put, entries = writer.__setitem__, fill.entries
-            for start in range(0, len(fill.ids), _BACKFILL_CHUNK):
-                for eid in fill.ids[start : start + _BACKFILL_CHUNK]:
-                    put(eid, entries[eid])
+            for start in range(0, len(entries), _BACKFILL_CHUNK):
+                for eid, data in entries.sorted_items(start, start + _BACKFILL_CHUNK):
+                    put(eid, data)
                 await asyncio.sleep(0)
             writer.finish()
             options = IngestExternalFileOptions()
@@ -798,128 +803,57 @@ class WindowStore:
             shutil.rmtree(path, ignore_errors=True)
         return self._fresh_local(path), None, -1
 
-    def _build_windows(
-        self, ids: list[bytes], entries: dict[bytes, bytes]
-    ) -> dict[str, list[tuple[int, Any]]]:
-        """``entries`` grouped by key, each key's ``(time, partial)`` list in time order;
-        ``ids`` are the entry ids sorted (key, then time). O(entries) plus decoding every
-        partial once, with one ``decode_many`` call per key when the codec has it; the per-entry
-        steps are C-level ``map`` calls."""
-        decode_many = getattr(self.codec, "decode_many", None)
-        if decode_many is None:
-            decode = self.codec.decode
-
-            def decode_many(data: list[bytes]) -> list[Any]:
-                return [decode(d) for d in data]
-
-        partial_bytes = entries.__getitem__
-        windows: dict[str, list[tuple[int, Any]]] = {}
-        for prefix, group in groupby(ids, _KEY_PREFIX):
-            eids = list(group)
-            time_bytes = map(itemgetter(slice(len(prefix), None)), eids)
-            times = map(sub, map(int.from_bytes, time_bytes), repeat(_TIME_BIAS))
-            partials = decode_many(list(map(partial_bytes, eids)))
-            windows[prefix[4:].decode()] = list(zip(times, partials, strict=True))
-        return windows
-
 
 def store_root(settings: StoreSettings) -> Path:
     """The directory of a worker's window store: ``<state_dir>/<app_id>/window-store``."""
     return Path(settings.state_dir) / settings.app_id / "window-store"
 
 
-def _local_entries(db: Rdict) -> dict[bytes, bytes]:
-    """Every entry of a local copy: entry id -> partial bytes, plus its shape record under
-    ``SHAPE_KEY`` if it has one. O(entries)."""
-    entries = dict(db.items())
-    entries.pop(_META_APPLIED, None)
-    entries.pop(_META_CHECKPOINT, None)
-    return entries
-
-
 async def _replay(
     reader: ChangelogReading,
     tp: TopicPartition,
     start: int,
-    entries: dict[bytes, bytes],
+    entries: RestoredEntries,
     applied: int,
     db: Rdict | None,
 ) -> tuple[int, int]:
     """Apply the changelog records of ``tp`` from ``start`` to its end to ``entries`` (and, if
     given, to the local copy ``db``); return ``(applied offset, records replayed)``.
 
-    ``db`` gets entry writes only, without the WAL: the caller flushes and then writes the
-    applied offset and checkpoint, so an interrupted replay leaves the old checkpoint, from
-    which a replay is again exact (fact 3). Each fetched response is applied while the reader
-    fetches the next one. O(records replayed + deleted times)."""
+    Without ``db`` each fetched record batch is replayed in one call where ``entries`` can
+    (``stores.restored_entries.replay_batches``). ``db`` gets entry writes only, without the
+    WAL: the caller flushes and then writes the applied offset and checkpoint, so an
+    interrupted replay leaves the old checkpoint, from which a replay is again exact (fact 3).
+    Each fetched response is applied while the reader fetches the next one. O(records replayed
+    + deleted times)."""
     replayed = 0
     async with contextlib.aclosing(reader.read(tp, start)) as responses:
         async for batches in responses:
-            local = WriteBatch(raw_mode=True) if db is not None else None
+            if db is None:
+                applied, count = replay_batches(entries, batches, applied)
+                replayed += count
+                continue
+            local = WriteBatch(raw_mode=True)
             put, delete = _entry_writers(entries, local)
             for batch in batches:
                 applied, count = replay_changelog(batch, applied, put, delete)
                 replayed += count
-            if db is not None:
-                db.write(local, _NO_WAL)
+            db.write(local, _NO_WAL)
     return applied, replayed
 
 
 def _entry_writers(
-    entries: dict[bytes, bytes], local: WriteBatch | None
+    entries: RestoredEntries, local: WriteBatch
 ) -> tuple[Callable[[bytes, bytes], object], Callable[[bytes], object]]:
-    """``(put, delete)`` writing entries to ``entries`` and, if given, to ``local`` as well."""
-    remove = entries.pop
-    if local is None:
-
-        def delete_entry(key: bytes) -> None:
-            remove(key, None)
-
-        return entries.__setitem__, delete_entry
+    """``(put, delete)`` writing entries to ``entries`` and to ``local`` as well."""
+    put_entry, delete_entry = entries.put, entries.delete
 
     def put_both(key: bytes, value: bytes) -> None:
-        entries[key] = value
+        put_entry(key, value)
         local.put(key, value)
 
     def delete_both(key: bytes) -> None:
-        remove(key, None)
+        delete_entry(key)
         local.delete(key)
 
     return put_both, delete_both
-
-
-def replay_changelog(
-    records: Iterable[ChangelogRecord],
-    applied: int,
-    put: Callable[[bytes, bytes], object],
-    delete: Callable[[bytes], object],
-) -> tuple[int, int]:
-    """Replay changelog ``records`` (in order) as writes of local entries (entry id -> partial
-    bytes): ``put`` for an upsert, ``delete`` for a tombstone and for each time an upsert
-    deleted. Return the applied offset after them (starting from ``applied``) and the number of
-    records. The one decoder of the record format (``stores.changelog``) for every replay: into
-    the in-memory entries of a restore, a local copy, a standby replica. O(records + deleted
-    times)."""
-    unpack_header = UPSERT_HEADER.unpack_from
-    header_size = UPSERT_HEADER.size
-    count = 0
-    for count, record in enumerate(records, 1):  # noqa: B007
-        key, value = record.key, record.value
-        if value is None:
-            delete(key)
-        elif key == APPLIED_KEY:
-            applied = max(applied, decode_offset(value))
-        elif key == SHAPE_KEY:
-            put(key, value)
-        else:
-            # the upsert value after its header and deleted times is the local value (partial)
-            offset, n_deleted = unpack_header(value)
-            end = header_size + 8 * n_deleted
-            if n_deleted:
-                prefix = key[:-8]
-                for i in range(header_size, end, 8):
-                    delete(prefix + value[i : i + 8])
-            put(key, value[end:])
-            if offset > applied:
-                applied = offset
-    return applied, count

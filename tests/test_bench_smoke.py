@@ -263,9 +263,10 @@ def test_the_emit_floor_writes_aggregate_records_of_the_workers_shape(tmp_path) 
     settings = scenario_settings(
         BenchBroker("127.0.0.1:9", "embedded", "embedded"), 100, "event", tmp_path
     )
-    obj = json.loads(emit_floor_encoder(settings)("key-3", T0, 41))
+    obj = json.loads(emit_floor_encoder(settings)("key-3", T0, 41, 2))
     validate("aggregate", obj)
-    assert (obj["key"], obj["event_ts"], obj["input_offset"]) == ("key-3", T0, 41)
+    answered = (obj["input_partition"], obj["input_offset"])
+    assert (obj["key"], obj["event_ts"], answered) == ("key-3", T0, (2, 41))
     assert list(obj["windows"]) == [w.name for w in settings.windows]
     for w in settings.windows:
         window = obj["windows"][w.name]
@@ -464,3 +465,44 @@ def test_changelog_chunks_prices_formats_that_hold_the_same_state(factor: float)
     retained = sum(writer.size.values())
     assert compacted_bytes(chunked) <= factor * retained * 1.1  # plus record framing
     assert len(chunked) < len(per_entry) / 5
+
+
+def test_worker_restore_times_every_phase_of_each_implementation(
+    kafka_bootstrap: str, broker_kind: str, broker_profile: str, monkeypatch
+) -> None:
+    """``bench.worker_restore`` on a small changelog with history to drop: per implementation
+    the phases of its own path, both restores (changelog alone, local copy) of every retained
+    entry (asserted inside the run), memory for the first one."""
+    import contextlib
+
+    from bench import worker_restore
+    from bench.bench_broker import BenchBroker
+    from stores import native
+
+    @contextlib.contextmanager
+    def this_broker(kind: str):
+        yield BenchBroker(kafka_bootstrap, broker_profile, broker_kind)
+
+    monkeypatch.setattr(worker_restore, "broker_bootstrap", this_broker)
+    impls = ["native", "python"] if native() is not None else ["python"]
+    rows = asyncio.run(
+        worker_restore.run(3000, 30, ("sum", "count", "max"), 0.5, 1, "marshal", impls, "x")
+    )
+    assert [r["impl"] for r in rows] == impls
+    assert rows[0]["changelog_records"] == 3000 + 2 * 1500
+    phases = {r["impl"]: list(r["phases"]) for r in rows}
+    assert phases["python"] == [
+        "fetch",
+        "record decode",
+        "replay",
+        "sort",
+        "group",
+        "partial decode",
+        "load",
+    ]
+    if "native" in phases:
+        assert phases["native"] == ["fetch", "replay", "windows", "load"]
+    assert "windows_bytes_per_entry" in rows[0] and "windows_bytes_per_entry" not in rows[-1]
+    for r in rows:
+        assert all(wall >= 0 and cpu >= 0 for wall, cpu in r["phases"].values())
+        assert r["ready_from_changelog_s"] >= r["restore_changelog_s"] > 0

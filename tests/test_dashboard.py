@@ -1,12 +1,17 @@
 """The Grafana dashboard (``docs/grafana-dashboard.json``) names only metrics a real worker's
-``GET /metrics`` exports, and has the panels operators asked for."""
+``GET /metrics`` exports, and has the panels operators asked for. The worker runs
+``emit=batch`` (tests/test_worker_health.py: ``event``), on Apache Kafka exactly-once, and its
+event-to-aggregate latency histogram counts every aggregate record it wrote (acknowledged, or
+under exactly-once committed)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -34,6 +39,7 @@ PANELS = {
     "Restore time",
     "Query latency",
     "Event-loop lag",
+    "Event-to-aggregate latency",
 }
 SERIES_SUFFIXES = {
     "counter": ("_total",),
@@ -75,7 +81,10 @@ def test_every_metric_of_the_dashboard_is_exported_by_a_real_worker(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
 ) -> None:
     settings = worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "w", partitions=2)
+    guarantee = "at_least_once" if embedded_profile else "exactly_once"  # Tansu has none
+    settings = replace(settings, emit="batch", processing_guarantee=guarantee)
     asyncio.run(create_topics(settings))
+    produced_from = time.time()
     last = asyncio.run(produce(settings, make_events(50, seed=1)))
     log = tmp_path / "worker.log"
     worker = start_worker(settings, log)
@@ -88,9 +97,12 @@ def test_every_metric_of_the_dashboard_is_exported_by_a_real_worker(
             "the malformed record is dead-lettered",
         )
         http_get(settings, "/windows/key-1?from=0&to=1")  # one query: latency observed
-        url = f"http://127.0.0.1:{settings.web_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            body = response.read().decode()
+        wait_until(
+            lambda: every_aggregate_timed(scrape(settings)),
+            30,
+            "every aggregate record's latency observed",
+        )
+        body = scrape(settings)
     except BaseException:
         print(log_tail(log))
         raise
@@ -109,6 +121,39 @@ def test_every_metric_of_the_dashboard_is_exported_by_a_real_worker(
     for partition in ("0", "1"):
         assert ("fiba_input_lag_records", (("partition", partition),)) in samples
         assert ("fiba_restore_seconds", (("partition", partition),)) in samples
+    # emit=batch: one aggregate record per key and batch, each timed from its input record's
+    # CreateTime (this process's clock) to its acknowledgement
+    values = {name: value for name, labels, value in sample_list(body)}
+    assert 0 < values["fiba_aggregate_latency_seconds_count"] <= 50
+    since_produced = time.time() - produced_from + 0.001
+    assert (
+        0
+        < values["fiba_aggregate_latency_seconds_sum"]
+        <= (values["fiba_aggregate_latency_seconds_count"] * since_produced)
+    )
+    assert ("fiba_aggregate_latency_seconds_count", (("emit", "batch"),)) in samples
+
+
+def scrape(settings) -> str:
+    url = f"http://127.0.0.1:{settings.web_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode()
+
+
+def sample_list(body: str) -> list[tuple[str, dict[str, str], float]]:
+    return [
+        (sample.name, sample.labels, sample.value)
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+    ]
+
+
+def every_aggregate_timed(body: str) -> bool:
+    """The latency histogram counts as many records as the worker wrote to the aggregates
+    topic (they are acknowledged), and some."""
+    values = {(name, labels.get("topic")): value for name, labels, value in sample_list(body)}
+    written = values[("fiba_output_records_total", "aggregates")]
+    return written > 0 and values[("fiba_aggregate_latency_seconds_count", None)] == written
 
 
 async def send_malformed(settings) -> None:

@@ -139,6 +139,8 @@ def test_a_restore_reads_committed_transactions_only_and_a_new_owner_fences_the_
             PartitionTransactions(settings, KafkaChangelog(settings)),
             PartitionTransactions(settings, KafkaChangelog(settings)),
         )
+        committed: list[int] = []
+        owner.committed.append(committed.append)
         try:
             await owner.claim(0)
             await owner.send_records(settings.changelog_topic, 0, [(b"a", b"1"), (b"b", b"2")])
@@ -147,6 +149,7 @@ def test_a_restore_reads_committed_transactions_only_and_a_new_owner_fences_the_
                     await producer.send(settings.changelog_topic, b"x", key=b"aborted")
                     await producer.flush()  # on the broker, then aborted
                     raise RuntimeError("crash inside the transaction")
+            assert committed == [0]  # heard of the commit, not of the abort
             with pytest.raises(NotOwned):  # a failed transaction drops the producer
                 await owner.send_records(settings.changelog_topic, 0, [(b"c", b"3")])
             await owner.claim(0)

@@ -13,10 +13,10 @@ def test_the_committed_results_page_is_current():
     assert results_page.PAGE.read_text() == page, (
         "docs/benchmarks.md is stale: run `python -m bench.results_page`"
     )
-    for image in ("ooo.png", "fifo.png", "peers.png"):
+    for image in ("ooo.png", "fifo.png", "peers.png", "latency.png"):
         assert f"](img/{image})" in page
         assert (results_page.IMAGES / image).stat().st_size > 0
-    assert len(plots) == 3
+    assert len(plots) == 4
 
 
 def test_the_readme_peers_table_is_current():

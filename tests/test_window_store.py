@@ -25,7 +25,7 @@ from agents.clients import client_options
 from agents.kafka_changelog import ChangelogReader, KafkaChangelog
 from app.settings import Settings
 from app.topics import CHANGELOG_TOPIC_CONFIGS, TopicSpec, create_topics
-from stores import window_store
+from stores import native, window_store
 from stores.changelog import (
     APPLIED_KEY,
     SHAPE_KEY,
@@ -33,7 +33,9 @@ from stores.changelog import (
     entry_id,
     split_entry_id,
 )
+from stores.key_windows import WindowConfig
 from stores.monoids import make_monoid, monoid, monoid_names
+from stores.restored_entries import PyEntries
 from stores.state_shape import StateMismatch
 from stores.window_store import MarshalStateCodec, RestoredPartition, WindowStore
 
@@ -966,3 +968,57 @@ async def test_record_many_writes_what_record_writes_each_piece_ending_at_its_ap
     assert max(written) == 899 and len(state.pieces) >= 900 // window_store.LOCAL_PIECE_OPS
     store.abandon()  # its pieces are written
     await store.stop()
+
+
+@pytest.mark.skipif(native() is None, reason="the native core is not installed")
+async def test_native_and_python_restores_give_the_same_state(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native restore (record batches replayed in one call each, partials decoded natively)
+    and the Python one (``PyEntries``) restore the same windows and applied offset from the
+    same changelog (many producer batches, evictions, a sweep, skipped records), from the
+    changelog alone and from the local copy."""
+    settings = dataclasses.replace(
+        make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=1),
+        aggregations=("sum", "count", "max"),
+    )
+    codec = MarshalStateCodec(WindowConfig.from_settings(settings).composed)
+    await create_changelog(settings)
+    store = WindowStore(settings, codec, KafkaChangelog(settings))
+    await store.start()
+    await store.restore(0)
+    for offset in range(3000):
+        key, t = f"k{offset % 7}", offset // 7
+        evicted = [t - 50] if offset % 3 == 0 and t >= 50 else []
+        if offset % 11 == 0:
+            store.record_skipped(0, offset)
+        else:
+            store.record(
+                0, offset, key, t, (float(offset), 1, -0.0 if offset % 2 else 2**40), evicted
+            )
+        if offset % 500 == 499:
+            await store.send_changes(0)
+    store.evict(0, "k3", range(60, 80))
+    await store.stop()
+
+    async def restored(python: bool, keep_local: bool) -> RestoredPartition:
+        if not keep_local:
+            shutil.rmtree(tmp_path / settings.app_id, ignore_errors=True)
+        with monkeypatch.context() as patch:
+            if python:
+                patch.setattr(window_store, "restored_entries", PyEntries)
+            store = WindowStore(settings, codec, KafkaChangelog(settings))
+            await store.start()
+            try:
+                return await store.restore(0)
+            finally:
+                await store.stop()
+
+    for keep_local in (False, True):
+        by_native = await restored(False, keep_local)
+        by_python = await restored(True, keep_local)
+        assert by_native.local_entries_reused == by_python.local_entries_reused == keep_local
+        assert by_native.applied_offset == by_python.applied_offset == 2999
+        assert by_native.windows == by_python.windows
+        assert list(by_native.windows) == list(by_python.windows) == [f"k{i}" for i in range(7)]
+        assert not [t for t, _ in by_native.windows["k3"] if 60 <= t < 80]  # swept

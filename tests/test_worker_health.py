@@ -100,18 +100,28 @@ def test_health_metrics_bind_and_startup_log(kafka_bootstrap, embedded_profile, 
             for i in range(40)
         ]
         records += [(b"k0", b"{oops", None), (b"k1", b'{"ts": 1, "value": "x"}', None)]
+        produced_from = time.time()
         asyncio.run(produce(settings, settings.input_topic, records))
         status, _ = get(port, f"/windows/k1?from={BASE}&to={BASE + 100}")
         assert status == 200
         deadline = time.monotonic() + 60
         rejected = [("fiba_events_rejected_total", (("reason", r),)) for r in REJECTIONS]
+        latency = "fiba_aggregate_latency_seconds"
+        emit = (("emit", "event"),)
         # every input record counted: the 40 accepted and both dead letters (the bad records
-        # are the last of their partition, so they may be applied in a later chunk)
-        while (m := metrics(port)).get(("fiba_events_accepted_total", ())) != 40 or any(
-            name not in m for name in rejected
+        # are the last of their partition, so they may be applied in a later chunk), and the
+        # latency of every aggregate record once it is acknowledged
+        while (
+            (m := metrics(port)).get(("fiba_events_accepted_total", ())) != 40
+            or any(name not in m for name in rejected)
+            or m.get((f"{latency}_count", emit)) != 40
         ):
             assert time.monotonic() < deadline, m
             time.sleep(0.5)
+        # each latency ran from its input's CreateTime (this process's clock, whole ms) to
+        # the acknowledgement, within the time since the records were produced
+        since_produced = time.time() - produced_from + 0.001
+        assert 0 < m[(f"{latency}_sum", emit)] <= 40 * since_produced
         partitions = [str(p) for p in range(settings.partitions)]
         assert m[("fiba_events_rejected_total", (("reason", "malformed_json"),))] == 1
         assert m[("fiba_events_rejected_total", (("reason", "bad_value"),))] == 1

@@ -1,6 +1,7 @@
 //! Native core of fiba-stream: the FiBA aggregator (`fiba`), the native twins of the built-in
 //! monoids (`monoids`) and, with the `python` feature, the `stores._native` module.
 
+pub mod changelog_layouts;
 pub mod events;
 pub mod fiba;
 pub mod json_text;
@@ -9,3 +10,4 @@ pub mod monoids;
 mod py_io;
 #[cfg(feature = "python")]
 mod python;
+pub mod state_codec;
