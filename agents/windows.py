@@ -35,7 +35,7 @@ from agents.dead_letters import DeadLetters
 from agents.emit_latency import EmitLatency
 from agents.events import BadEvent, EventParser, ParsedEvent
 from agents.loop_turns import LoopTurns
-from agents.records import AggregateEncoder, encode_aggregate
+from agents.records import aggregate_encoder, encode_aggregate
 from agents.transactions import Transactions
 from stores.gc_pause import PacedYoungCollections, paused_gc
 from stores.key_windows import KeyAggregates, KeyWindows, Rejected, WindowConfig
@@ -102,7 +102,7 @@ class WindowsPipeline:
         """Exactly-once: per input partition, the input timestamps of the aggregate records in
         its open transaction (observed by ``outputs_committed``)."""
         self._encoder = (
-            AggregateEncoder(config.aggregations, config.lowered_is_aggregates)
+            aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
             if fiba.settings.emit != "changes"
             else None
         )
@@ -447,21 +447,17 @@ class WindowsPipeline:
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
         evicted = []
-        encode = self._encoder.encode  # type: ignore[union-attr]  # set unless emit=changes
         partition = state.partition
+        stream_time: int = windows.stream_time  # type: ignore[assignment]  # set by apply
+        pending: list[tuple[str, int, int, Any, int, int]] = []
         for key, (offset, event_ts) in last.items():
             evicted.append((key, windows.evict_expired(key)))
-            data = encode(
-                key,
-                event_ts,
-                windows.stream_time,  # type: ignore[arg-type]  # set by apply
-                windows.lowered_windows(key, event_ts),
-                partition,
-                offset,
-            )
-            self._queue_aggregate(key, data, event_ts, partition, _timestamp_at(fresh, offset))
+            lowered = windows.lowered_windows(key, event_ts)
+            pending.append((key, event_ts, stream_time, lowered, partition, offset))
             if time.perf_counter() >= turns.deadline:
+                self._queue_encoded(pending, partition, fresh)
                 await turns.take()
+        self._queue_encoded(pending, partition, fresh)
         done = 0
         for message, reason, detail in sorted(refused, key=_offset_of_refused):
             upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
@@ -474,6 +470,21 @@ class WindowsPipeline:
                 self.store.evict(state.partition, key, times)
                 if time.perf_counter() >= turns.deadline:
                     await turns.take()
+
+    def _queue_encoded(
+        self,
+        pending: list[tuple[str, int, int, Any, int, int]],
+        partition: int,
+        records: Sequence[ConsumerRecord],
+    ) -> None:
+        """Encode the ``AggregateEncoder.encode`` arguments in ``pending`` in one call
+        (``encode_many``), queue the records (each answering the input record of its offset
+        among ``records``) and empty ``pending``."""
+        encoded = self._encoder.encode_many(pending)  # type: ignore[union-attr]  # emit=batch
+        for (key, event_ts, _, _, _, offset), data in zip(pending, encoded, strict=True):
+            input_ts = _timestamp_at(records, offset)
+            self._queue_aggregate(key, data, event_ts, partition, input_ts)
+        pending.clear()
 
     def _fit_slice(self, elapsed: float) -> None:
         """Adapt the batch slice size to ``elapsed`` seconds the last slice took: halve it

@@ -474,6 +474,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_out_of_order, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bulk, m)?)?;
     m.add_function(wrap_pyfunction!(debug_build, m)?)?;
+    crate::py_io::register(m)?;
     crate::state_codec::python::register(m)?;
     crate::changelog_layouts::python::register(m)?;
     Ok(())
