@@ -5,8 +5,8 @@ value) with a JSON object value holding the event time (epoch ms or ISO-8601, or
 timestamp with ``timestamp_source = "kafka"``; years 1 to 9999) and a finite number or an
 object as the value. ``EventParser.parse`` returns an ``Event`` or raises ``BadEvent(reason,
 detail)`` with a dead-letter reason code; ``parse_many`` parses a fetched chunk at once with the
-same outcome per record (orjson for the common record). Cost O(size of the record). Every
-rule: docs/reference/records.md.
+same outcome per record (in one native call when the native core is loaded, else orjson for
+the common record). Cost O(size of the record). Every rule: docs/reference/records.md.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
+import stores
 from agents.config import WorkerSettings
 from agents.records import (
     REASON_BAD_KEY,
@@ -217,24 +218,57 @@ _NUMBERS = (int, float)
 
 
 class EventParser:
-    """Turns raw Kafka records into ``Event`` values according to one ``Settings``."""
+    """Turns raw Kafka records into ``Event`` values according to one ``Settings``.
+
+    With ``native`` (the default) and the native core loaded (``stores.native()``),
+    ``parse_many`` is the native parser's (``stores/native/src/events.rs``: same outcomes,
+    one call per chunk; a record it cannot decide as this class does is parsed here)."""
 
     __slots__ = (
         "_kafka_time",
         "_key_field",
         "_max_key",
         "_max_value",
+        "_native",
         "_ts_field",
         "_value_field",
     )
 
-    def __init__(self, settings: WorkerSettings) -> None:
+    def __init__(self, settings: WorkerSettings, *, native: bool = True) -> None:
         self._key_field = settings.key_field
         self._ts_field = settings.ts_field
         self._value_field = settings.value_field
         self._kafka_time = settings.timestamp_source == "kafka"
         self._max_key = settings.max_key_bytes
         self._max_value = settings.max_value_bytes
+        module = stores.native() if native else None
+        self._native = None if module is None else self._native_parser(module)
+
+    def _native_parser(self, module: Any) -> Any:
+        key_field = shown(self._key_field) if self._key_field is not None else ""
+        return module.EventParser(
+            self._key_field,
+            self._ts_field,
+            self._value_field,
+            self._kafka_time,
+            self._max_key,
+            self._max_value,
+            MIN_EVENT_TIME,
+            MAX_EVENT_TIME,
+            (
+                f"no {key_field} field",
+                f"no {shown(self._ts_field)} field",
+                f"no {shown(self._value_field)} field",
+                f"the {key_field} field is empty",
+            ),
+            BadEvent,
+            self._outcome,
+        )
+
+    @property
+    def native(self) -> bool:
+        """Whether ``parse_many`` is the native parser's."""
+        return self._native is not None
 
     def parse(self, key: bytes | None, value: bytes | None, kafka_ts: int | None) -> Event:
         """The ``Event`` of one record (``kafka_ts``: the record timestamp in ms).
@@ -256,11 +290,14 @@ class EventParser:
         that ``parse`` raises for it: the same outcome as ``parse``, for a chunk at once. A
         record keyed by its Kafka key, timed by its ``ts_field``, whose value decodes with
         ``fast_json_object`` into an integer time within the years 1-9999 and an int or float
-        value, is checked inline; any other goes through ``parse``. O(total size)."""
+        value, is checked inline; any other goes through ``parse``; with the native parser,
+        one native call for the chunk. O(total size)."""
+        if self._native is not None:
+            return self._native.parse_many(records)  # type: ignore[no-any-return]
         inline = self._key_field is None and not self._kafka_time
         max_key, max_value = self._max_key, self._max_value
         ts_field, value_field = self._ts_field, self._value_field
-        parse = self.parse
+        outcome = self._outcome
         parsed: list[ParsedEvent | BadEvent] = []
         append = parsed.append
         for record in records:
@@ -279,13 +316,16 @@ class EventParser:
                             continue
                         except UnicodeDecodeError:
                             pass
-            try:
-                event = parse(key, value, record.timestamp)
-            except BadEvent as bad:
-                append(bad)
-            else:
-                append((event.key, event.ts, event.value))
+            append(outcome(record))
         return parsed
+
+    def _outcome(self, record: RawRecord) -> ParsedEvent | BadEvent:
+        """``parse``'s outcome for one record, as ``parse_many`` gives it."""
+        try:
+            event = self.parse(record.key, record.value, record.timestamp)
+        except BadEvent as bad:
+            return bad
+        return (event.key, event.ts, event.value)
 
     def _key(self, key: bytes | None, obj: dict[str, Any]) -> str:
         if self._key_field is None:

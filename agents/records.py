@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+import stores
 from stores.aggregations import json_form
 from stores.key_windows import (
     REASON_BAD_VALUE,  # noqa: F401  (a reason code of this module's, defined where it arises)
@@ -246,6 +247,26 @@ class AggregateEncoder:
                 INPUT_OFFSET: input_offset,
             }
         )
+
+    def encode_many(
+        self, items: Iterable[tuple[str, int, int, Iterable[LoweredWindow], int, int]]
+    ) -> list[bytes]:
+        """``encode(*item)`` of every item: the bytes of a chunk's records at once."""
+        encode = self.encode
+        return [encode(*item) for item in items]
+
+
+def aggregate_encoder(
+    aggregations: tuple[str, ...], lowered_is_aggregates: bool
+) -> AggregateEncoder:
+    """The worker's ``AggregateEncoder``: the native one (``stores/native/src/py_io.rs``, the
+    same bytes, which hands any record holding a value of no orjson-native type to the Python
+    one) when the native core is loaded, else the Python one."""
+    python = AggregateEncoder(aggregations, lowered_is_aggregates)
+    module = stores.native()
+    if module is None:
+        return python
+    return module.AggregateEncoder(list(aggregations), lowered_is_aggregates, python)  # type: ignore[no-any-return]
 
 
 def _json_form(value: Any) -> Any:

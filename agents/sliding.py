@@ -41,12 +41,20 @@ __all__ = [
 
 
 def composed_monoid(aggregations: Sequence[str | Any] | Mapping[str, str | Any]) -> Any:
-    """One monoid for ``aggregations``: what the worker's ``aggregations`` setting accepts
-    (built-in names, ``module:attribute`` import paths, ``fiba_stream.monoids`` entry points,
-    each named by itself or by ``name=`` before it) or monoid objects (named by their
-    ``name``), or a mapping of result names to either. Each is checked as the worker checks it
-    (``stores.aggregations.validated_monoid``: a custom monoid is spot-checked for
-    associativity); ``AggregationError`` (a ``ValueError``) names a bad one."""
+    """One monoid for ``aggregations`` (``aggregation_parts``, composed)."""
+    return compose(aggregation_parts(aggregations))
+
+
+def aggregation_parts(
+    aggregations: Sequence[str | Any] | Mapping[str, str | Any],
+) -> dict[str, Any]:
+    """The monoids of ``aggregations`` by result name: what the worker's ``aggregations``
+    setting accepts (built-in names, ``module:attribute`` import paths,
+    ``fiba_stream.monoids`` entry points, each named by itself or by ``name=`` before it) or
+    monoid objects (named by their ``name``), or a mapping of result names to either. Each is
+    checked as the worker checks it (``stores.aggregations.validated_monoid``: a custom monoid
+    is spot-checked for associativity); ``AggregationError`` (a ``ValueError``) names a bad
+    one."""
     if isinstance(aggregations, Mapping):
         named = list(aggregations.items())
     else:
@@ -65,7 +73,7 @@ def composed_monoid(aggregations: Sequence[str | Any] | Mapping[str, str | Any])
         if name in parts:
             raise AggregationError(f"two aggregations named {name!r}")
         parts[name] = found
-    return compose(parts)
+    return parts
 
 
 class SlidingTable(faust.Table):
@@ -120,8 +128,9 @@ class SlidingWindows:
         }
         off = max_future_skew is None or max_future_skew == "off"
         skew = None if off else parse_duration(max_future_skew)
+        parts = aggregation_parts(aggregations)
         self.state = SlidingState(
-            composed_monoid(aggregations), sizes, parse_duration(retention), skew
+            compose(parts), sizes, parse_duration(retention), skew, parts=parts
         )
         self._to_state = self.state.monoid.to_state
         seek_before_resume(app)  # Faust 0.15.3 loses or repeats records otherwise

@@ -1,10 +1,11 @@
 """Input records -> per-key windows -> aggregates, with exactly-once state under at-least-once.
 
-One ``WindowsPipeline`` per worker holds, for every input partition it owns, a ``KeyWindows``
-(one FiBA per key) and the partition's applied offset, restored from the ``WindowStore``. Per
-record, in offset order: an offset at or below the applied one is a redelivery and skipped; a
-rejected event becomes a dead letter; an accepted one queues its aggregate record (``emit`` =
-``event``/``changes``) and its state change (``store.record``). ``emit = "batch"`` applies a
+One ``WindowsPipeline`` per worker holds, for every input partition it owns, its windows
+(``stores.native_windows.new_key_windows``: the native kernel, or ``KeyWindows``) and the
+partition's applied offset, restored from the ``WindowStore``. Per record, in offset order: an
+offset at or below the applied one is a redelivery and skipped; a rejected event becomes a dead
+letter; an accepted one queues its aggregate record (``emit`` = ``event``/``changes``) and its
+state change (``store.record``). ``emit = "batch"`` applies a
 fetched batch columnar, in slices of about ``SLICE_TIME``, one record per touched key. After
 each fetched chunk the outputs are handed to the producer and acknowledged before the store
 hands over the changelog records that mark their offsets applied (at-least-once output by
@@ -34,10 +35,11 @@ from agents.dead_letters import DeadLetters
 from agents.emit_latency import EmitLatency
 from agents.events import BadEvent, EventParser, ParsedEvent
 from agents.loop_turns import LoopTurns
-from agents.records import AggregateEncoder, encode_aggregate
+from agents.records import aggregate_encoder, encode_aggregate
 from agents.transactions import Transactions
 from stores.gc_pause import PacedYoungCollections, paused_gc
 from stores.key_windows import KeyAggregates, KeyWindows, Rejected, WindowConfig
+from stores.native_windows import NativeKeyWindows, new_key_windows
 from stores.state_shape import RESET_HINT, StateMismatch
 from stores.window_store import WindowStore
 
@@ -62,7 +64,7 @@ class PartitionState:
     """What this worker holds for one input partition it owns."""
 
     partition: int
-    windows: KeyWindows
+    windows: KeyWindows | NativeKeyWindows
     applied_offset: int
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     halted: bool = False
@@ -100,7 +102,7 @@ class WindowsPipeline:
         """Exactly-once: per input partition, the input timestamps of the aggregate records in
         its open transaction (observed by ``outputs_committed``)."""
         self._encoder = (
-            AggregateEncoder(config.aggregations, config.lowered_is_aggregates)
+            aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
             if fiba.settings.emit != "changes"
             else None
         )
@@ -146,7 +148,7 @@ class WindowsPipeline:
                 if self.transactions is not None:
                     await self.transactions.claim(partition)  # fences the previous owner
                 restored = await self.store.restore(partition)
-                windows = KeyWindows(self.config, emit=self.settings.emit)
+                windows = new_key_windows(self.config, emit=self.settings.emit)
                 # paused: about half the build's time otherwise; then frozen out of every later
                 # collection, before the collector resumes (stores.gc_pause)
                 with paused_gc(freeze=True):
@@ -181,7 +183,7 @@ class WindowsPipeline:
         """The partitions whose state is loaded."""
         return sorted(self._states)
 
-    def loaded_windows(self) -> dict[int, KeyWindows]:
+    def loaded_windows(self) -> dict[int, KeyWindows | NativeKeyWindows]:
         """The window state of each loaded partition (for metrics: read, never change)."""
         return {partition: state.windows for partition, state in self._states.items()}
 
@@ -225,7 +227,7 @@ class WindowsPipeline:
         if self.transactions is not None:
             await self.transactions.keep_only(keep)
 
-    async def _free(self, windows: KeyWindows) -> None:
+    async def _free(self, windows: KeyWindows | NativeKeyWindows) -> None:
         """Free a released partition's windows now, key by key (``KeyWindows.forget``), the
         event loop getting its turns, O(entries) in all. Left to the
         collector instead, the dropped trees (reference cycles) would never be freed once
@@ -445,21 +447,17 @@ class WindowsPipeline:
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
         evicted = []
-        encode = self._encoder.encode  # type: ignore[union-attr]  # set unless emit=changes
         partition = state.partition
+        stream_time: int = windows.stream_time  # type: ignore[assignment]  # set by apply
+        pending: list[tuple[str, int, int, Any, int, int]] = []
         for key, (offset, event_ts) in last.items():
             evicted.append((key, windows.evict_expired(key)))
-            data = encode(
-                key,
-                event_ts,
-                windows.stream_time,  # type: ignore[arg-type]  # set by apply
-                windows.lowered_windows(key, event_ts),
-                partition,
-                offset,
-            )
-            self._queue_aggregate(key, data, event_ts, partition, _timestamp_at(fresh, offset))
+            lowered = windows.lowered_windows(key, event_ts)
+            pending.append((key, event_ts, stream_time, lowered, partition, offset))
             if time.perf_counter() >= turns.deadline:
+                self._queue_encoded(pending, partition, fresh)
                 await turns.take()
+        self._queue_encoded(pending, partition, fresh)
         done = 0
         for message, reason, detail in sorted(refused, key=_offset_of_refused):
             upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
@@ -472,6 +470,21 @@ class WindowsPipeline:
                 self.store.evict(state.partition, key, times)
                 if time.perf_counter() >= turns.deadline:
                     await turns.take()
+
+    def _queue_encoded(
+        self,
+        pending: list[tuple[str, int, int, Any, int, int]],
+        partition: int,
+        records: Sequence[ConsumerRecord],
+    ) -> None:
+        """Encode the ``AggregateEncoder.encode`` arguments in ``pending`` in one call
+        (``encode_many``), queue the records (each answering the input record of its offset
+        among ``records``) and empty ``pending``."""
+        encoded = self._encoder.encode_many(pending)  # type: ignore[union-attr]  # emit=batch
+        for (key, event_ts, _, _, _, offset), data in zip(pending, encoded, strict=True):
+            input_ts = _timestamp_at(records, offset)
+            self._queue_aggregate(key, data, event_ts, partition, input_ts)
+        pending.clear()
 
     def _fit_slice(self, elapsed: float) -> None:
         """Adapt the batch slice size to ``elapsed`` seconds the last slice took: halve it

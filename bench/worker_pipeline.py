@@ -122,13 +122,19 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
     """Offline CPU costs of the worker's window work with the default aggregations: one
     composed ``combine`` against the sum of its parts' combines, one composed ``lower``, and
     per event ``KeyWindows.accept`` (``emit=event``) and ``accept_batch`` (``emit=batch``, 1000
-    events per batch) over windows pre-filled to each occupancy (events as in the end-to-end
-    run, parsed already: no Kafka, JSON or store), and one partition's batch shares applied in
+    events per batch), and the same on the native kernel (``native_...``), over windows
+    pre-filled to each occupancy (events as in the end-to-end run, parsed already: no Kafka,
+    JSON or store), and one partition's batch shares applied in
     slices of each of ``SHARE_SLICES`` (``_share_work``). Each state is built as the worker
     builds a restored partition (collector paused, the result frozen)."""
+    import stores
     from stores.gc_pause import paused_gc
     from stores.key_windows import KeyWindows, WindowConfig
+    from stores.native_windows import NativeKeyWindows
 
+    kernels: dict[str, Any] = {"": KeyWindows}
+    if stores.native() is not None:
+        kernels["native_"] = NativeKeyWindows
     figures: dict[str, float] = {}
     base = Settings()
     config = WindowConfig.from_settings(base)
@@ -155,8 +161,8 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
         for key, value in event_stream(events):
             obj = json.loads(value)
             stream.append((key.decode(), obj["ts"], obj["value"]))
-        for emit in ("event", "batch"):
-            windows = KeyWindows(WindowConfig.from_settings(settings), emit=emit)
+        for kernel, emit in [(k, e) for k in kernels for e in ("event", "batch")]:
+            windows = kernels[kernel](WindowConfig.from_settings(settings), emit=emit)
             lift = windows.config.lift
             with paused_gc(freeze=True):  # as the worker builds a restored partition
                 windows.restore({f"key-{k}": prefilled_pairs(lift, occupancy) for k in range(KEYS)})
@@ -167,7 +173,7 @@ def micro(occupancies: list[int], events: int = 20_000) -> dict[str, float]:
             else:
                 for lo in range(0, len(stream), 1000):
                     windows.accept_batch(stream[lo : lo + 1000])
-            figures[f"{emit}_{occupancy}_us_per_event"] = (
+            figures[f"{kernel}{emit}_{occupancy}_us_per_event"] = (
                 1e6 * (time.process_time() - started) / len(stream)
             )
             windows.clear()  # unlinks the trees: frozen, they would never be freed otherwise
@@ -238,6 +244,11 @@ def main() -> None:
         "(exactly_once needs --broker-kind kafka)",
     )
     run.add_argument(
+        "--results",
+        default=RESULTS.name,
+        help="the results file in bench/results/ (_<kind> added for another broker than embedded)",
+    )
+    run.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -272,7 +283,7 @@ def main() -> None:
             for name in FLOORS
             if name in scenarios
         ]
-        for name in ("event", "batch"):
+        for name in WORKER_MODES:
             if name not in scenarios:
                 continue
             for guarantee in args.guarantees.split(","):
@@ -287,7 +298,7 @@ def main() -> None:
                 result["round"] = round_
                 print(json.dumps(result), flush=True)
                 results.append(result)
-    write_results(results, RESULTS, args.broker_kind, facts)
+    write_results(results, RESULTS.with_name(args.results), args.broker_kind, facts)
     print(markdown(results))
 
 
@@ -384,6 +395,10 @@ def markdown(results: list[dict[str, Any]]) -> str:
                 )
     return "\n".join(lines)
 
+
+WORKER_MODES = ("event", "batch", "event-python", "batch-python")
+"""The worker scenarios: each emit mode on the kernel ``new_key_windows`` picks (the native
+one where it loads), and on the Python ``KeyWindows``."""
 
 FLOORS = ("floor", "emit-floor", "batch-floor", "bare", "bare-batch")
 """The scenarios without a worker (no occupancy)."""

@@ -4,7 +4,8 @@
 variables.
 
 ``event``/``batch``: the real worker (``app.worker``, window store included) over windows
-pre-filled to ``OCCUPANCY`` events per key; ``floor``, ``emit-floor`` and ``batch-floor``: the
+pre-filled to ``OCCUPANCY`` events per key (``event-python``/``batch-python``: on the Python
+``KeyWindows`` instead of the native kernel); ``floor``, ``emit-floor`` and ``batch-floor``: the
 input read (and, for the latter two, an output produced or a durable store written) with no
 window work; ``bare``/``bare-batch``: a Faust agent that only consumes the input. Each serves
 ``GET /stats`` with its counts. Methods: docs/bench-methods.md.
@@ -23,6 +24,7 @@ from agents.clients import client_options
 from app.settings import Settings, load_settings
 from bench.worker_harness import (
     KEYS,
+    PYTHON_WINDOWS,
     SPACING_MS,
     T0,
     serve_stats,
@@ -281,6 +283,18 @@ def run_prefilled_worker(settings: Settings, occupancy: int) -> None:
     serve(worker)
 
 
+def use_python_windows() -> None:
+    """Make the worker build the Python ``KeyWindows`` for every partition (the
+    ``event-python``/``batch-python`` scenarios: the path before the native kernel)."""
+    import agents.windows
+    from stores.key_windows import KeyWindows
+
+    def python_windows(config: Any, emit: str = "event") -> KeyWindows:
+        return KeyWindows(config, emit=emit)
+
+    agents.windows.new_key_windows = python_windows  # type: ignore[assignment]
+
+
 def main() -> None:
     """``python -m bench.worker_scenarios SCENARIO OCCUPANCY``: run one child on the settings
     of the ``FIBA_*`` environment."""
@@ -298,6 +312,8 @@ def main() -> None:
     elif args.scenario.startswith("bare"):
         run_bare(settings, batched=args.scenario == "bare-batch")
     else:
+        if args.scenario.endswith(PYTHON_WINDOWS):
+            use_python_windows()
         run_prefilled_worker(settings, args.occupancy)
 
 

@@ -145,6 +145,8 @@ class WindowConfig:
     composed: Any
     partial_monoid: Any
     window_end: str = STREAM_TIME
+    parts: Mapping[str, Any] | None = None
+    """The composed monoid's parts by name (``None``: not known), for the native kernel."""
 
     @classmethod
     def from_settings(cls, settings: WindowSettings) -> WindowConfig:
@@ -165,6 +167,7 @@ class WindowConfig:
             composed=composed,
             partial_monoid=_prelifted(composed),
             window_end=settings.window_end,
+            parts=parts,
         )
 
     @property
@@ -385,6 +388,25 @@ class KeyWindows:
         youngest = pairs[-1][0]
         if self.stream_time is None or youngest > self.stream_time:
             self.stream_time = youngest
+
+    def resume(
+        self,
+        stream_time: int | None,
+        previous: int | None,
+        keys: Iterable[tuple[str, Sequence[tuple[int, Any]], int]],
+        last_emitted: Mapping[str, tuple],
+    ) -> None:
+        """Take over the state of another kernel of the same config (the native one, when a
+        value needs the Python path): per key in key order its entries and its time in the
+        sweep index, the stream time, ``P`` and ``emit=changes``' last records. O(entries)."""
+        self.clear()
+        for key, pairs, indexed in keys:
+            self.load(key, pairs)
+            self._by_oldest.remove((self._indexed[key], key))
+            self._index(key, indexed)
+        self.stream_time = stream_time
+        self._previous = previous
+        self._last_emitted.update(last_emitted)
 
     # --- events -------------------------------------------------------------------------------
 

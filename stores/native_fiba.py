@@ -54,9 +54,11 @@ def native_kinds(monoid: Any) -> list[str] | None:
     return None if name is None else [name]
 
 
-def NativeFiBA(monoid: Any, min_arity: int = 4) -> Any:
+def NativeFiBA(monoid: Any, min_arity: int = 4, partials: bool = False) -> Any:
     """A native FiBA for ``monoid``: a built-in of ``NATIVE_NAMES`` or a mapping of them (the
     parts of a :func:`stores.monoids.compose`, whose partials and lowered dicts it returns).
+    ``partials`` (a compose only): ``insert``/``bulk_insert`` take the compose's partials, not
+    inputs (``TypeError`` for a partial no native field can hold, e.g. a string for ``max``).
     ``ValueError`` when the monoid has no native twin, ``RuntimeError`` when the native core
     is not loaded (see :func:`stores.native`)."""
     module = stores.native()
@@ -69,6 +71,8 @@ def NativeFiBA(monoid: Any, min_arity: int = 4) -> Any:
         from stores.monoids import compose
 
         lower = compose(monoid).lower
-        return module.FiBA(kinds, lower, True, min_arity)
+        return module.FiBA(kinds, lower, True, min_arity, partials)
+    if partials:
+        raise ValueError("partials need a compose (a mapping of built-ins)")
     lower = None if monoid.lower_is_identity else monoid.lower
     return module.FiBA(kinds, lower, False, min_arity)

@@ -21,15 +21,17 @@ amortized per entry; ``put``/``remove`` O(log d); ``window`` O(log n_w); ``range
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import takewhile
 from typing import Any
 
 from sortedcontainers import SortedList
 
+import stores
 from stores.fiba import FiBA
 from stores.monoids import make_monoid
+from stores.native_fiba import NativeFiBA, native_kinds
 
 
 class LateEvent(ValueError):
@@ -64,6 +66,7 @@ class PartitionWindows:
     __slots__ = (
         "_by_oldest",
         "_max_future_skew",
+        "_new_tree",
         "_oldest",
         "_previous",
         "_retention",
@@ -72,8 +75,15 @@ class PartitionWindows:
         "stream_time",
     )
 
-    def __init__(self, stored: Any, retention: int, max_future_skew: int | None = None) -> None:
+    def __init__(
+        self,
+        stored: Any,
+        retention: int,
+        max_future_skew: int | None = None,
+        new_tree: Callable[[], Any] | None = None,
+    ) -> None:
         self._stored = stored  # the monoid of stored partials (lift = identity)
+        self._new_tree = new_tree or (lambda: FiBA(stored))  # a key's tree of partials
         self._retention = retention
         self._max_future_skew = max_future_skew
         self._trees: dict[Hashable, FiBA] = {}
@@ -131,8 +141,7 @@ class PartitionWindows:
     def add(self, key: Hashable, t: int, partial: Any) -> AddOutcome:
         """Combine ``partial`` into ``(key, t)`` after its old partial, ``t`` admitted
         (``admit``); see the module doc."""
-        tree = self._tree(key)
-        tree.insert(t, partial)
+        tree = self._insert(key, t, partial)
         if t < self._oldest[key]:
             self._set_oldest(key, t)
         evicted: list[tuple[Hashable, int]] = []
@@ -144,9 +153,8 @@ class PartitionWindows:
     def put(self, key: Hashable, t: int, partial: Any) -> None:
         """Set ``(key, t)`` to ``partial`` (replacing it); the stream time becomes at least
         ``t``. Entries older than the retention stay until the next ``add`` evicts them."""
-        tree = self._tree(key)
-        tree.evict(t)
-        tree.insert(t, partial)
+        self._tree(key).evict(t)
+        self._insert(key, t, partial)
         if t < self._oldest[key]:
             self._set_oldest(key, t)
         if self.stream_time is None or t > self.stream_time:
@@ -176,10 +184,23 @@ class PartitionWindows:
         horizon = self.horizon()
         return tree.aggregate_range(max(t_from, horizon) if horizon is not None else t_from, t_to)
 
-    def _tree(self, key: Hashable) -> FiBA:
+    def _insert(self, key: Hashable, t: int, partial: Any) -> Any:
+        """Combine ``partial`` into ``key``'s entry at ``t``; a partial that the key's native
+        tree cannot hold (a string for ``max``) moves the key to a Python FiBA first. Its tree."""
+        tree = self._tree(key)
+        try:
+            tree.insert(t, partial)
+        except (TypeError, OverflowError):
+            if type(tree) is FiBA:
+                raise
+            tree = self._trees[key] = FiBA.from_sorted(self._stored, list(tree))
+            tree.insert(t, partial)
+        return tree
+
+    def _tree(self, key: Hashable) -> Any:
         tree = self._trees.get(key)
         if tree is None:
-            tree = self._trees[key] = FiBA(self._stored)
+            tree = self._trees[key] = self._new_tree()
             self._oldest[key] = _NEVER
             self._by_oldest.add((_NEVER, key))
         return tree
@@ -200,8 +221,13 @@ class PartitionWindows:
         while by_oldest and by_oldest[0][0] < horizon:
             key = by_oldest[0][1]
             tree = self._trees[key]
-            evicted.extend((key, t) for t, _ in takewhile(lambda e: e[0] < horizon, tree))
-            tree.bulk_evict(horizon - 1)
+            if type(tree) is FiBA:
+                evicted.extend((key, t) for t, _ in takewhile(lambda e: e[0] < horizon, tree))
+                tree.bulk_evict(horizon - 1)
+            else:  # native: from the old end, O(1) amortized each (no walk of its items)
+                while (oldest := tree.oldest()) is not None and oldest < horizon:
+                    evicted.append((key, oldest))
+                    tree.evict(oldest)
             if len(tree):
                 self._set_oldest(key, tree.oldest())
             else:
@@ -227,7 +253,10 @@ class SlidingState:
 
     ``monoid`` lifts values and combines partials (its ``lower`` gives the results);
     ``windows`` maps window names to sizes, each at most ``retention``; ``max_future_skew``:
-    how far ahead of the stream time an event may be (None: any).
+    how far ahead of the stream time an event may be (None: any). ``parts``: the parts
+    ``monoid`` composes, by name; when each has a native twin and the native core is loaded,
+    every key's tree is the native FiBA (``stores.native_fiba``, partials crossing as the
+    compose's tuples), else the Python one.
     """
 
     def __init__(
@@ -236,6 +265,7 @@ class SlidingState:
         windows: Mapping[str, int],
         retention: int,
         max_future_skew: int | None = None,
+        parts: Mapping[str, Any] | None = None,
     ) -> None:
         for name, size in windows.items():
             if not 0 <= size <= retention:
@@ -252,6 +282,9 @@ class SlidingState:
             name="stored",
         )
         self._lower = monoid.lower
+        self._new_tree: Callable[[], Any] | None = None
+        if parts is not None and stores.native() is not None and native_kinds(parts):
+            self._new_tree = lambda: NativeFiBA(parts, partials=True)
         self._partitions: dict[int, PartitionWindows] = {}
         self._key_partition: dict[Hashable, int] = {}
 
@@ -369,7 +402,7 @@ class SlidingState:
         windows = self._partitions.get(partition)
         if windows is None:
             windows = self._partitions[partition] = PartitionWindows(
-                self._stored, self.retention, self.max_future_skew
+                self._stored, self.retention, self.max_future_skew, self._new_tree
             )
         return windows
 

@@ -506,3 +506,15 @@ def test_worker_restore_times_every_phase_of_each_implementation(
     for r in rows:
         assert all(wall >= 0 and cpu >= 0 for wall, cpu in r["phases"].values())
         assert r["ready_from_changelog_s"] >= r["restore_changelog_s"] > 0
+
+
+@pytest.mark.parametrize("kernel", ["python", "native"])
+def test_windows_memory_counts_the_entries_it_measures(kernel: str) -> None:
+    """``bench.windows_memory`` builds the partition it measures: every entry retained."""
+    import stores
+    from bench.windows_memory import measure
+
+    if kernel == "native" and stores.native() is None:
+        pytest.skip("no native core in this build")
+    figures = measure(kernel, keys=3, entries=200, min_arity=4)
+    assert (figures["kernel"], figures["keys"], figures["entries"]) == (kernel, 3, 600)

@@ -286,6 +286,30 @@ impl<M: Monoid> FiBA<M> {
         out
     }
 
+    /// The times below `t` in order (the entries a `bulk_evict(t - 1)` removes). O(log n + m).
+    pub fn times_before(&self, t: Time) -> Vec<Time> {
+        let mut out = Vec::new();
+        self.walk_times(self.root, t, &mut out);
+        out
+    }
+
+    fn walk_times(&self, idx: Idx, t: Time, out: &mut Vec<Time>) -> bool {
+        let node = self.n(idx);
+        for (i, &x) in node.times.iter().enumerate() {
+            if !node.kids.is_empty() && !self.walk_times(node.kids[i], t, out) {
+                return false;
+            }
+            if x >= t {
+                return false;
+            }
+            out.push(x);
+        }
+        match node.kids.last() {
+            Some(&last) => self.walk_times(last, t, out),
+            None => true,
+        }
+    }
+
     fn walk(&self, idx: Idx, out: &mut Vec<(Time, M::P)>) {
         let node = self.n(idx);
         for (i, (&t, v)) in node.times.iter().zip(&node.vals).enumerate() {

@@ -2,8 +2,15 @@
 //! monoids (`monoids`) and, with the `python` feature, the `stores._native` module.
 
 pub mod changelog_layouts;
+pub mod events;
 pub mod fiba;
+pub mod json_text;
 pub mod monoids;
 #[cfg(feature = "python")]
+mod py_io;
+#[cfg(feature = "python")]
 mod python;
+#[cfg(feature = "python")]
+mod pywindows;
 pub mod state_codec;
+pub mod windows;

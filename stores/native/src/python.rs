@@ -6,6 +6,7 @@
 
 use crate::fiba::{FiBA, Time};
 use crate::monoids::{lift_part, AddOne, Fields, Kind, LiftError, Spec, Val};
+use crate::pywindows::partial_from_py;
 use pyo3::exceptions::{PyAssertionError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyIterator, PyList, PyTuple};
@@ -40,7 +41,7 @@ macro_rules! dispatch {
     };
 }
 
-fn val_from_py(x: &Bound<'_, PyAny>) -> PyResult<Val> {
+pub(crate) fn val_from_py(x: &Bound<'_, PyAny>) -> PyResult<Val> {
     if x.is_none() {
         Ok(Val::None)
     } else if x.is_exact_instance_of::<PyInt>() {
@@ -55,7 +56,7 @@ fn val_from_py(x: &Bound<'_, PyAny>) -> PyResult<Val> {
     }
 }
 
-fn val_to_py(py: Python<'_>, v: Val) -> PyResult<PyObject> {
+pub(crate) fn val_to_py(py: Python<'_>, v: Val) -> PyResult<PyObject> {
     Ok(match v {
         Val::None => py.None(),
         Val::Empty => PyTuple::empty(py).into_any().unbind(),
@@ -93,7 +94,12 @@ fn lift<const N: usize>(spec: &Spec, x: &Bound<'_, PyAny>) -> PyResult<[Val; N]>
 
 /// The Python partial: a part's own partial, or (compose) the flat tuple of the parts'
 /// partials with the triples spliced in.
-fn partial_to_py(py: Python<'_>, spec: &Spec, compose: bool, fields: &[Val]) -> PyResult<PyObject> {
+pub(crate) fn partial_to_py(
+    py: Python<'_>,
+    spec: &Spec,
+    compose: bool,
+    fields: &[Val],
+) -> PyResult<PyObject> {
     let mut out: Vec<PyObject> = Vec::with_capacity(spec.width);
     for &(kind, o) in &spec.parts {
         match kind {
@@ -141,6 +147,8 @@ pub struct PyFiBA {
     spec: Arc<Spec>,
     lower: Option<PyObject>,
     compose: bool,
+    /// `insert`/`bulk_insert` take partials (a compose's flat tuples), not inputs to lift.
+    partials: bool,
 }
 
 impl PyFiBA {
@@ -155,13 +163,17 @@ impl PyFiBA {
 #[pymethods]
 impl PyFiBA {
     #[new]
-    #[pyo3(signature = (kinds, lower=None, compose=false, min_arity=4))]
+    #[pyo3(signature = (kinds, lower=None, compose=false, min_arity=4, partials=false))]
     fn new(
         kinds: Vec<String>,
         lower: Option<PyObject>,
         compose: bool,
         min_arity: usize,
+        partials: bool,
     ) -> PyResult<Self> {
+        if partials && !compose {
+            return Err(PyValueError::new_err("partials are a compose's"));
+        }
         if min_arity < 2 {
             return Err(PyValueError::new_err(format!(
                 "min_arity must be at least 2, got {min_arity}"
@@ -201,6 +213,7 @@ impl PyFiBA {
             spec,
             lower,
             compose,
+            partials,
         })
     }
 
@@ -223,8 +236,9 @@ impl PyFiBA {
     /// Add `lift(x)` at time `t`. Amortized O(log d), O(1) at either end.
     fn insert(&mut self, t: Time, x: &Bound<'_, PyAny>) -> PyResult<()> {
         let spec = &self.spec;
+        let partials = self.partials;
         dispatch!(&mut self.tree, tree => {
-            let p = lift(spec, x)?;
+            let p = if partials { partial_from_py(spec, x)? } else { lift(spec, x)? };
             tree.insert(t, p);
         });
         Ok(())
@@ -242,7 +256,7 @@ impl PyFiBA {
 
     /// Insert `(t, x)` pairs in ascending time order (ValueError otherwise, before any change).
     fn bulk_insert(&mut self, pairs: &Bound<'_, PyAny>) -> PyResult<()> {
-        let spec = &self.spec;
+        let (spec, partials) = (&self.spec, self.partials);
         let mut items: Vec<(Time, Bound<'_, PyAny>)> = Vec::new();
         for pair in pairs.try_iter()? {
             items.push(pair?.extract()?);
@@ -258,7 +272,10 @@ impl PyFiBA {
         dispatch!(&mut self.tree, tree => {
             let lifted = items
                 .iter()
-                .map(|(t, x)| Ok((*t, lift(spec, x)?)))
+                .map(|(t, x)| {
+                    let p = if partials { partial_from_py(spec, x)? } else { lift(spec, x)? };
+                    Ok((*t, p))
+                })
                 .collect::<PyResult<Vec<_>>>()?;
             tree.bulk_insert(lifted);
         });
@@ -452,10 +469,12 @@ fn debug_build() -> bool {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFiBA>()?;
+    m.add_class::<crate::pywindows::PyKeyWindows>()?;
     m.add_function(wrap_pyfunction!(bench_in_order, m)?)?;
     m.add_function(wrap_pyfunction!(bench_out_of_order, m)?)?;
     m.add_function(wrap_pyfunction!(bench_bulk, m)?)?;
     m.add_function(wrap_pyfunction!(debug_build, m)?)?;
+    crate::py_io::register(m)?;
     crate::state_codec::python::register(m)?;
     crate::changelog_layouts::python::register(m)?;
     Ok(())

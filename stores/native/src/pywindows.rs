@@ -1,0 +1,645 @@
+//! `stores._native.KeyWindows`: the per-key windows of `windows.rs` over the native composed
+//! monoids, for the Python front `stores.native_windows.NativeKeyWindows`. A batch crosses in
+//! one call; partials cross as the Python compose's flat tuples; `lower` (the compose's),
+//! `lift` (`WindowConfig.lift`, asked only for values without a native lift, and for the
+//! detail of a refused one) and `Rejected` are the Python objects, so refusals and lowered
+//! results are the Python path's by construction.
+
+use crate::fiba::Time;
+use crate::monoids::{lift_part, AddOne, Fields, Kind, Spec, Val};
+use crate::python::{partial_to_py, val_from_py};
+use crate::windows::{Group, Rejection, Settings, Source, Windows};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+enum Core {
+    Add(Windows<AddOne>),
+    F1(Windows<Fields<1>>),
+    F2(Windows<Fields<2>>),
+    F3(Windows<Fields<3>>),
+    F4(Windows<Fields<4>>),
+    F6(Windows<Fields<6>>),
+    F8(Windows<Fields<8>>),
+    F12(Windows<Fields<12>>),
+    F16(Windows<Fields<16>>),
+}
+
+macro_rules! with_core {
+    ($core:expr, $w:ident => $body:expr) => {
+        match $core {
+            Core::Add($w) => $body,
+            Core::F1($w) => $body,
+            Core::F2($w) => $body,
+            Core::F3($w) => $body,
+            Core::F4($w) => $body,
+            Core::F6($w) => $body,
+            Core::F8($w) => $body,
+            Core::F12($w) => $body,
+            Core::F16($w) => $body,
+        }
+    };
+}
+
+/// The Python objects the kernel works with.
+struct Ctx {
+    spec: Arc<Spec>,
+    /// Some part reads the value (not `count` alone).
+    needs_value: bool,
+    lift: PyObject,
+    lower: PyObject,
+    empty: PyObject,
+    rejected: PyObject,
+    names: Vec<PyObject>,
+}
+
+/// A value with a native lift: an int within int64, a float or None; `None` otherwise.
+fn native_value(x: &Bound<'_, PyAny>) -> Option<Val> {
+    if x.is_exact_instance_of::<PyInt>() {
+        x.extract::<i64>().ok().map(Val::Int)
+    } else if x.is_exact_instance_of::<PyFloat>() {
+        x.extract::<f64>().ok().map(Val::Float)
+    } else if x.is_none() {
+        Some(Val::None)
+    } else {
+        None
+    }
+}
+
+fn lift_native<const N: usize>(spec: &Spec, v: Val) -> Option<[Val; N]> {
+    let mut out = [Val::None; N];
+    for &(kind, o) in &spec.parts {
+        lift_part(kind, o, v, &mut out).ok()?;
+    }
+    Some(out)
+}
+
+/// What the Python lift says of `x`: None when it takes it, else the `Rejected` raised.
+fn python_refusal(py: Python<'_>, ctx: &Ctx, x: &Bound<'_, PyAny>) -> PyResult<Option<PyObject>> {
+    match ctx.lift.call1(py, (x,)) {
+        Ok(_) => Ok(None),
+        Err(err) if err.is_instance(py, ctx.rejected.bind(py)) => {
+            Ok(Some(err.value(py).clone().into_any().unbind()))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// How a value lifts: natively, refused (the Python `Rejected`), or not native (the
+/// Python lift takes it but the native partial cannot hold it).
+enum Lift<const N: usize> {
+    Native([Val; N]),
+    Refused(PyObject),
+    NotNative,
+}
+
+fn lift_value<const N: usize>(
+    py: Python<'_>,
+    ctx: &Ctx,
+    x: &Bound<'_, PyAny>,
+) -> PyResult<Lift<N>> {
+    if !ctx.needs_value {
+        return Ok(Lift::Native(
+            lift_native(&ctx.spec, Val::None).expect("count lifts anything"),
+        ));
+    }
+    match native_value(x) {
+        Some(v @ (Val::Int(_) | Val::Float(_))) => match lift_native(&ctx.spec, v) {
+            Some(p) => Ok(Lift::Native(p)),
+            None => match python_refusal(py, ctx, x)? {
+                Some(rejected) => Ok(Lift::Refused(rejected)),
+                None => Err(PyRuntimeError::new_err(
+                    "the native and the Python lift disagree on a number",
+                )),
+            },
+        },
+        other => Ok(match python_refusal(py, ctx, x)? {
+            Some(rejected) => Lift::Refused(rejected),
+            None => match other.and_then(|v| lift_native(&ctx.spec, v)) {
+                Some(p) => Lift::Native(p),
+                None => Lift::NotNative,
+            },
+        }),
+    }
+}
+
+fn rejected_obj(py: Python<'_>, ctx: &Ctx, r: Rejection) -> PyResult<PyObject> {
+    let reason = if r.late { "late" } else { "future" };
+    ctx.rejected.call1(py, (reason, r.detail))
+}
+
+/// The Python partial of fields `p` (the compose's flat tuple).
+fn to_py(py: Python<'_>, ctx: &Ctx, p: &[Val]) -> PyResult<PyObject> {
+    partial_to_py(py, &ctx.spec, true, p)
+}
+
+/// The fields of a Python compose partial (a flat tuple, triples spliced in).
+pub(crate) fn partial_from_py<const N: usize>(
+    spec: &Spec,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<[Val; N]> {
+    let items = obj.downcast::<PyTuple>()?;
+    let mut out = [Val::None; N];
+    let mut i = 0;
+    let item = |i: usize| -> PyResult<Bound<'_, PyAny>> {
+        items.get_item(i).map_err(|_| {
+            PyValueError::new_err(format!(
+                "a partial of {} fields, not the compose's",
+                items.len()
+            ))
+        })
+    };
+    for &(kind, o) in &spec.parts {
+        match kind {
+            Kind::Count | Kind::Sum | Kind::Min | Kind::Max => {
+                out[o] = val_from_py(&item(i)?)?;
+                i += 1;
+            }
+            Kind::First | Kind::Last => {
+                let part = item(i)?;
+                let part = part.downcast::<PyTuple>()?;
+                out[o] = match part.len() {
+                    0 => Val::Empty,
+                    1 => val_from_py(&part.get_item(0)?)?,
+                    n => return Err(PyValueError::new_err(format!("a first/last of {n} items"))),
+                };
+                i += 1;
+            }
+            Kind::Maxcount | Kind::Mincount => {
+                let part = item(i)?;
+                let (x, n): (Bound<'_, PyAny>, Bound<'_, PyAny>) = part.extract()?;
+                out[o] = val_from_py(&x)?;
+                out[o + 1] = val_from_py(&n)?;
+                i += 1;
+            }
+            _ => {
+                for j in 0..3 {
+                    out[o + j] = val_from_py(&item(i + j)?)?;
+                }
+                i += 3;
+            }
+        }
+    }
+    if i != items.len() {
+        return Err(PyValueError::new_err(format!(
+            "a partial of {} fields, not {i}",
+            items.len()
+        )));
+    }
+    Ok(out)
+}
+
+fn lowered(py: Python<'_>, ctx: &Ctx, source: &Source<impl AsRef<[Val]>>) -> PyResult<PyObject> {
+    match source {
+        Source::Empty => Ok(ctx.empty.clone_ref(py)),
+        Source::Whole(p) | Source::Range(p) => ctx.lower.call1(py, (to_py(py, ctx, p.as_ref())?,)),
+    }
+}
+
+/// `[(name, start, end, lowered)]`, the whole window's lowered result computed once.
+fn lowered_list<const N: usize>(
+    py: Python<'_>,
+    ctx: &Ctx,
+    windows: Vec<(Time, Time, Source<[Val; N]>)>,
+) -> PyResult<PyObject> {
+    let list = PyList::empty(py);
+    let mut whole: Option<PyObject> = None;
+    for (i, (start, end, source)) in windows.into_iter().enumerate() {
+        let value = match &source {
+            Source::Whole(_) => match &whole {
+                Some(w) => w.clone_ref(py),
+                None => {
+                    let w = lowered(py, ctx, &source)?;
+                    whole = Some(w.clone_ref(py));
+                    w
+                }
+            },
+            _ => lowered(py, ctx, &source)?,
+        };
+        list.append((ctx.names[i].clone_ref(py), start, end, value))?;
+    }
+    Ok(list.into_any().unbind())
+}
+
+fn times_tuple(py: Python<'_>, times: Vec<Time>) -> PyResult<PyObject> {
+    Ok(PyTuple::new(py, times)?.into_any().unbind())
+}
+
+type Applied = (PyObject, PyObject, PyObject);
+
+/// One batch (see `PyKeyWindows::apply`); None when a value has no native partial.
+fn apply_batch<const N: usize, M>(
+    py: Python<'_>,
+    ctx: &Ctx,
+    w: &mut Windows<M>,
+    events: &Bound<'_, PyAny>,
+    tags: &Bound<'_, PyAny>,
+    now_ms: Option<i64>,
+) -> PyResult<Option<Applied>>
+where
+    M: crate::fiba::Monoid<P = [Val; N]> + Clone,
+{
+    type Event<'py> = (Bound<'py, PyString>, i64, Bound<'py, PyAny>);
+    let mut batch: Vec<(Event<'_>, Bound<'_, PyAny>)> = Vec::new();
+    let mut tags = tags.try_iter()?;
+    for event in events.try_iter()? {
+        let tag = tags
+            .next()
+            .ok_or_else(|| PyValueError::new_err("fewer tags than events"))??;
+        batch.push((event?.extract()?, tag));
+    }
+    if tags.next().is_some() {
+        return Err(PyValueError::new_err("more tags than events"));
+    }
+    // values without a native partial: refused by the Python lift (kept), or not native
+    let mut lifts: Vec<Option<Lift<N>>> = Vec::with_capacity(batch.len());
+    for ((_, _, value), _) in &batch {
+        if ctx.needs_value && !matches!(native_value(value), Some(Val::Int(_) | Val::Float(_))) {
+            match lift_value::<N>(py, ctx, value)? {
+                Lift::NotNative => return Ok(None),
+                lift => lifts.push(Some(lift)),
+            }
+        } else {
+            lifts.push(None);
+        }
+    }
+    let wall = w.wall(now_ms);
+    let mut effects: Vec<[Val; N]> = Vec::new();
+    let mut meta: Vec<(usize, Time)> = Vec::new(); // (event index, window time) per effect
+    let rejected = PyList::empty(py);
+    let mut groups: Vec<(usize, Group<[Val; N]>, usize)> = Vec::new(); // (event of key, group, last event)
+    let mut by_key: HashMap<&str, usize> = HashMap::new();
+    let keys: Vec<&str> = batch
+        .iter()
+        .map(|((key, _, _), _)| key.to_str())
+        .collect::<PyResult<_>>()?;
+    for (i, (((_, ts, value), tag), lift)) in batch.iter().zip(lifts).enumerate() {
+        let t = w.window_time(*ts);
+        if let Err(r) = w.check(t, wall) {
+            rejected.append((tag, rejected_obj(py, ctx, r)?))?;
+            continue;
+        }
+        let lift = match lift {
+            Some(lift) => lift,
+            None => lift_value::<N>(py, ctx, value)?,
+        };
+        let p = match lift {
+            Lift::Native(p) => p,
+            Lift::Refused(r) => {
+                rejected.append((tag, r))?;
+                continue;
+            }
+            Lift::NotNative => unreachable!("found before any change"),
+        };
+        w.advance(t);
+        let g = *by_key.entry(keys[i]).or_insert_with(|| {
+            groups.push((
+                i,
+                Group {
+                    times: Vec::new(),
+                    partials: Vec::new(),
+                    slots: Vec::new(),
+                },
+                i,
+            ));
+            groups.len() - 1
+        });
+        let (_, group, last) = &mut groups[g];
+        group.times.push(t);
+        group.partials.push(p);
+        group.slots.push(effects.len());
+        *last = i;
+        effects.push(p);
+        meta.push((i, t));
+    }
+    let last = PyDict::new(py);
+    for (first, group, last_event) in groups {
+        w.insert_group(keys[first], group, &mut effects);
+        let ((key, ts, _), tag) = &batch[last_event];
+        last.set_item(key, (tag, *ts))?;
+    }
+    let out = PyList::empty(py);
+    for ((i, t), p) in meta.into_iter().zip(&effects) {
+        let ((key, _, _), tag) = &batch[i];
+        out.append((tag, key, t, to_py(py, ctx, p)?))?;
+    }
+    Ok(Some((
+        out.into_any().unbind(),
+        rejected.into_any().unbind(),
+        last.into_any().unbind(),
+    )))
+}
+
+/// One event (see `PyKeyWindows::apply_one`).
+fn apply_event<const N: usize, M>(
+    py: Python<'_>,
+    ctx: &Ctx,
+    w: &mut Windows<M>,
+    key: &str,
+    ts: i64,
+    value: &Bound<'_, PyAny>,
+    now_ms: Option<i64>,
+) -> PyResult<Option<(Time, PyObject, PyObject)>>
+where
+    M: crate::fiba::Monoid<P = [Val; N]> + Clone,
+{
+    let lift = lift_value::<N>(py, ctx, value)?;
+    if matches!(lift, Lift::NotNative) {
+        return Ok(None);
+    }
+    let t = w.window_time(ts);
+    if let Err(r) = w.check(t, w.wall(now_ms)) {
+        return Err(PyErr::from_value(rejected_obj(py, ctx, r)?.into_bound(py)));
+    }
+    let p = match lift {
+        Lift::Native(p) => p,
+        Lift::Refused(r) => return Err(PyErr::from_value(r.into_bound(py))),
+        Lift::NotNative => unreachable!("returned above"),
+    };
+    w.advance(t);
+    let (stored, evicted) = w.insert_one(key, t, p);
+    Ok(Some((
+        t,
+        to_py(py, ctx, &stored)?,
+        times_tuple(py, evicted)?,
+    )))
+}
+
+fn load_pairs<const N: usize, M>(
+    ctx: &Ctx,
+    w: &mut Windows<M>,
+    key: &str,
+    pairs: &Bound<'_, PyAny>,
+) -> PyResult<()>
+where
+    M: crate::fiba::Monoid<P = [Val; N]> + Clone,
+{
+    let mut out: Vec<(Time, [Val; N])> = Vec::new();
+    for pair in pairs.try_iter()? {
+        let (t, partial): (Time, Bound<'_, PyAny>) = pair?.extract()?;
+        if out.last().is_some_and(|&(last, _)| t < last) {
+            return Err(PyValueError::new_err(format!(
+                "load: time {t} after {} is out of order",
+                out.last().expect("checked").0
+            )));
+        }
+        out.push((t, partial_from_py(&ctx.spec, &partial)?));
+    }
+    w.load(key, out);
+    Ok(())
+}
+
+/// The per-key windows of one partition (`stores.native_windows.NativeKeyWindows` is its
+/// front): `KeyWindows(kinds, names, sizes, retention, max_future_skew,
+/// max_wall_clock_skew, resolution, event_time_end, lower, lift, rejected, empty,
+/// min_arity=4)`.
+#[pyclass(module = "stores._native", name = "KeyWindows")]
+pub struct PyKeyWindows {
+    core: Core,
+    ctx: Ctx,
+}
+
+#[pymethods]
+impl PyKeyWindows {
+    #[new]
+    #[pyo3(signature = (kinds, names, sizes, retention, max_future_skew, max_wall_clock_skew,
+        resolution, event_time_end, lower, lift, rejected, empty, min_arity=4))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        kinds: Vec<String>,
+        names: Vec<PyObject>,
+        sizes: Vec<i64>,
+        retention: i64,
+        max_future_skew: Option<i64>,
+        max_wall_clock_skew: Option<i64>,
+        resolution: Option<i64>,
+        event_time_end: bool,
+        lower: PyObject,
+        lift: PyObject,
+        rejected: PyObject,
+        empty: PyObject,
+        min_arity: usize,
+    ) -> PyResult<Self> {
+        if min_arity < 2 {
+            return Err(PyValueError::new_err("min_arity must be at least 2"));
+        }
+        if names.len() != sizes.len() {
+            return Err(PyValueError::new_err("one name per window size"));
+        }
+        if resolution.is_some_and(|r| r <= 0) {
+            return Err(PyValueError::new_err("resolution must be positive"));
+        }
+        let kinds = kinds
+            .iter()
+            .map(|name| {
+                Kind::from_name(name)
+                    .ok_or_else(|| PyValueError::new_err(format!("no native monoid {name:?}")))
+            })
+            .collect::<PyResult<Vec<Kind>>>()?;
+        let needs_value = kinds.iter().any(|&k| k != Kind::Count);
+        let spec = Arc::new(Spec::new(&kinds));
+        let cfg = Settings {
+            sizes,
+            retention,
+            max_future_skew,
+            max_wall_clock_skew,
+            resolution,
+            event_time_end,
+        };
+        let core = match spec.width {
+            1 if matches!(kinds[..], [Kind::Sum] | [Kind::Count]) => {
+                Core::Add(Windows::new(AddOne, cfg, min_arity))
+            }
+            1 => Core::F1(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            2 => Core::F2(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            3 => Core::F3(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            4 => Core::F4(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            5 | 6 => Core::F6(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            7 | 8 => Core::F8(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            9..=12 => Core::F12(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            13..=16 => Core::F16(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            width => {
+                return Err(PyValueError::new_err(format!(
+                    "a native partial has at most 16 fields, not {width}"
+                )))
+            }
+        };
+        Ok(PyKeyWindows {
+            core,
+            ctx: Ctx {
+                spec,
+                needs_value,
+                lift,
+                lower,
+                empty,
+                rejected,
+                names,
+            },
+        })
+    }
+
+    /// The stream time (None before any event).
+    #[getter]
+    fn get_stream_time(&self) -> Option<i64> {
+        with_core!(&self.core, w => w.stream_time)
+    }
+
+    #[setter]
+    fn set_stream_time(&mut self, s: Option<i64>) {
+        with_core!(&mut self.core, w => w.stream_time = s)
+    }
+
+    /// `P`: the window time of the previous checked event (None: the stream time's place).
+    #[getter]
+    fn previous(&self) -> Option<i64> {
+        with_core!(&self.core, w => w.previous)
+    }
+
+    /// Apply `(key, ts, value)` events with their tags (`KeyWindows.apply`), the worker's
+    /// clock `now_ms` read once: `(effects, rejected, last)`, or None (nothing changed)
+    /// when a value that the Python lift takes has no native partial.
+    #[pyo3(signature = (events, tags, now_ms=None))]
+    fn apply(
+        &mut self,
+        py: Python<'_>,
+        events: &Bound<'_, PyAny>,
+        tags: &Bound<'_, PyAny>,
+        now_ms: Option<i64>,
+    ) -> PyResult<Option<Applied>> {
+        let ctx = &self.ctx;
+        with_core!(&mut self.core, w => apply_batch(py, ctx, w, events, tags, now_ms))
+    }
+
+    /// Apply one event (`KeyWindows.apply_one`): `(time, partial, evicted)`, the Python
+    /// `Rejected` raised, or None (nothing changed) when the value has no native partial.
+    #[pyo3(signature = (key, ts, value, now_ms=None))]
+    fn apply_one(
+        &mut self,
+        py: Python<'_>,
+        key: &str,
+        ts: i64,
+        value: &Bound<'_, PyAny>,
+        now_ms: Option<i64>,
+    ) -> PyResult<Option<(Time, PyObject, PyObject)>> {
+        let ctx = &self.ctx;
+        with_core!(&mut self.core, w => apply_event(py, ctx, w, key, ts, value, now_ms))
+    }
+
+    /// Evict `key`'s expired entries; their times.
+    fn evict_expired(&mut self, py: Python<'_>, key: &str) -> PyResult<PyObject> {
+        times_tuple(py, with_core!(&mut self.core, w => w.evict_expired(key)))
+    }
+
+    /// `[(key, evicted times)]` per cleaned key (`KeyWindows.sweep`).
+    fn sweep(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+        let list = PyList::empty(py);
+        for (key, times) in with_core!(&mut self.core, w => w.sweep()) {
+            list.append((key, times_tuple(py, times)?))?;
+        }
+        Ok(list.into_any().unbind())
+    }
+
+    /// The windows a record of `key` reports after an event at `event_ts`
+    /// (`KeyWindows.lowered_windows`).
+    fn lowered_windows(&self, py: Python<'_>, key: &str, event_ts: i64) -> PyResult<PyObject> {
+        let ctx = &self.ctx;
+        with_core!(&self.core, w => {
+            let windows = if w.cfg.event_time_end {
+                w.windows_ending(key, w.window_time(event_ts))
+            } else {
+                w.windows_of(key)
+            };
+            lowered_list(py, ctx, windows)
+        })
+    }
+
+    /// Every window of `key` at the stream time.
+    fn lowered_of(&self, py: Python<'_>, key: &str) -> PyResult<PyObject> {
+        let ctx = &self.ctx;
+        with_core!(&self.core, w => lowered_list(py, ctx, w.windows_of(key)))
+    }
+
+    /// Every window of `key` ending at window time `end`.
+    fn lowered_ending(&self, py: Python<'_>, key: &str, end: i64) -> PyResult<PyObject> {
+        let ctx = &self.ctx;
+        with_core!(&self.core, w => lowered_list(py, ctx, w.windows_ending(key, end)))
+    }
+
+    /// The lowered aggregate of `key`'s retained entries with `t_from <= t <= t_to`.
+    fn query_range(&self, py: Python<'_>, key: &str, t_from: i64, t_to: i64) -> PyResult<PyObject> {
+        let ctx = &self.ctx;
+        with_core!(&self.core, w => lowered(py, ctx, &w.query_range(key, t_from, t_to)))
+    }
+
+    /// Set `key`'s entries from sorted `(t, partial)` pairs.
+    fn load(&mut self, key: &str, pairs: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ctx = &self.ctx;
+        with_core!(&mut self.core, w => load_pairs(ctx, w, key, pairs))
+    }
+
+    fn clear(&mut self) {
+        with_core!(&mut self.core, w => w.clear())
+    }
+
+    /// Drop `key` (KeyError if absent).
+    fn forget(&mut self, key: &str) -> PyResult<()> {
+        if with_core!(&mut self.core, w => w.forget(key)) {
+            Ok(())
+        } else {
+            Err(PyKeyError::new_err(key.to_owned()))
+        }
+    }
+
+    /// `key`'s `(t, partial)` entries in time order.
+    fn entries(&self, py: Python<'_>, key: &str) -> PyResult<PyObject> {
+        let ctx = &self.ctx;
+        let list = PyList::empty(py);
+        with_core!(&self.core, w => {
+            for (t, p) in w.entries(key) {
+                list.append((t, to_py(py, ctx, &p)?))?;
+            }
+        });
+        Ok(list.into_any().unbind())
+    }
+
+    fn entry_count(&self) -> usize {
+        with_core!(&self.core, w => w.entry_count())
+    }
+
+    /// The keys, in the order they were created.
+    fn keys(&self) -> Vec<String> {
+        with_core!(&self.core, w => w.keys().into_iter().map(str::to_owned).collect())
+    }
+
+    /// `key`'s time in the sweep index (None if absent).
+    fn indexed(&self, key: &str) -> Option<i128> {
+        with_core!(&self.core, w => w.indexed(key))
+    }
+
+    /// Combines of the present keys' trees since their creation or `reset_combines()`.
+    #[getter]
+    fn combines(&self) -> u64 {
+        with_core!(&self.core, w => w.combines())
+    }
+
+    fn reset_combines(&self) {
+        with_core!(&self.core, w => w.reset_combines())
+    }
+
+    fn __len__(&self) -> usize {
+        with_core!(&self.core, w => w.len())
+    }
+
+    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match key.downcast::<PyString>() {
+            Ok(key) => Ok(with_core!(&self.core, w => w.contains(key.to_str()?))),
+            Err(_) => Ok(false),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<native KeyWindows keys={}>", self.__len__())
+    }
+}

@@ -1,0 +1,316 @@
+"""The per-key windows of one partition on the native kernel (``stores._native.KeyWindows``).
+
+:class:`NativeKeyWindows` has the API and the semantics of :class:`stores.key_windows.KeyWindows`
+and returns its types (``AppliedBatch``, ``Accepted``, ``Rejected``, ``KeyAggregates``,
+``WindowResult``); a batch crosses the FFI in one call, partials cross as the Python compose's
+own tuples, and ``lower`` is the Python compose's, so lowered results are the Python ones (floats
+to the last bits where the combine order differs: windows come from the FiBA's range query
+instead of ``stores.window_suffixes``). Ints within int64, floats and None lift natively; a
+value the Python lift refuses is refused with its ``Rejected``; a value it takes but a native
+partial cannot hold (a string for ``max``, a bool, an object for ``first``, an int beyond int64)
+moves the partition to a Python ``KeyWindows`` with its whole state before that call, so results
+stay the Python path's. :func:`new_key_windows` picks the kernel. Design: docs/native-core.md.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import stores
+from stores.key_windows import (
+    COUNT,
+    EVENT_TIME,
+    Accepted,
+    AppliedBatch,
+    BatchResult,
+    KeyAggregates,
+    KeyWindows,
+    LoweredWindow,
+    Rejected,
+    WindowConfig,
+    WindowResult,
+    _frozen,
+)
+from stores.native_fiba import native_kinds
+
+_DELEGATED = (
+    "apply",
+    "apply_one",
+    "accept",
+    "accept_batch",
+    "evict_expired",
+    "sweep",
+    "lowered_windows",
+    "windows_of",
+    "windows_ending",
+    "record_of",
+    "query_range",
+    "load",
+    "restore",
+    "clear",
+    "forget",
+    "entries",
+    "entry_count",
+)
+"""The methods an instance hands to its Python ``KeyWindows`` once it has moved there."""
+
+
+def native_windows_kinds(config: WindowConfig) -> list[str] | None:
+    """The native parts of ``config``'s composed monoid, or None when some part has none (or
+    the native core is not loaded)."""
+    if stores.native() is None or config.parts is None:
+        return None
+    return native_kinds(config.parts)
+
+
+def new_key_windows(
+    config: WindowConfig, emit: str = "event", clock: Callable[[], float] = time.time
+) -> Any:
+    """The windows of one partition: the native kernel when the native core is loaded and every
+    aggregation has a native twin, else the Python ``KeyWindows`` (``FIBA_PURE_PYTHON=1``, a
+    custom monoid, ``collect``, ``argmax``...)."""
+    if native_windows_kinds(config) is None:
+        return KeyWindows(config, emit=emit, clock=clock)
+    return NativeKeyWindows(config, emit=emit, clock=clock)
+
+
+class NativeKeyWindows:
+    """The per-key windows of one partition on the native kernel (see the module doc)."""
+
+    def __init__(
+        self,
+        config: WindowConfig,
+        emit: str = "event",
+        clock: Callable[[], float] = time.time,
+        min_arity: int = 4,
+    ) -> None:
+        kinds = native_windows_kinds(config)
+        if kinds is None:
+            raise ValueError("no native twin for these aggregations (or no native core)")
+        self.config = config
+        self.emit = emit
+        self._clock = clock
+        self._skew = config.max_wall_clock_skew
+        composed = config.composed
+        self._empty = composed.lower(composed.identity)
+        self._core = stores.native().KeyWindows(  # type: ignore[union-attr]  # checked above
+            kinds,
+            [spec.name for spec in config.windows],
+            [spec.size_ms for spec in config.windows],
+            config.retention,
+            config.max_future_skew,
+            config.max_wall_clock_skew,
+            config.resolution,
+            config.window_end == EVENT_TIME,
+            composed.lower,
+            config.lift,
+            Rejected,
+            self._empty,
+            min_arity,
+        )
+        self._python: KeyWindows | None = None
+        self._last_emitted: dict[str, tuple] = {}
+        self._lowered_is_aggregates = config.lowered_is_aggregates
+
+    # --- the Python path, when a value needs it -------------------------------------------------
+
+    @property
+    def native(self) -> bool:
+        """Whether the state is still in the native kernel."""
+        return self._python is None
+
+    def _move_to_python(self) -> KeyWindows:
+        """Hand the whole state to a Python ``KeyWindows`` and use it from now on. O(entries)."""
+        core = self._core
+        python = KeyWindows(self.config, emit=self.emit, clock=self._clock)
+        keys = core.keys()
+        python.resume(
+            core.stream_time,
+            core.previous,
+            ((key, core.entries(key), core.indexed(key)) for key in keys),
+            self._last_emitted,
+        )
+        core.clear()
+        self._python = python
+        for name in _DELEGATED:
+            setattr(self, name, getattr(python, name))
+        return python
+
+    # --- state ------------------------------------------------------------------------------
+
+    @property
+    def stream_time(self) -> int | None:
+        python = self._python
+        return self._core.stream_time if python is None else python.stream_time
+
+    @stream_time.setter
+    def stream_time(self, value: int | None) -> None:
+        if self._python is None:
+            self._core.stream_time = value
+        else:
+            self._python.stream_time = value
+
+    def __len__(self) -> int:
+        """Number of keys holding at least one entry."""
+        return len(self._core) if self._python is None else len(self._python)
+
+    def __iter__(self) -> Iterator[str]:
+        """The keys holding at least one entry (in the order they were created)."""
+        return iter(self._core.keys()) if self._python is None else iter(self._python)
+
+    def __contains__(self, key: object) -> bool:
+        return key in (self._core if self._python is None else self._python)
+
+    def entry_count(self) -> int:
+        """Number of entries over all keys (retained or not yet swept). O(keys)."""
+        return self._core.entry_count()
+
+    def entries(self, key: str) -> list[tuple[int, Any]]:
+        """The ``(time, partial)`` entries of ``key`` in time order."""
+        return self._core.entries(key)
+
+    def restore(
+        self, windows: Mapping[str, Sequence[tuple[int, Any]]]
+    ) -> list[tuple[str, tuple[int, ...]]]:
+        """Replace the state by ``windows`` (key -> sorted entries); ``sweep``'s result."""
+        self.clear()
+        for key, pairs in windows.items():
+            self.load(key, pairs)
+        return self.sweep()
+
+    def clear(self) -> None:
+        """Forget every key, the stream time and ``P``."""
+        self._core.clear()
+        self._last_emitted.clear()
+
+    def forget(self, key: str) -> None:
+        """Drop ``key`` and its entries (``KeyError`` if absent); the stream time stays."""
+        self._core.forget(key)
+        self._last_emitted.pop(key, None)
+
+    def load(self, key: str, pairs: Sequence[tuple[int, Any]]) -> None:
+        """Set ``key``'s entries (sorted ``(time, partial)``); a partial the native kernel
+        cannot hold moves the state to the Python path, which loads it (or refuses it)."""
+        try:
+            self._core.load(key, pairs)
+        except (TypeError, OverflowError):
+            self._move_to_python().load(key, pairs)
+            return
+        self._last_emitted.pop(key, None)
+
+    # --- events -----------------------------------------------------------------------------
+
+    def _now(self) -> int | None:
+        return None if self._skew is None else int(self._clock() * 1000)
+
+    def apply(self, events: Iterable[tuple[str, int, Any]], tags: Iterable[Any]) -> AppliedBatch:
+        """``KeyWindows.apply``: one call into the kernel for the whole batch."""
+        if not isinstance(events, list):
+            events = list(events)
+        if not isinstance(tags, list | range):
+            tags = list(tags)
+        applied = self._core.apply(events, tags, self._now())
+        if applied is None:
+            return self._move_to_python().apply(events, tags)
+        return AppliedBatch(*applied)
+
+    def apply_one(self, key: str, ts: int, value: Any) -> Accepted:
+        """``KeyWindows.apply_one``: admit, insert, evict the key's expired entries."""
+        outcome = self._core.apply_one(key, ts, value, self._now())
+        if outcome is None:
+            return self._move_to_python().apply_one(key, ts, value)
+        t, partial, evicted = outcome
+        return Accepted(key, t, partial, evicted, None)
+
+    def accept(self, key: str, ts: int, value: Any) -> Accepted:
+        """``KeyWindows.accept``: ``apply_one``, then the key's record."""
+        accepted = self.apply_one(key, ts, value)  # then record_of: the Python one if it moved
+        return Accepted(
+            key, accepted.time, accepted.partial, accepted.evicted, self.record_of(key, ts)
+        )
+
+    def accept_batch(self, events: Sequence[tuple[str, int, Any]]) -> BatchResult:
+        """``KeyWindows.accept_batch``: ``apply``, then per touched key its eviction and
+        record."""
+        applied = self.apply(events, range(len(events)))
+        outcomes: list[Accepted | Rejected | None] = [None] * len(events)
+        for index, key, t, partial in applied.effects:
+            outcomes[index] = Accepted(key, t, partial, (), None)
+        for index, rejected in applied.rejected:
+            outcomes[index] = rejected
+        result = BatchResult(outcomes=outcomes)  # type: ignore[arg-type]  # every slot set
+        for key, (_, event_ts) in applied.last.items():
+            result.evicted[key] = self.evict_expired(key)
+            result.last_ts[key] = event_ts
+            record = self.record_of(key, event_ts)
+            if record is not None:
+                result.records.append(record)
+        return result
+
+    def evict_expired(self, key: str) -> tuple[int, ...]:
+        """Evict ``key``'s entries older than ``S - R``; their times."""
+        evicted = self._core.evict_expired(key)
+        if evicted and key not in self._core:
+            self._last_emitted.pop(key, None)
+        return evicted
+
+    def sweep(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Evict every key's expired entries (``KeyWindows.sweep``)."""
+        cleaned = self._core.sweep()
+        core, last_emitted = self._core, self._last_emitted
+        if last_emitted:
+            for key, _ in cleaned:
+                if key not in core:
+                    last_emitted.pop(key, None)
+        return cleaned
+
+    # --- results ----------------------------------------------------------------------------
+
+    def lowered_windows(self, key: str, event_ts: int) -> list[LoweredWindow]:
+        """``KeyWindows.lowered_windows``: per window ``(name, start, end, lowered)``."""
+        return self._core.lowered_windows(key, event_ts)
+
+    def windows_of(self, key: str) -> dict[str, WindowResult]:
+        """Every configured window of ``key`` at the stream time."""
+        result = self._result
+        return {
+            name: result(start, end, low) for name, start, end, low in self._core.lowered_of(key)
+        }
+
+    def windows_ending(self, key: str, end: int) -> dict[str, WindowResult]:
+        """Every configured window ``[end - w, end]`` of ``key``."""
+        result = self._result
+        return {
+            name: result(start, stop, low)
+            for name, start, stop, low in self._core.lowered_ending(key, end)
+        }
+
+    def query_range(self, key: str, t_from: int, t_to: int) -> tuple[int, dict[str, Any]]:
+        """``(count, aggregates)`` of ``key``'s retained events with ``t_from <= t <= t_to``."""
+        lowered = self._core.query_range(key, t_from, t_to)
+        return lowered[COUNT], {name: lowered[name] for name in self.config.aggregations}
+
+    def _result(self, start: int, end: int, lowered: dict[str, Any]) -> WindowResult:
+        if self._lowered_is_aggregates:
+            aggregates = lowered.copy()
+        else:
+            aggregates = {name: lowered[name] for name in self.config.aggregations}
+        return WindowResult(start, end, lowered[COUNT], aggregates)
+
+    def record_of(self, key: str, event_ts: int) -> KeyAggregates | None:
+        """``KeyWindows.record_of``: the key's record, ``None`` under ``emit=changes`` when
+        nothing changed since its previous one."""
+        stream_time = self._core.stream_time
+        assert stream_time is not None
+        if self.config.window_end == EVENT_TIME:
+            windows = self.windows_ending(key, self.config.window_time(event_ts))
+        else:
+            windows = self.windows_of(key)
+        if self.emit == "changes":
+            fingerprint = tuple((w.count, _frozen(w.aggregates)) for w in windows.values())
+            if self._last_emitted.get(key) == fingerprint:
+                return None
+            self._last_emitted[key] = fingerprint
+        return KeyAggregates(key=key, event_ts=event_ts, stream_time=stream_time, windows=windows)
