@@ -1,7 +1,8 @@
 """Memory per retained window entry of the worker's windows state (count, sum, max), per build.
 
 ``python -m bench.memory_per_entry [--entries 1000000] [--keys 1000] [--paths stream,restore]``
-fills, in a fresh interpreter per path, one partition's ``KeyWindows`` (count/sum/max, three
+fills, in a fresh interpreter per path, one partition's windows as the worker makes them
+(``new_key_windows``: the native kernel when it is installed; count/sum/max, three
 windows, a retention that keeps every entry) with ``entries`` entries over ``keys`` keys, as
 the worker does: ``stream`` through ``accept_batch`` (``emit=batch``, 1,000 events per batch,
 every entry at a distinct time, 20% out of order), ``restore`` through ``load`` (one O(n)
@@ -38,12 +39,13 @@ FULL_RUN = 1_000_000
 
 
 def filled_windows(entries: int, keys: int, path: str, at: Any) -> Any:
-    """A ``KeyWindows`` filled with ``entries`` entries over ``keys`` keys along ``path``,
+    """The worker's windows of one partition (``new_key_windows``) filled with ``entries`` entries over ``keys`` keys along ``path``,
     calling ``at(filled)`` at the start and after every batch (stream) or key (restore)."""
     from app.settings import Settings, WindowSpec
     from stores.durations import format_duration
     from stores.gc_pause import paused_gc
-    from stores.key_windows import KeyWindows, WindowConfig
+    from stores.key_windows import WindowConfig
+    from stores.native_windows import new_key_windows
 
     retention = 2 * entries + 10_000
     sizes = (retention // 100, retention // 10, retention)
@@ -55,7 +57,7 @@ def filled_windows(entries: int, keys: int, path: str, at: Any) -> Any:
         max_wall_clock_skew=None,
     )
     config = WindowConfig.from_settings(settings)
-    windows = KeyWindows(config, emit="batch")
+    windows = new_key_windows(config, emit="batch")
     rng = random.Random(1)
     at(0)
     if path == "stream":
@@ -96,6 +98,7 @@ def measure(entries: int, keys: int, path: str) -> dict[str, Any]:
     windows = filled_windows(entries, keys, path, at_rss)
     gc.collect()
     held = windows.entry_count()
+    kernel = type(windows).__name__
     full = resident_bytes_self()
     windows.clear()
     del windows
@@ -117,6 +120,7 @@ def measure(entries: int, keys: int, path: str) -> dict[str, Any]:
     return {
         "path": path,
         "build": stores.build(),
+        "kernel": kernel,
         "entries": held,
         "keys": keys,
         "aggregations": list(AGGREGATIONS),

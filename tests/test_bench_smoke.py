@@ -502,7 +502,8 @@ def test_worker_restore_times_every_phase_of_each_implementation(
     ]
     if "native" in phases:
         assert phases["native"] == ["fetch", "replay", "windows", "load"]
-    assert "windows_bytes_per_entry" in rows[0] and "windows_bytes_per_entry" not in rows[-1]
+    assert "windows_bytes_per_entry" in rows[0]  # measured for the first implementation only
+    assert all("windows_bytes_per_entry" not in r for r in rows[1:])
     for r in rows:
         assert all(wall >= 0 and cpu >= 0 for wall, cpu in r["phases"].values())
         assert r["ready_from_changelog_s"] >= r["restore_changelog_s"] > 0
