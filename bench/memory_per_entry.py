@@ -39,8 +39,9 @@ FULL_RUN = 1_000_000
 
 
 def filled_windows(entries: int, keys: int, path: str, at: Any) -> Any:
-    """The worker's windows of one partition (``new_key_windows``) filled with ``entries`` entries over ``keys`` keys along ``path``,
-    calling ``at(filled)`` at the start and after every batch (stream) or key (restore)."""
+    """The worker's windows of one partition (``new_key_windows``) filled with ``entries``
+    entries over ``keys`` keys along ``path``, calling ``at(filled)`` at the start and after
+    every batch (stream) or key (restore)."""
     from app.settings import Settings, WindowSpec
     from stores.durations import format_duration
     from stores.gc_pause import paused_gc
