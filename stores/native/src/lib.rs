@@ -4,6 +4,7 @@
 pub mod changelog_layouts;
 pub mod fiba;
 pub mod monoids;
+pub mod overflow;
 #[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]
