@@ -11,7 +11,8 @@ windows, evicted times, sweep output, ``query_range``, entries, keys, ``stream_t
 are small ints and halves, so sums and means are exact whatever the combine order and must be
 equal; geomean and the stddevs round differently in another combine order (the native windows
 come from range queries, the Python ones from Two-Stacks suffixes) and are compared to 1e-9
-relative. Then the native combine counts show the costs.
+relative. Ints near the ends of int64 check that their sums beyond it are the Python path's.
+Then the native combine counts show the costs.
 """
 
 from __future__ import annotations
