@@ -9,7 +9,9 @@ instead of ``stores.window_suffixes``). Ints within int64, floats and None lift 
 value the Python lift refuses is refused with its ``Rejected``; a value it takes but a native
 partial cannot hold (a string for ``max``, a bool, an object for ``first``, an int beyond int64)
 moves the partition to a Python ``KeyWindows`` with its whole state before that call, so results
-stay the Python path's. :func:`new_key_windows` picks the kernel. Design: docs/native-core.md.
+stay the Python path's; so do ints whose sums might leave int64 (``stores/native/src/overflow.rs``
+checks each batch, event and load). :func:`new_key_windows` picks the kernel. Design:
+docs/native-core.md.
 """
 
 from __future__ import annotations

@@ -186,7 +186,8 @@ class PartitionWindows:
 
     def _insert(self, key: Hashable, t: int, partial: Any) -> Any:
         """Combine ``partial`` into ``key``'s entry at ``t``; a partial that the key's native
-        tree cannot hold (a string for ``max``) moves the key to a Python FiBA first. Its tree."""
+        tree cannot hold (a string for ``max``, or int sums that might leave int64) moves the key
+        to a Python FiBA first. Its tree."""
         tree = self._tree(key)
         try:
             tree.insert(t, partial)

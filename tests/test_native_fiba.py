@@ -179,6 +179,32 @@ def test_inputs_the_native_monoids_cannot_hold_are_refused_before_any_change() -
     assert NativeFiBA(monoid("first")).aggregate() == ()
 
 
+def test_a_tree_of_partials_refuses_partials_whose_sums_might_leave_int64():
+    """``partials=True`` (the Faust API's trees): ``OverflowError`` before any change, so the
+    caller moves the key to a Python FiBA; a tree's own count (here ``mean``'s n) or the
+    partials it took decide, and an emptied tree starts afresh."""
+    parts = {"sum": monoid("sum"), "mean": monoid("mean")}
+    lift = compose(parts).lift
+    fiba = NativeFiBA(parts, partials=True)
+    for t, x in ((1, 2**61), (2, 2**61), (3, 1)):  # 3 partials within 2**61: fits
+        fiba.insert(t, lift(x))
+    with pytest.raises(OverflowError, match="might leave int64"):
+        fiba.insert(4, lift(2**62))  # 4 partials within 2**62 might not
+    with pytest.raises(OverflowError, match="might leave int64"):
+        fiba.bulk_insert([(4, lift(2**62))])
+    assert [t for t, _ in fiba.items()] == [1, 2, 3]
+    fiba.bulk_evict(2)
+    fiba.insert(4, lift(2**61))  # 4 taken, but the tree counts 2: fits
+    assert fiba.aggregate()[0] == 2**61 + 1
+    fiba.bulk_evict(4)
+    fiba.insert(5, lift(2**63 - 1))  # an emptied tree starts afresh
+    assert fiba.aggregate()[0] == 2**63 - 1
+    sums = NativeFiBA({"sum": monoid("sum")}, partials=True)  # no count: the partials taken
+    sums.insert(1, (2**62,))
+    with pytest.raises(OverflowError, match="might leave int64"):
+        sums.insert(1, (2**62,))
+
+
 # --- costs, by counting combines (deterministic; no wall clock) ---------------------------------
 
 SMALL, LARGE, ROUNDS = 2**8, 2**16, 2048

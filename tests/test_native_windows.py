@@ -11,7 +11,8 @@ windows, evicted times, sweep output, ``query_range``, entries, keys, ``stream_t
 are small ints and halves, so sums and means are exact whatever the combine order and must be
 equal; geomean and the stddevs round differently in another combine order (the native windows
 come from range queries, the Python ones from Two-Stacks suffixes) and are compared to 1e-9
-relative. Then the native combine counts show the costs.
+relative. Ints near the ends of int64 check that their sums beyond it are the Python path's.
+Then the native combine counts show the costs.
 """
 
 from __future__ import annotations
@@ -322,28 +323,34 @@ def test_a_window_of_the_youngest_d_entries_costs_o_log_d_combines():
 SLIDING_PARTS = [("sum", "count", "max", "mean", "first"), ("count", "max", "last", "pop_stddev")]
 
 
-@settings(max_examples=200, deadline=None)
-@example(  # an entry on the horizon as the stream time passes it: kept
-    names=SLIDING_PARTS[0],
-    ops=[("add", 0, "a", t, 1) for t in (0, 3, 18, 33)],
-)
-@given(
-    names=st.sampled_from(SLIDING_PARTS),
-    ops=st.lists(
+def sliding_ops(values: st.SearchStrategy[Any]) -> st.SearchStrategy[list[tuple]]:
+    return st.lists(
         st.tuples(
             st.sampled_from(["add", "add", "add", "put", "remove"]),
             st.sampled_from([0, 0, 0, 1]),
             st.sampled_from(KEYS[:2]),
             st.integers(-1, 25).map(lambda x: 3 * x),  # a grid: entries land on the horizon
-            st.one_of(NUMBERS, st.just("zz")),
+            values,
         ),
         max_size=60,
-    ),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@example(  # an entry on the horizon as the stream time passes it: kept
+    names=SLIDING_PARTS[0],
+    ops=[("add", 0, "a", t, 1) for t in (0, 3, 18, 33)],
 )
+@given(names=st.sampled_from(SLIDING_PARTS), ops=sliding_ops(st.one_of(NUMBERS, st.just("zz"))))
 def test_the_faust_api_state_on_native_trees_equals_the_python_one(names, ops):
     """``SlidingState`` with its parts given (native trees) against the same without (Python
     trees): every outcome, error, window, range and entry; a string for ``max`` moves its key
     to a Python tree."""
+    same_sliding_states(names, ops)
+
+
+def same_sliding_states(names: tuple[str, ...], ops: list[tuple]) -> None:
+    """``ops`` on ``SlidingState`` on native trees and on Python ones: the same outcomes."""
     from stores.monoids import compose, monoid
     from stores.sliding_state import SlidingState
 
@@ -371,3 +378,102 @@ def test_the_faust_api_state_on_native_trees_equals_the_python_one(names, ops):
         for k in KEYS:
             assert_same(native.all_windows(k), python.all_windows(k), inexact, where)
             assert_same(native.range(k, 10, 60), python.range(k, 10, 60), inexact, where)
+
+
+# --- int sums beyond int64: the Python path's exact results ------------------------------------
+
+BIG = st.sampled_from([2**62, -(2**62), 2**63 - 1, -(2**63 - 1), -(2**63), 2**62 + 1])
+BIG_INTS = st.one_of(st.integers(-4, 9), BIG)
+"""Ints near the ends of int64 among small ones: each fits a native field, their sums may not."""
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(  # three events of one key in one batch (the lead's report)
+    config=(_config(("sum", "count")), "batch"),
+    program=[("apply", [("a", t, 2**62) for t in (1, 2, 3)], 6)],
+)
+@example(  # two events at one time: their partials combine into one entry
+    config=(_config(("mean",)), "event"), program=[("one", "a", 5, 2**62), ("one", "a", 5, 2**62)]
+)
+@example(  # the sum of a restored entry and a new event, one at a time
+    config=(_config(("count", "sum", "max")), "changes"),
+    program=[("accept_batch", [("a", 1, 2**63 - 1)]), ("restore",), ("one", "a", 2, 1)],
+)
+@given(config=configs(), program=steps(BIG_INTS))
+def test_int_sums_beyond_int64_get_the_python_results(config, program):
+    """Sums of ints within int64 that leave it: the state moves to the Python path before
+    they are combined, so every output is the Python one (exact ints)."""
+    run(*config, program, moves=True)
+
+
+def _restore_big(kernel: Any) -> Any:
+    lift = kernel.config.lift
+    kernel.restore({"a": [(1, lift(2**62)), (2, lift(2**62))]})
+    return kernel.windows_of("a")
+
+
+@pytest.mark.parametrize("aggregations", [("sum", "count"), ("mean",), ("count", "sum", "last")])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda k: (
+            k.apply([("a", t, 2**62) for t in (1, 2, 3)], [1, 2, 3]),
+            k.lowered_windows("a", 3),
+        ),
+        lambda k: (k.apply([("a", 5, 2**62), ("a", 5, 2**62)], [0, 1]), k.windows_of("a")),
+        lambda k: [k.accept("a", t, 2**62 + t).record for t in (1, 2)],
+        _restore_big,
+    ],
+    ids=["batch", "one-time", "accept", "restore"],
+)
+def test_a_sum_beyond_int64_is_the_python_one_on_both_kernels(aggregations, call):
+    config = _config(aggregations)
+    native, python = NativeKeyWindows(config, emit="batch"), KeyWindows(config, emit="batch")
+    assert_same(call(native), call(python), False, "outputs")
+    assert not native.native
+    same_state(native, python, False)
+    lowered = python.query_range("a", 0, 10)[1]
+    assert lowered.get("sum", 2**63) >= 2**63 and lowered.get("mean", 2**62) >= 2**62
+
+
+def test_small_ints_and_big_maxima_stay_native():
+    """``bench.worker_pipeline``'s common case (small numbers, restored entries) and ints of
+    any size for aggregations that never add them keep the native kernel."""
+    native = NativeKeyWindows(_config(("count", "sum", "max", "mean", "pop_stddev")), "batch")
+    lift = native.config.lift
+    native.restore({f"k{k}": [(t, lift(t % 7)) for t in range(-100, 0, 2)] for k in range(8)})
+    for lo in range(0, 4000, 500):
+        batch = [(f"k{i % 8}", i, (i % 2001) - 1000) for i in range(lo, lo + 500)]
+        native.accept_batch(batch)
+    assert native.native
+    maxima = NativeKeyWindows(_config(("max", "min", "last", "first", "count")), "batch")
+    maxima.accept_batch([("k", t, (-1) ** t * (2**63 - 1 - t)) for t in range(100)])
+    assert maxima.native
+
+
+def test_large_values_stay_native_while_each_key_s_count_allows():
+    """Past the O(1) rule (2**59 times the events taken overflows), each key's own count
+    decides: at most 11 retained events of 2**59 fit int64, so the kernel stays native until
+    a larger value comes."""
+    config = _config(("sum", "count"), sizes=(10,), retention=10)
+    native, python = NativeKeyWindows(config, "event"), KeyWindows(config, "event")
+    for t in range(100):
+        for key in ("a", "b"):
+            assert_same(native.accept(key, t, 2**59), python.accept(key, t, 2**59), False, "")
+    assert native.native
+    assert_same(native.accept("a", 100, 2**62), python.accept("a", 100, 2**62), False, "")
+    assert not native.native
+    assert python.windows_of("a")["w10"].aggregates["sum"] == 10 * 2**59 + 2**62
+
+
+@settings(max_examples=100, deadline=None)
+@example(names=("sum", "count"), ops=[("add", 0, "a", t, 2**62) for t in (0, 3, 6)])
+@example(names=("sum", "max"), ops=[("add", 0, "a", 3, 2**62), ("add", 0, "a", 3, 2**62)])
+@example(  # changelog records (put) whose sum leaves int64
+    names=SLIDING_PARTS[0],
+    ops=[("put", 0, "a", 0, 2**62), ("put", 0, "a", 3, 2**62), ("add", 0, "a", 6, 1)],
+)
+@given(names=st.sampled_from([*SLIDING_PARTS, ("sum", "max")]), ops=sliding_ops(BIG_INTS))
+def test_the_faust_api_state_with_int_sums_beyond_int64_equals_the_python_one(names, ops):
+    """A key whose native tree might sum beyond int64 moves to a Python tree first."""
+    same_sliding_states(names, ops)

@@ -6,6 +6,7 @@ pub mod events;
 pub mod fiba;
 pub mod json_text;
 pub mod monoids;
+pub mod overflow;
 #[cfg(feature = "python")]
 mod py_io;
 #[cfg(feature = "python")]

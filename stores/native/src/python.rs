@@ -2,10 +2,13 @@
 //! the API of `stores.fiba.FiBA` (times are int64, e.g. milliseconds), and in-Rust benchmark
 //! loops. Partials cross as the Python monoid's own partials (ints, floats, None, tuples);
 //! `lower` is the Python monoid's function, called once per query, so lowered results are
-//! the Python monoid's by construction.
+//! the Python monoid's by construction. With `partials=True` (the Faust API's per-key trees)
+//! an `overflow::Guard` refuses, with `OverflowError` and before any change, partials whose
+//! int sums might leave int64, so that the caller moves the key to the Python FiBA.
 
 use crate::fiba::{FiBA, Time};
 use crate::monoids::{lift_part, AddOne, Fields, Kind, LiftError, Spec, Val};
+use crate::overflow::Guard;
 use crate::pywindows::partial_from_py;
 use pyo3::exceptions::{PyAssertionError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -149,6 +152,38 @@ pub struct PyFiBA {
     compose: bool,
     /// `insert`/`bulk_insert` take partials (a compose's flat tuples), not inputs to lift.
     partials: bool,
+    /// With `partials`: the int64 guard of the tree's partials.
+    guard: Option<Guard>,
+}
+
+/// Account for `partials` about to join `tree` (the guard's rule; see `overflow`), or
+/// `OverflowError` when their int sums might leave int64. Nothing changes on an error.
+fn guard_partials<M, const N: usize>(
+    guard: Option<&mut Guard>,
+    tree: &FiBA<M>,
+    partials: &[(Time, [Val; N])],
+) -> PyResult<()>
+where
+    M: crate::fiba::Monoid<P = [Val; N]>,
+{
+    let Some(guard) = guard else {
+        return Ok(());
+    };
+    if tree.is_empty() {
+        guard.reset();
+    }
+    let bound = partials
+        .iter()
+        .fold(1, |b, (_, p)| b.max(guard.partial_bound(p)));
+    let n = partials.len() as u64;
+    if !guard.fits_taken(bound, n) && !guard.fits_tree(bound, Some(&tree.query()[..]), n) {
+        return Err(PyOverflowError::new_err(
+            "the int sums of the native FiBA might leave int64 (the Python FiBA is unbounded)",
+        ));
+    }
+    let counted = partials.iter().all(|(_, p)| guard.counts_one(p));
+    guard.take(bound, n, counted);
+    Ok(())
 }
 
 impl PyFiBA {
@@ -210,6 +245,7 @@ impl PyFiBA {
         };
         Ok(PyFiBA {
             tree,
+            guard: partials.then(|| Guard::new(&spec)),
             spec,
             lower,
             compose,
@@ -233,12 +269,15 @@ impl PyFiBA {
         dispatch!(&self.tree, t => t.reset_combines())
     }
 
-    /// Add `lift(x)` at time `t`. Amortized O(log d), O(1) at either end.
+    /// Add `lift(x)` at time `t` (with `partials`, the partial `x`). Amortized O(log d), O(1)
+    /// at either end.
     fn insert(&mut self, t: Time, x: &Bound<'_, PyAny>) -> PyResult<()> {
         let spec = &self.spec;
         let partials = self.partials;
+        let guard = self.guard.as_mut();
         dispatch!(&mut self.tree, tree => {
             let p = if partials { partial_from_py(spec, x)? } else { lift(spec, x)? };
+            guard_partials(guard, tree, &[(t, p)])?;
             tree.insert(t, p);
         });
         Ok(())
@@ -269,6 +308,7 @@ impl PyFiBA {
                 )));
             }
         }
+        let guard = self.guard.as_mut();
         dispatch!(&mut self.tree, tree => {
             let lifted = items
                 .iter()
@@ -277,6 +317,7 @@ impl PyFiBA {
                     Ok((*t, p))
                 })
                 .collect::<PyResult<Vec<_>>>()?;
+            guard_partials(guard, tree, &lifted)?;
             tree.bulk_insert(lifted);
         });
         Ok(())

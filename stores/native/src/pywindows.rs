@@ -3,13 +3,16 @@
 //! one call; partials cross as the Python compose's flat tuples; `lower` (the compose's),
 //! `lift` (`WindowConfig.lift`, asked only for values without a native lift, and for the
 //! detail of a refused one) and `Rejected` are the Python objects, so refusals and lowered
-//! results are the Python path's by construction.
+//! results are the Python path's by construction. An `overflow::Guard` over the partition
+//! answers None (nothing changed) for a batch or an event whose int sums might leave int64,
+//! and an `OverflowError` for such a `load`, so the front moves the state to the Python path.
 
 use crate::fiba::Time;
 use crate::monoids::{lift_part, AddOne, Fields, Kind, Spec, Val};
+use crate::overflow::{fits, Guard};
 use crate::python::{partial_to_py, val_from_py};
 use crate::windows::{Group, Rejection, Settings, Source, Windows};
-use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use std::collections::HashMap;
@@ -229,10 +232,28 @@ fn times_tuple(py: Python<'_>, times: Vec<Time>) -> PyResult<PyObject> {
 
 type Applied = (PyObject, PyObject, PyObject);
 
+/// Whether each key's tree can take its events of a batch (values within `bound`) without
+/// an int sum leaving int64, counted per key (`Guard::fits_tree`). O(keys of the batch).
+fn keys_fit<const N: usize, M>(guard: &Guard, w: &Windows<M>, keys: &[&str], bound: u64) -> bool
+where
+    M: crate::fiba::Monoid<P = [Val; N]> + Clone,
+{
+    let mut events: HashMap<&str, u64> = HashMap::new();
+    for key in keys {
+        *events.entry(key).or_default() += 1;
+    }
+    events.into_iter().all(|(key, n)| {
+        let total = w.total(key);
+        guard.fits_tree(bound, total.as_ref().map(|p| &p[..]), n)
+    })
+}
+
 /// One batch (see `PyKeyWindows::apply`); None when a value has no native partial.
+#[allow(clippy::too_many_arguments)]
 fn apply_batch<const N: usize, M>(
     py: Python<'_>,
     ctx: &Ctx,
+    guard: &mut Guard,
     w: &mut Windows<M>,
     events: &Bound<'_, PyAny>,
     tags: &Bound<'_, PyAny>,
@@ -255,26 +276,40 @@ where
     }
     // values without a native partial: refused by the Python lift (kept), or not native
     let mut lifts: Vec<Option<Lift<N>>> = Vec::with_capacity(batch.len());
+    let mut bound = 1;
     for ((_, _, value), _) in &batch {
-        if ctx.needs_value && !matches!(native_value(value), Some(Val::Int(_) | Val::Float(_))) {
-            match lift_value::<N>(py, ctx, value)? {
+        let native = if ctx.needs_value {
+            native_value(value)
+        } else {
+            Some(Val::None)
+        };
+        match native {
+            Some(v @ (Val::Int(_) | Val::Float(_))) => {
+                bound = bound.max(guard.value_bound(&v));
+                lifts.push(None);
+            }
+            _ if !ctx.needs_value => lifts.push(None),
+            _ => match lift_value::<N>(py, ctx, value)? {
                 Lift::NotNative => return Ok(None),
                 lift => lifts.push(Some(lift)),
-            }
-        } else {
-            lifts.push(None);
+            },
         }
     }
+    let keys: Vec<&str> = batch
+        .iter()
+        .map(|((key, _, _), _)| key.to_str())
+        .collect::<PyResult<_>>()?;
+    let n = batch.len() as u64;
+    if !guard.fits_taken(bound, n) && !keys_fit(guard, w, &keys, bound) {
+        return Ok(None);
+    }
+    guard.take(bound, n, true);
     let wall = w.wall(now_ms);
     let mut effects: Vec<[Val; N]> = Vec::new();
     let mut meta: Vec<(usize, Time)> = Vec::new(); // (event index, window time) per effect
     let rejected = PyList::empty(py);
     let mut groups: Vec<(usize, Group<[Val; N]>, usize)> = Vec::new(); // (event of key, group, last event)
     let mut by_key: HashMap<&str, usize> = HashMap::new();
-    let keys: Vec<&str> = batch
-        .iter()
-        .map(|((key, _, _), _)| key.to_str())
-        .collect::<PyResult<_>>()?;
     for (i, (((_, ts, value), tag), lift)) in batch.iter().zip(lifts).enumerate() {
         let t = w.window_time(*ts);
         if let Err(r) = w.check(t, wall) {
@@ -333,9 +368,11 @@ where
 }
 
 /// One event (see `PyKeyWindows::apply_one`).
+#[allow(clippy::too_many_arguments)]
 fn apply_event<const N: usize, M>(
     py: Python<'_>,
     ctx: &Ctx,
+    guard: &mut Guard,
     w: &mut Windows<M>,
     key: &str,
     ts: i64,
@@ -349,6 +386,14 @@ where
     if matches!(lift, Lift::NotNative) {
         return Ok(None);
     }
+    let bound = match native_value(value) {
+        Some(v) if ctx.needs_value => guard.value_bound(&v),
+        _ => 1,
+    };
+    if !guard.fits_taken(bound, 1) && !keys_fit(guard, w, &[key], bound) {
+        return Ok(None);
+    }
+    guard.take(bound, 1, true);
     let t = w.window_time(ts);
     if let Err(r) = w.check(t, w.wall(now_ms)) {
         return Err(PyErr::from_value(rejected_obj(py, ctx, r)?.into_bound(py)));
@@ -369,6 +414,7 @@ where
 
 fn load_pairs<const N: usize, M>(
     ctx: &Ctx,
+    guard: &mut Guard,
     w: &mut Windows<M>,
     key: &str,
     pairs: &Bound<'_, PyAny>,
@@ -387,6 +433,16 @@ where
         }
         out.push((t, partial_from_py(&ctx.spec, &partial)?));
     }
+    let bound = out
+        .iter()
+        .fold(1, |b, (_, p)| b.max(guard.partial_bound(p)));
+    if !fits(guard.bound().max(bound), out.len() as u64) {
+        return Err(PyOverflowError::new_err(format!(
+            "load: the int sums of {key:?}'s partials might leave int64 (the Python path is unbounded)"
+        )));
+    }
+    let counted = out.iter().all(|(_, p)| guard.counts_one(p));
+    guard.take(bound, out.len() as u64, counted);
     w.load(key, out);
     Ok(())
 }
@@ -399,6 +455,7 @@ where
 pub struct PyKeyWindows {
     core: Core,
     ctx: Ctx,
+    guard: Guard,
 }
 
 #[pymethods]
@@ -468,6 +525,7 @@ impl PyKeyWindows {
         };
         Ok(PyKeyWindows {
             core,
+            guard: Guard::new(&spec),
             ctx: Ctx {
                 spec,
                 needs_value,
@@ -508,8 +566,8 @@ impl PyKeyWindows {
         tags: &Bound<'_, PyAny>,
         now_ms: Option<i64>,
     ) -> PyResult<Option<Applied>> {
-        let ctx = &self.ctx;
-        with_core!(&mut self.core, w => apply_batch(py, ctx, w, events, tags, now_ms))
+        let (ctx, guard) = (&self.ctx, &mut self.guard);
+        with_core!(&mut self.core, w => apply_batch(py, ctx, guard, w, events, tags, now_ms))
     }
 
     /// Apply one event (`KeyWindows.apply_one`): `(time, partial, evicted)`, the Python
@@ -523,8 +581,8 @@ impl PyKeyWindows {
         value: &Bound<'_, PyAny>,
         now_ms: Option<i64>,
     ) -> PyResult<Option<(Time, PyObject, PyObject)>> {
-        let ctx = &self.ctx;
-        with_core!(&mut self.core, w => apply_event(py, ctx, w, key, ts, value, now_ms))
+        let (ctx, guard) = (&self.ctx, &mut self.guard);
+        with_core!(&mut self.core, w => apply_event(py, ctx, guard, w, key, ts, value, now_ms))
     }
 
     /// Evict `key`'s expired entries; their times.
@@ -575,11 +633,12 @@ impl PyKeyWindows {
 
     /// Set `key`'s entries from sorted `(t, partial)` pairs.
     fn load(&mut self, key: &str, pairs: &Bound<'_, PyAny>) -> PyResult<()> {
-        let ctx = &self.ctx;
-        with_core!(&mut self.core, w => load_pairs(ctx, w, key, pairs))
+        let (ctx, guard) = (&self.ctx, &mut self.guard);
+        with_core!(&mut self.core, w => load_pairs(ctx, guard, w, key, pairs))
     }
 
     fn clear(&mut self) {
+        self.guard.reset();
         with_core!(&mut self.core, w => w.clear())
     }
 

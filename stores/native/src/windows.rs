@@ -137,6 +137,11 @@ impl<M: Monoid + Clone> Windows<M> {
             .unwrap_or_default()
     }
 
+    /// The whole aggregate of `key`'s entries, if it is present. O(1).
+    pub fn total(&self, key: &str) -> Option<M::P> {
+        self.keys.get(key).map(|s| s.tree.query())
+    }
+
     /// `key`'s time in the sweep index, if it is present.
     pub fn indexed(&self, key: &str) -> Option<i128> {
         self.keys.get(key).map(|s| s.indexed)
