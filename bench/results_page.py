@@ -352,6 +352,81 @@ def worker_section() -> list[str]:
     return lines
 
 
+NATIVE_K = "worker_pipeline_native_k_kafka.json"
+"""The one run of issue 29's ratios: the floors and both emit modes on each kernel, per k."""
+NATIVE_K_LONG = "worker_pipeline_native_k_long_kafka.json"
+"""The same on the native kernel only, with longer cells (``--events``)."""
+
+NATIVE_K_GOALS = {"batch": 0.5, "event": 0.25}
+"""Issue 29's goals: each emit mode's rate on the native kernel as a multiple of the floor's."""
+
+
+def native_k_section(name: str, heading: str) -> list[str]:
+    """The floors and every worker mode of one ``bench.worker_pipeline`` run on Apache Kafka,
+    per events per key in the window (k): wall rate, CPU per event, events per CPU second and
+    both as a multiple of the same run's ``floor``; then each mode's range of ratios over k,
+    its flatness (slowest k's rate over the fastest's) and issue 29's goal."""
+    if not (RESULTS / name).exists():
+        return []
+    data = load_json(name)
+    rows = [r for r in rows_of(name) if not r.get("queries")]
+    floor = next(r for r in rows if r["scenario"] == "floor")
+    per_cpu = {id(r): 1e6 / r["cpu_us_per_event"] for r in rows}
+    floor_per_cpu = per_cpu[id(floor)]
+    body = [
+        [
+            f"`{r['scenario']}`",
+            NONE if r["scenario"].endswith("floor") else number(r["occupancy"], 7),
+            rate(r["events_per_s"]),
+            number(r["cpu_us_per_event"]),
+            rate(per_cpu[id(r)]),
+            f"{r['events_per_s'] / floor['events_per_s']:.3f}x",
+            f"{per_cpu[id(r)] / floor_per_cpu:.3f}x",
+        ]
+        for r in rows
+    ]
+    summary = []
+    for mode in dict.fromkeys(r["scenario"] for r in rows if not r["scenario"].endswith("floor")):
+        cells = [r for r in rows if r["scenario"] == mode]
+        walls = [r["events_per_s"] / floor["events_per_s"] for r in cells]
+        cpus = [per_cpu[id(r)] / floor_per_cpu for r in cells]
+        goal = NATIVE_K_GOALS.get(mode)
+        summary.append(
+            [
+                f"`{mode}`",
+                ", ".join(number(r["occupancy"], 7) for r in cells),
+                f"{min(walls):.3f}x-{max(walls):.3f}x",
+                f"{min(cpus):.3f}x-{max(cpus):.3f}x",
+                f"{100 * min(walls) / max(walls):.0f}%",
+                f"{100 * min(cpus) / max(cpus):.0f}%",
+                f">= {goal}x" if goal else NONE,
+            ]
+        )
+    return [
+        f"## {heading}",
+        "",
+        "`bench.worker_pipeline` on Apache Kafka, one run: the bare-consumer `floor`, the",
+        "`batch-floor` and `emit-floor` bounds, and each emit mode on the native kernel",
+        "(`batch`, `event`) and, where run, on the Python `KeyWindows` (`-python`) at k events",
+        "per key in the largest window. The machine is shared: beside the wall rates, events",
+        "per CPU second of the measured process, and both as a multiple of this run's `floor`.",
+        "",
+        *run_provenance(run_facts(name), files=[name]),
+        f"Load average after the run: {data.get('load_after', NOT_RECORDED)}.",
+        "",
+        *table(
+            ["scenario", "k", "events/s (wall)", "CPU µs/event", "events per CPU s",
+             "of the floor (wall)", "of the floor (per CPU s)"],
+            body,
+        ),
+        *table(
+            ["mode", "k", "of the floor (wall)", "of the floor (per CPU s)",
+             "slowest k / fastest k (wall)", "(per CPU s)", "issue 29's goal"],
+            summary,
+        ),
+    ]  # fmt: skip
+
+
 def peers_rows() -> list[list[str]]:
     rows = rows_of("peers.json")
     by: dict[tuple[int, str], dict[str, Any]] = {(r["occupancy"], r["scenario"]): r for r in rows}
@@ -923,6 +998,8 @@ USED = {
     "worker_pipeline.json",
     "query_latency.json",
     "worker_pipeline_kafka.json",
+    NATIVE_K,
+    NATIVE_K_LONG,
     "latency_kafka.json",
     "paper_claims.json",
     "spark_bench.json",
@@ -954,7 +1031,10 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         "discussion of each: `bench/RESULTS.md`.",
         "",
         "Contents: [FiBA](#fiba-against-the-baselines-and-the-papers) ·",
-        "[the worker](#the-worker-against-its-floors) · [its peer](#the-worker-against-its-peer) ·",
+        "[the worker](#the-worker-against-its-floors) ·",
+        "[the native worker per k](#the-native-worker-per-window-size-apache-kafka)",
+        "([longer cells](#the-native-worker-per-window-size-longer-cells)) ·",
+        "[its peer](#the-worker-against-its-peer) ·",
         "[latency](#event-to-aggregate-latency) · [range queries](#range-queries-under-load) ·",
         "[restore](#restore) · [memory per entry](#memory-per-retained-window-entry) ·",
         "[soak](#soak-resident-memory-over-a-long-stream) ·",
@@ -963,6 +1043,8 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         "",
         *fiba_section(plots),
         *worker_section(),
+        *native_k_section(NATIVE_K, "The native worker per window size (Apache Kafka)"),
+        *native_k_section(NATIVE_K_LONG, "The native worker per window size, longer cells"),
         *peers_section(plots),
         *jvm_peers_section(),
         *latency_section(plots),

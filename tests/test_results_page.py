@@ -56,3 +56,25 @@ def test_a_changed_result_changes_the_page(tmp_path, monkeypatch):
 def test_a_readme_without_the_markers_is_refused():
     with pytest.raises(SystemExit, match="peers-table"):
         results_page.readme_with_peers("# no table here\n")
+
+
+def test_the_native_k_section_gives_each_cell_against_the_same_runs_floor(tmp_path, monkeypatch):
+    """Every cell of a per-k run as a multiple of that run's floor, on the wall and per CPU
+    second, and each mode's range, flatness and goal."""
+    rows = [
+        {"scenario": "floor", "occupancy": 100, "events_per_s": 400_000.0, "cpu_us_per_event": 1.0},
+        {"scenario": "batch", "occupancy": 100, "events_per_s": 200_000.0, "cpu_us_per_event": 4.0},
+        {"scenario": "batch", "occupancy": 1000, "events_per_s": 1e5, "cpu_us_per_event": 5.0},
+        {"scenario": "batch", "occupancy": 1000, "events_per_s": 1.0, "cpu_us_per_event": 9.0,
+         "queries": True},
+    ]  # fmt: skip
+    run = {"command": "python -m bench.worker_pipeline run", "date": "today", "machine": {}}
+    (tmp_path / "k.json").write_text(json.dumps({**run, "results": rows, "load_after": "1 2 3"}))
+    monkeypatch.setattr(results_page, "RESULTS", tmp_path)
+    text = "\n".join(results_page.native_k_section("k.json", "Per k"))
+    assert "## Per k" in text
+    assert "| `batch` | 100 | 200,000 | 4 | 250,000 | 0.500x | 0.250x |" in text
+    assert "| `batch` | 1,000 | 100,000 | 5 | 200,000 | 0.250x | 0.200x |" in text
+    assert "| `batch` | 100, 1,000 | 0.250x-0.500x | 0.200x-0.250x | 50% | 80% | >= 0.5x |" in text
+    assert text.count("| `batch` | 1,000 |") == 1  # the run with queries is left out
+    assert "Load average after the run: 1 2 3." in text
