@@ -46,10 +46,17 @@ def test_a_changed_result_changes_the_page(tmp_path, monkeypatch):
         if row["scenario"] == "quix":
             row["events_per_s"] = 123_456.0
     (tmp_path / "peers.json").write_text(json.dumps(peers))
+    jvm_peers = json.loads((tmp_path / "peers_kafka.json").read_text())
+    for row in jvm_peers["results"]:
+        if row["scenario"] == "flink":
+            row["events_per_s"] = 654_321.0
+    (tmp_path / "peers_kafka.json").write_text(json.dumps(jvm_peers))
     monkeypatch.setattr(results_page, "RESULTS", tmp_path)
     page, _ = results_page.render()
     assert "123,456 (" in page
-    assert "123,456 (" in results_page.readme_with_peers(results_page.README.read_text())
+    readme = results_page.readme_with_peers(results_page.README.read_text())
+    assert "123,456 (" in readme
+    assert "654,321 (" in readme  # the JVM peers' table, from peers_kafka.json
     assert "- machine: not recorded" in page
 
 
