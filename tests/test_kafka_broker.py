@@ -16,7 +16,7 @@ from app.brokers import apache_kafka
 from app.brokers.apache_kafka import KafkaBroker, random_cluster_id
 from app.brokers.kafka_jars import KAFKA_VERSION, SCALA_VERSION, kafka_jars
 from app.brokers.kinds import development_broker_options, make_broker, options_keeping_old_records
-from app.brokers.process import BrokerSetupError, free_port
+from app.brokers.process import BrokerError, BrokerSetupError, free_port
 from app.topics import DATA_TOPIC_CONFIGS
 
 pytestmark = pytest.mark.timeout(600)
@@ -69,6 +69,18 @@ def test_the_broker_removes_a_temporary_log_dir_and_keeps_a_given_one(tmp_path):
     kept.prepare()
     kept.stop()
     assert (tmp_path / "kept" / "log" / "meta.properties").is_file()
+
+
+def test_a_broker_not_ready_in_time_is_one_broker_error_with_its_log_kept(tmp_path):
+    """A JVM that is not ready within ``start_timeout`` (a loaded machine) is stopped and
+    reported as one ``BrokerError`` naming its log, which is kept for reading (the stop that
+    keeps it used to raise a TypeError on Apache Kafka, hiding why)."""
+    broker = KafkaBroker(port=free_port(), data_dir=tmp_path / "data", start_timeout=0.0)
+    with pytest.raises(BrokerError, match="did not start"):
+        broker.start()
+    assert not broker.running
+    assert broker.log_path.is_file()
+    broker.log_path.unlink()
 
 
 def test_a_cluster_id_starting_with_a_dash_formats_the_storage(tmp_path, monkeypatch):

@@ -252,9 +252,10 @@ class KafkaBroker(BrokerProcess):
             time.sleep(0.2)
         return False
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM (a clean KRaft shutdown takes a few seconds), SIGKILL after ``timeout``."""
-        super().stop(timeout)
+    def stop(self, timeout: float = 30.0, keep_log: bool = False) -> None:
+        """SIGTERM (a clean KRaft shutdown takes a few seconds), SIGKILL after ``timeout``;
+        the log as ``BrokerProcess.stop`` keeps it."""
+        super().stop(timeout, keep_log)
 
     def cleanup(self) -> None:
         """Remove the data directory unless it was given."""
