@@ -470,20 +470,7 @@ class KeyWindows:
         The same as ``apply`` on consecutive slices of ``events``, then ``evict_expired`` and
         ``record_of`` per touched key (what the worker does, without an object per event).
         """
-        applied = self.apply(events, range(len(events)))
-        outcomes: list[Accepted | Rejected | None] = [None] * len(events)
-        for index, key, t, partial in applied.effects:
-            outcomes[index] = Accepted(key, t, partial, (), None)
-        for index, rejected in applied.rejected:
-            outcomes[index] = rejected
-        result = BatchResult(outcomes=outcomes)  # type: ignore[arg-type]  # every slot set
-        for key, (_, event_ts) in applied.last.items():
-            result.evicted[key] = self.evict_expired(key)
-            result.last_ts[key] = event_ts
-            record = self.record_of(key, event_ts)
-            if record is not None:
-                result.records.append(record)
-        return result
+        return accepted_batch(self, events)
 
     def apply(self, events: Iterable[tuple[str, int, Any]], tags: Iterable[Any]) -> AppliedBatch:
         """Apply ``(key, ts, value)`` events, each with its ``tag`` (the worker: its input
@@ -811,11 +798,7 @@ class KeyWindows:
         return window.query_range(t_from, t_to)
 
     def _result(self, start: int, end: int, lowered: dict[str, Any]) -> WindowResult:
-        if self._lowered_is_aggregates:
-            aggregates = lowered.copy()  # lowered may be shared (whole window, empty)
-        else:
-            aggregates = {name: lowered[name] for name in self.config.aggregations}
-        return WindowResult(start, end, lowered[COUNT], aggregates)
+        return window_result(self.config, self._lowered_is_aggregates, start, end, lowered)
 
     def record_of(self, key: str, event_ts: int) -> KeyAggregates | None:
         """The record of ``key``: every window at the stream time, or (``window_end =
@@ -827,14 +810,63 @@ class KeyWindows:
             windows = self.windows_ending(key, self.config.window_time(event_ts))
         else:
             windows = self.windows_of(key)
-        if self.emit == "changes":
-            fingerprint = tuple((w.count, _frozen(w.aggregates)) for w in windows.values())
-            if self._last_emitted.get(key) == fingerprint:
-                return None
-            self._last_emitted[key] = fingerprint
-        return KeyAggregates(
-            key=key, event_ts=event_ts, stream_time=self.stream_time, windows=windows
+        return emitted_record(
+            key, event_ts, self.stream_time, windows, self.emit, self._last_emitted
         )
+
+
+def accepted_batch(windows: Any, events: Sequence[tuple[str, int, Any]]) -> BatchResult:
+    """``accept_batch`` of ``windows`` (a ``KeyWindows`` or its native twin): ``apply`` with
+    each event's index as its tag, then per touched key ``evict_expired`` and ``record_of``."""
+    applied = windows.apply(events, range(len(events)))
+    outcomes: list[Accepted | Rejected | None] = [None] * len(events)
+    for index, key, t, partial in applied.effects:
+        outcomes[index] = Accepted(key, t, partial, (), None)
+    for index, rejected in applied.rejected:
+        outcomes[index] = rejected
+    result = BatchResult(outcomes=outcomes)  # type: ignore[arg-type]  # every slot set
+    for key, (_, event_ts) in applied.last.items():
+        result.evicted[key] = windows.evict_expired(key)
+        result.last_ts[key] = event_ts
+        record = windows.record_of(key, event_ts)
+        if record is not None:
+            result.records.append(record)
+    return result
+
+
+def window_result(
+    config: WindowConfig,
+    lowered_is_aggregates: bool,
+    start: int,
+    end: int,
+    lowered: dict[str, Any],
+) -> WindowResult:
+    """The ``WindowResult`` of one window from the composed monoid's ``lowered`` result over it
+    (copied: it may be shared, as the whole window's or the empty one)."""
+    if lowered_is_aggregates:
+        aggregates = lowered.copy()
+    else:
+        aggregates = {name: lowered[name] for name in config.aggregations}
+    return WindowResult(start, end, lowered[COUNT], aggregates)
+
+
+def emitted_record(
+    key: str,
+    event_ts: int,
+    stream_time: int,
+    windows: dict[str, WindowResult],
+    emit: str,
+    last_emitted: dict[str, tuple],
+) -> KeyAggregates | None:
+    """The record of ``key``'s ``windows``; with ``emit = "changes"``, ``None`` when no
+    window's count or aggregates changed since the key's previous record in ``last_emitted``
+    (which this one then becomes)."""
+    if emit == "changes":
+        fingerprint = tuple((w.count, _frozen(w.aggregates)) for w in windows.values())
+        if last_emitted.get(key) == fingerprint:
+            return None
+        last_emitted[key] = fingerprint
+    return KeyAggregates(key=key, event_ts=event_ts, stream_time=stream_time, windows=windows)
 
 
 _NEVER = 2**63

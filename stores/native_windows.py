@@ -33,7 +33,9 @@ from stores.key_windows import (
     Rejected,
     WindowConfig,
     WindowResult,
-    _frozen,
+    accepted_batch,
+    emitted_record,
+    window_result,
 )
 from stores.native_fiba import native_kinds
 
@@ -236,20 +238,7 @@ class NativeKeyWindows:
     def accept_batch(self, events: Sequence[tuple[str, int, Any]]) -> BatchResult:
         """``KeyWindows.accept_batch``: ``apply``, then per touched key its eviction and
         record."""
-        applied = self.apply(events, range(len(events)))
-        outcomes: list[Accepted | Rejected | None] = [None] * len(events)
-        for index, key, t, partial in applied.effects:
-            outcomes[index] = Accepted(key, t, partial, (), None)
-        for index, rejected in applied.rejected:
-            outcomes[index] = rejected
-        result = BatchResult(outcomes=outcomes)  # type: ignore[arg-type]  # every slot set
-        for key, (_, event_ts) in applied.last.items():
-            result.evicted[key] = self.evict_expired(key)
-            result.last_ts[key] = event_ts
-            record = self.record_of(key, event_ts)
-            if record is not None:
-                result.records.append(record)
-        return result
+        return accepted_batch(self, events)
 
     def evict_expired(self, key: str) -> tuple[int, ...]:
         """Evict ``key``'s entries older than ``S - R``; their times."""
@@ -295,11 +284,7 @@ class NativeKeyWindows:
         return lowered[COUNT], {name: lowered[name] for name in self.config.aggregations}
 
     def _result(self, start: int, end: int, lowered: dict[str, Any]) -> WindowResult:
-        if self._lowered_is_aggregates:
-            aggregates = lowered.copy()
-        else:
-            aggregates = {name: lowered[name] for name in self.config.aggregations}
-        return WindowResult(start, end, lowered[COUNT], aggregates)
+        return window_result(self.config, self._lowered_is_aggregates, start, end, lowered)
 
     def record_of(self, key: str, event_ts: int) -> KeyAggregates | None:
         """``KeyWindows.record_of``: the key's record, ``None`` under ``emit=changes`` when
@@ -310,9 +295,4 @@ class NativeKeyWindows:
             windows = self.windows_ending(key, self.config.window_time(event_ts))
         else:
             windows = self.windows_of(key)
-        if self.emit == "changes":
-            fingerprint = tuple((w.count, _frozen(w.aggregates)) for w in windows.values())
-            if self._last_emitted.get(key) == fingerprint:
-                return None
-            self._last_emitted[key] = fingerprint
-        return KeyAggregates(key=key, event_ts=event_ts, stream_time=stream_time, windows=windows)
+        return emitted_record(key, event_ts, stream_time, windows, self.emit, self._last_emitted)
