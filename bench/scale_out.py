@@ -31,15 +31,14 @@ from typing import Any
 
 from app.brokers.process import free_port
 from app.demo import start_worker, stop_worker
-from app.settings import Settings, WindowSpec
+from app.settings import Settings
 from app.status import read_status
 from app.topics import create_topics
 from bench.bench_broker import BenchBroker, add_broker_kind_option, announce_run, bench_broker
 from bench.bench_broker import write_results as write_run
-from bench.worker_harness import cpu_seconds
+from bench.worker_harness import cpu_seconds, worker_settings
 from bench.worker_process import applied_events, keyed_records, produce_records, worker_environ
 from stores import build
-from stores.durations import format_duration
 
 RESULTS = Path(__file__).parent / "results"
 SPACING_MS = 100
@@ -57,27 +56,16 @@ FULL_RUN = 100_000
 def group_settings(broker: BenchBroker, input_topic: str, emit: str, root: Path) -> Settings:
     """A fresh group's settings on the shared ``input_topic``: own app id, outputs and state;
     windows of ``OCCUPANCY`` events per key and a tenth and hundredth of that."""
-    retention = OCCUPANCY * SPACING_MS
-    sizes = (retention // 100, retention // 10, retention)
-    app_id = f"scale-{uuid.uuid4().hex[:8]}"
-    return replace(
-        Settings(),
-        broker=broker.bootstrap,
-        broker_profile=broker.profile,
-        app_id=app_id,
+    settings = worker_settings(
+        broker,
+        "scale",
+        OCCUPANCY * SPACING_MS,
+        emit,
         input_topic=input_topic,
-        aggregates_topic=f"{app_id}-aggregates",
-        queries_topic=f"{app_id}-queries",
-        answers_topic=f"{app_id}-answers",
-        dead_letter_topic=f"{app_id}-dlq",
         partitions=PARTITIONS,
-        retention=retention,
-        windows=tuple(WindowSpec(format_duration(s), s) for s in sizes),
         aggregations=AGGREGATIONS,
-        emit=emit,
-        state_dir=root / app_id,
-        log_level="warning",
     )
+    return replace(settings, state_dir=root / settings.app_id)
 
 
 @contextmanager

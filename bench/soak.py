@@ -19,18 +19,15 @@ import tempfile
 import threading
 import time
 import urllib.error
-import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.brokers.process import free_port
 from app.demo import start_worker, stop_worker
-from app.settings import Settings, WindowSpec
+from app.settings import Settings
 from app.topics import create_topics
 from bench.bench_broker import BenchBroker, add_broker_kind_option, announce_run, bench_broker
 from bench.bench_broker import write_results as write_run
-from bench.worker_harness import cpu_seconds
+from bench.worker_harness import cpu_seconds, worker_settings
 from bench.worker_process import (
     applied_events,
     keyed_records,
@@ -41,7 +38,6 @@ from bench.worker_process import (
     worker_environ,
 )
 from stores import build
-from stores.durations import format_duration
 
 RESULTS = Path(__file__).parent / "results"
 STEP_MS = 1
@@ -57,27 +53,13 @@ def soak_settings(
 ) -> Settings:
     """The worker's settings: retention of ``retained_per_key * keys`` events of input, the
     windows a hundredth, a tenth and all of it, count/sum/max, 4 partitions."""
-    retention = retained_per_key * keys * STEP_MS
-    sizes = (retention // 100, retention // 10, retention)
-    suffix = uuid.uuid4().hex[:8]
-    return replace(
-        Settings(),
-        broker=broker.bootstrap,
-        broker_profile=broker.profile,
-        app_id=f"soak-{suffix}",
-        input_topic=f"soak-{suffix}-events",
-        aggregates_topic=f"soak-{suffix}-aggregates",
-        queries_topic=f"soak-{suffix}-queries",
-        answers_topic=f"soak-{suffix}-answers",
-        dead_letter_topic=f"soak-{suffix}-dlq",
-        partitions=4,
-        retention=retention,
-        windows=tuple(WindowSpec(format_duration(s), s) for s in sizes),
+    return worker_settings(
+        broker,
+        "soak",
+        retained_per_key * keys * STEP_MS,
+        emit,
         aggregations=AGGREGATIONS,
-        emit=emit,
         state_dir=state_dir,
-        web_port=free_port(),
-        log_level="warning",
     )
 
 

@@ -61,6 +61,34 @@ PYTHON_WINDOWS = "-python"
 of the native kernel (``stores.native_windows``), for a comparison in one run."""
 
 
+def worker_settings(
+    broker: BenchBroker, prefix: str, retention: int, emit: str, **options: Any
+) -> Settings:
+    """A worker's settings on ``broker`` under a fresh app id ``<prefix>-<8 hex>`` that names
+    its topics (``<app id>-events``, ``-aggregates``, ...; 4 partitions), with windows of a
+    hundredth, a tenth and all of ``retention``, a free HTTP port, warnings only; ``options``
+    set any other setting (or replace these)."""
+    sizes = (retention // 100, retention // 10, retention)
+    app_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    fields: dict[str, Any] = {
+        "broker": broker.bootstrap,
+        "broker_profile": broker.profile,
+        "app_id": app_id,
+        "input_topic": f"{app_id}-events",
+        "aggregates_topic": f"{app_id}-aggregates",
+        "queries_topic": f"{app_id}-queries",
+        "answers_topic": f"{app_id}-answers",
+        "dead_letter_topic": f"{app_id}-dlq",
+        "partitions": 4,
+        "retention": retention,
+        "windows": tuple(WindowSpec(format_duration(s), s) for s in sizes),
+        "emit": emit,
+        "web_port": free_port(),
+        "log_level": "warning",
+    }
+    return replace(Settings(), **{**fields, **options})
+
+
 def scenario_settings(
     broker: BenchBroker,
     occupancy: int,
@@ -69,28 +97,15 @@ def scenario_settings(
     guarantee: str = "at_least_once",
 ) -> Settings:
     retention = occupancy * SPACING_MS
-    sizes = (retention // 100, retention // 10, retention)
-    suffix = uuid.uuid4().hex[:8]
-    return replace(
-        Settings(),
-        broker=broker.bootstrap,
-        broker_profile=broker.profile,
-        app_id=f"bench-{suffix}",
-        input_topic=f"bench-{suffix}-events",
-        aggregates_topic=f"bench-{suffix}-aggregates",
-        queries_topic=f"bench-{suffix}-queries",
-        answers_topic=f"bench-{suffix}-answers",
-        dead_letter_topic=f"bench-{suffix}-dlq",
-        partitions=4,
-        retention=retention,
-        windows=tuple(WindowSpec(format_duration(s), s) for s in sizes),
+    return worker_settings(
+        broker,
+        "bench",
+        retention,
+        emit,
         max_future_skew=retention,
-        emit=emit,
         processing_guarantee=guarantee,
         state_dir=state_dir,
-        web_port=free_port(),
         sweep_interval=30_000,
-        log_level="warning",
     )
 
 
