@@ -418,6 +418,9 @@ class WindowsPipeline:
         windows = state.windows
         turns = self.turns
         parse_many = self.parser.parse_many
+        # on the native kernel the effects carry the store's bytes of each partial
+        encoded = isinstance(windows, NativeKeyWindows)
+        codec = self.store.codec
         effects: list[tuple[int, str, int, Any]] = []
         refused: list[tuple[ConsumerRecord, str, str]] = []
         last: dict[str, tuple[int, int]] = {}
@@ -436,7 +439,10 @@ class WindowsPipeline:
                 )
                 parsed = [parsed[i] for i in good]
                 offsets = [offsets[i] for i in good]
-            applied = windows.apply(parsed, offsets)  # type: ignore[arg-type]  # no BadEvent
+            if encoded:
+                applied = windows.apply_encoded(parsed, offsets, codec)  # type: ignore[union-attr, arg-type]
+            else:
+                applied = windows.apply(parsed, offsets)  # type: ignore[arg-type]  # no BadEvent
             effects.extend(applied.effects)
             if applied.rejected:
                 by_offset = {m.offset: m for m in piece}
@@ -461,10 +467,10 @@ class WindowsPipeline:
         done = 0
         for message, reason, detail in sorted(refused, key=_offset_of_refused):
             upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
-            await self._record_effects(state, effects[done:upto])
+            await self._record_effects(state, effects[done:upto], encoded)
             await self._reject(state, message, reason, detail)
             done = upto
-        await self._record_effects(state, effects[done:])
+        await self._record_effects(state, effects[done:], encoded)
         for key, times in evicted:
             if times:
                 self.store.evict(state.partition, key, times)
@@ -495,17 +501,18 @@ class WindowsPipeline:
             self._slice = min(MAX_SLICE, self._slice * 2)
 
     async def _record_effects(
-        self, state: PartitionState, effects: list[tuple[int, str, int, Any]]
+        self, state: PartitionState, effects: list[tuple[int, str, int, Any]], encoded: bool
     ) -> None:
         """Queue the store's records of accepted ``(offset, key, time, partial)`` effects
-        (``WindowStore.record_many``), ``STORE_SLICE`` at a time, the event loop getting a
-        turn in between once the budget is spent (HTTP queries)."""
+        (``WindowStore.record_many``; ``encoded``: the partials are the store codec's bytes),
+        ``STORE_SLICE`` at a time, the event loop getting a turn in between once the budget
+        is spent (HTTP queries)."""
         turns = self.turns
         record_many = self.store.record_many
         partition = state.partition
         for lo in range(0, len(effects), STORE_SLICE):
             piece = effects[lo : lo + STORE_SLICE]
-            record_many(partition, piece)
+            record_many(partition, piece, encoded)
             self.counts["accepted"] += len(piece)
             state.applied_offset = piece[-1][0]
             if time.perf_counter() >= turns.deadline:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import stores
 from stores.key_windows import (
@@ -38,6 +38,10 @@ from stores.key_windows import (
     window_result,
 )
 from stores.native_fiba import native_kinds
+from stores.restored_entries import MARSHAL_FORMAT
+
+if TYPE_CHECKING:
+    from stores.window_store import PartialCodec
 
 _DELEGATED = (
     "apply",
@@ -219,6 +223,31 @@ class NativeKeyWindows:
         if applied is None:
             return self._move_to_python().apply(events, tags)
         return AppliedBatch(*applied)
+
+    def apply_encoded(
+        self, events: Iterable[tuple[str, int, Any]], tags: Iterable[Any], codec: PartialCodec
+    ) -> AppliedBatch:
+        """``apply``, each effect's partial given as ``codec.encode(partial)``, the bytes the
+        window store writes (``WindowStore.record_many(..., encoded=True)``): written by the
+        kernel with no Python partial made when ``codec`` is the ``marshal`` one
+        (``stores/native/src/store_writes.rs``, byte for byte ``MarshalStateCodec.encode``),
+        else (another codec, or the state moved to the Python path) by ``codec.encode``."""
+        if not isinstance(events, list):
+            events = list(events)
+        if not isinstance(tags, list | range):
+            tags = list(tags)
+        if self._python is not None:
+            applied = self._python.apply(events, tags)
+        elif codec.format != MARSHAL_FORMAT:
+            applied = self.apply(events, tags)
+        else:
+            encoded = self._core.apply(events, tags, self._now(), True)
+            if encoded is not None:
+                return AppliedBatch(*encoded)
+            applied = self._move_to_python().apply(events, tags)
+        encode = codec.encode
+        effects = [(tag, key, t, encode(partial)) for tag, key, t, partial in applied.effects]
+        return AppliedBatch(effects, applied.rejected, applied.last)
 
     def apply_one(self, key: str, ts: int, value: Any) -> Accepted:
         """``KeyWindows.apply_one``: admit, insert, evict the key's expired entries."""

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
@@ -40,6 +41,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+import stores
 from stores.changelog import (
     APPLIED_KEY,
     SHAPE_KEY,
@@ -83,6 +85,10 @@ _BACKFILL_CHUNK = 20_000
 """Entries the background backfill writes between two event-loop turns."""
 _BACKFILL_IDLE_S = 10.0
 """The backfill starts at the partition's first write or flush, or after this many seconds."""
+
+
+Effect = tuple[int, str, int, Any] | tuple[int, str, int, Any, Iterable[int]]
+"""A state change ``record_many`` takes: ``(offset, key, time, partial[, evicted_times])``."""
 
 
 class PartialCodec(Protocol):
@@ -250,6 +256,7 @@ class WindowStore:
         self.topic = settings.changelog_topic
         self.root = store_root(settings)
         self._producer = producer
+        self._native_writes = _native_writes(codec)
         self._open: dict[int, _OpenPartition] = {}
         self._standbys: dict[int, _Standby] = {}
         self._wanted_standbys: set[int] = set()
@@ -521,7 +528,20 @@ class WindowStore:
         ``evicted_times`` (which must not contain ``time``) are gone. Queued for the next
         ``send_changes``: its local writes (entry, deletions, applied offset) and its changelog
         records (the upsert, then one tombstone per evicted entry). O(1 + evicted)."""
-        state = self._open[partition]
+        self._record(self._open[partition], partition, offset, key, time, partial, evicted_times)
+
+    def _record(
+        self,
+        state: _OpenPartition,
+        partition: int,
+        offset: int,
+        key: str,
+        time: int,
+        partial: Any,
+        evicted_times: Iterable[int],
+        encoded: bool = False,
+    ) -> None:
+        """``record``; ``encoded``: ``partial`` is already the codec's bytes of it."""
         if offset <= state.applied:
             raise ValueError(
                 f"offset {offset} of partition {partition} is not after the applied offset "
@@ -529,7 +549,7 @@ class WindowStore:
             )
         prefix = key_prefix(key)
         eid = entry_id_of(prefix, time)
-        data = self.codec.encode(partial)
+        data = partial if encoded else self.codec.encode(partial)
         evicted = list(evicted_times)
         evicted_ids = [entry_id_of(prefix, t) for t in evicted]
         local = state.local
@@ -550,25 +570,82 @@ class WindowStore:
         queued.extend(zip(evicted_ids, repeat(None)))
         state.queued_upto = offset
 
-    def record_many(self, partition: int, effects: Iterable[tuple[int, str, int, Any]]) -> None:
-        """``record(partition, offset, key, time, partial)`` for each ``(offset, key, time,
-        partial)`` of ``effects`` in order (offsets increasing, no evictions: ``emit=batch``
-        evicts per key with ``evict``), with the same local writes and changelog records,
-        except that each local piece writes the applied offset once, at its end (a piece is one
-        atomic write: the local copy still only ever holds a state the store has been in, with
-        the applied offset it went to). O(len(effects)), with less Python per record than
-        ``record``: one key prefix per key, no per-record applied write."""
+    def record_many(self, partition: int, effects: Iterable[Effect], encoded: bool = False) -> None:
+        """``record(partition, offset, key, time, partial[, evicted_times])`` for each effect
+        ``(offset, key, time, partial)`` or ``(offset, key, time, partial, evicted_times)`` of
+        ``effects`` in order (offsets increasing), with the same local writes and changelog
+        records, except that each local piece writes the applied offset once, at its end (a
+        piece is one atomic write: the local copy still only ever holds a state the store has
+        been in, with the applied offset it went to). ``encoded``: each partial is already the
+        codec's bytes of it (``NativeKeyWindows.apply_encoded``). O(len(effects) + evicted).
+
+        With the native core and the ``marshal`` codec, one native call per local piece
+        (``stores._native.write_effects``) writes the entry ids, partial bytes, upserts and
+        tombstones, byte for byte the Python path's (tests/test_store_writes.py); else, and
+        while a backfill runs (``record`` per effect), the Python loop below does."""
         state = self._open[partition]
         if state.backfill is not None:
-            for offset, key, time, partial in effects:
-                self.record(partition, offset, key, time, partial)
+            for effect in effects:
+                offset, key, time, partial, *evicted = effect
+                self._record(
+                    state,
+                    partition,
+                    offset,
+                    key,
+                    time,
+                    partial,
+                    evicted[0] if evicted else (),
+                    encoded,
+                )
             return
+        writes = self._native_writes
+        if writes is None:
+            self._record_many_python(state, partition, effects, encoded)
+            return
+        if not isinstance(effects, list):
+            effects = list(effects)
+        write, encode, queued = writes.write_effects, self.codec.encode, state.queued
+        applied = state.applied
+        index, count = 0, len(effects)
+        while index < count:
+            local = state.local
+            room = max(0, LOCAL_PIECE_OPS - 1 - len(local))
+            index, applied = write(
+                effects,
+                index,
+                room,
+                applied,
+                partition,
+                encoded,
+                encode,
+                local.put,
+                local.delete,
+                queued,
+            )
+            if len(local) >= LOCAL_PIECE_OPS - 1:
+                local.put(_META_APPLIED, _OFFSET.pack(applied))
+                _cut_piece(state)
+        self._applied_by_effects(state, applied)
+
+    def _record_many_python(
+        self,
+        state: _OpenPartition,
+        partition: int,
+        effects: Iterable[Effect],
+        encoded: bool,
+    ) -> None:
+        """``record_many`` in Python: one key prefix per key, no per-record applied write."""
         encode, pack_header = self.codec.encode, UPSERT_HEADER.pack
         append = state.queued.append
         prefixes: dict[str, bytes] = {}
         local = state.local
         applied = state.applied
-        for offset, key, time, partial in effects:
+        for effect in effects:
+            if len(effect) == 4:
+                offset, key, time, partial = effect
+                evicted: Iterable[int] = ()
+            else:
+                offset, key, time, partial, evicted = effect
             if offset <= applied:
                 raise ValueError(
                     f"offset {offset} of partition {partition} is not after the applied "
@@ -578,17 +655,30 @@ class WindowStore:
             if prefix is None:
                 prefix = prefixes[key] = key_prefix(key)
             eid = entry_id_of(prefix, time)
-            data = encode(partial)
+            data = partial if encoded else encode(partial)
             local.put(eid, data)
-            append((eid, pack_header(offset, 0) + data))
+            if evicted:
+                evicted = list(evicted)
+                evicted_ids = [entry_id_of(prefix, t) for t in evicted]
+                for evicted_id in evicted_ids:
+                    local.delete(evicted_id)
+                append((eid, encode_upsert(offset, evicted, data)))
+                state.queued.extend(zip(evicted_ids, repeat(None)))
+            else:
+                append((eid, pack_header(offset, 0) + data))
             applied = offset
             if len(local) >= LOCAL_PIECE_OPS - 1:
                 local.put(_META_APPLIED, _OFFSET.pack(applied))
                 _cut_piece(state)
                 local = state.local
+        self._applied_by_effects(state, applied)
+
+    @staticmethod
+    def _applied_by_effects(state: _OpenPartition, applied: int) -> None:
+        """After ``record_many``'s effects up to ``applied``: the open piece ends with it."""
         if applied > state.applied:
-            if not local.is_empty():
-                local.put(_META_APPLIED, _OFFSET.pack(applied))
+            if not state.local.is_empty():
+                state.local.put(_META_APPLIED, _OFFSET.pack(applied))
             state.applied = state.queued_upto = applied
 
     def record_skipped(self, partition: int, offset: int) -> None:
@@ -607,27 +697,32 @@ class WindowStore:
 
     def evict(self, partition: int, key: str, times: Iterable[int]) -> None:
         """Delete ``key``'s entries at ``times`` (idle-key sweep): the local deletions and one
-        tombstone per entry are queued for the next ``send_changes``. O(len(times)).
+        tombstone per entry are queued for the next ``send_changes``. O(len(times)); with
+        the native core one call (``stores._native.write_evictions``).
 
         The local checkpoint is removed in the same local write (the next ``flush`` writes it
         again): local deletions whose tombstones may not have reached the changelog make the
         local copy unusable after a crash."""
         state = self._open[partition]
-        prefix = key_prefix(key)
-        eids = [entry_id_of(prefix, t) for t in times]
-        if not eids:
-            return
         local = state.local
-        for eid in eids:
-            local.delete(eid)
+        if self._native_writes is not None and state.backfill is None:
+            if not self._native_writes.write_evictions(key, times, local.delete, state.queued):
+                return
+        else:
+            prefix = key_prefix(key)
+            eids = [entry_id_of(prefix, t) for t in times]
+            if not eids:
+                return
+            for eid in eids:
+                local.delete(eid)
+            if state.backfill is not None:
+                state.backfill.since.update(dict.fromkeys(eids))
+                state.backfill.wanted.set()
+            state.queued.extend(zip(eids, repeat(None)))
         local.delete(_META_CHECKPOINT)
         if len(local) >= LOCAL_PIECE_OPS:
             _cut_piece(state)
         state.evictions += 1
-        if state.backfill is not None:
-            state.backfill.since.update(dict.fromkeys(eids))
-            state.backfill.wanted.set()
-        state.queued.extend(zip(eids, repeat(None)))
 
     async def send_changes(self, partition: int) -> None:
         """Write ``partition``'s queued local writes, then hand its queued changelog records to
@@ -802,6 +897,12 @@ class WindowStore:
             Rdict.destroy(str(path))
             shutil.rmtree(path, ignore_errors=True)
         return self._fresh_local(path), None, -1
+
+
+def _native_writes(codec: PartialCodec) -> ModuleType | None:
+    """The native core when it writes ``codec``'s bytes (the ``marshal`` format), else None."""
+    native = stores.native()
+    return native if native is not None and codec.format == MARSHAL_FORMAT else None
 
 
 def store_root(settings: StoreSettings) -> Path:

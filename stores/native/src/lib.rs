@@ -14,4 +14,5 @@ mod python;
 #[cfg(feature = "python")]
 mod pywindows;
 pub mod state_codec;
+pub mod store_writes;
 pub mod windows;

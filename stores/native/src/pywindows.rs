@@ -11,10 +11,11 @@ use crate::fiba::Time;
 use crate::monoids::{lift_part, AddOne, Fields, Kind, Spec, Val};
 use crate::overflow::{fits, Guard};
 use crate::python::{partial_to_py, val_from_py};
+use crate::store_writes::marshal_fields;
 use crate::windows::{Group, Rejection, Settings, Source, Windows};
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -258,6 +259,7 @@ fn apply_batch<const N: usize, M>(
     events: &Bound<'_, PyAny>,
     tags: &Bound<'_, PyAny>,
     now_ms: Option<i64>,
+    encoded: bool,
 ) -> PyResult<Option<Applied>>
 where
     M: crate::fiba::Monoid<P = [Val; N]> + Clone,
@@ -356,9 +358,16 @@ where
         last.set_item(key, (tag, *ts))?;
     }
     let out = PyList::empty(py);
+    let mut buf: Vec<u8> = Vec::with_capacity(64);
     for ((i, t), p) in meta.into_iter().zip(&effects) {
         let ((key, _, _), tag) = &batch[i];
-        out.append((tag, key, t, to_py(py, ctx, p)?))?;
+        if encoded {
+            buf.clear();
+            marshal_fields(&ctx.spec, p, &mut buf).map_err(PyOverflowError::new_err)?;
+            out.append((tag, key, t, PyBytes::new(py, &buf)))?;
+        } else {
+            out.append((tag, key, t, to_py(py, ctx, p)?))?;
+        }
     }
     Ok(Some((
         out.into_any().unbind(),
@@ -557,17 +566,20 @@ impl PyKeyWindows {
 
     /// Apply `(key, ts, value)` events with their tags (`KeyWindows.apply`), the worker's
     /// clock `now_ms` read once: `(effects, rejected, last)`, or None (nothing changed)
-    /// when a value that the Python lift takes has no native partial.
-    #[pyo3(signature = (events, tags, now_ms=None))]
+    /// when a value that the Python lift takes has no native partial. `encoded`: each
+    /// effect's partial is its `marshal` bytes as the window store writes them
+    /// (`store_writes::marshal_fields`), with no Python partial made.
+    #[pyo3(signature = (events, tags, now_ms=None, encoded=false))]
     fn apply(
         &mut self,
         py: Python<'_>,
         events: &Bound<'_, PyAny>,
         tags: &Bound<'_, PyAny>,
         now_ms: Option<i64>,
+        encoded: bool,
     ) -> PyResult<Option<Applied>> {
         let (ctx, guard) = (&self.ctx, &mut self.guard);
-        with_core!(&mut self.core, w => apply_batch(py, ctx, guard, w, events, tags, now_ms))
+        with_core!(&mut self.core, w => apply_batch(py, ctx, guard, w, events, tags, now_ms, encoded))
     }
 
     /// Apply one event (`KeyWindows.apply_one`): `(time, partial, evicted)`, the Python
