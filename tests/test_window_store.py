@@ -69,8 +69,10 @@ async def create_changelog(settings: Settings) -> None:
     await create_topics(settings, [spec])
 
 
-async def open_store(settings: Settings, *partitions: int) -> tuple[WindowStore, dict]:
-    store = WindowStore(settings, JsonCodec(), KafkaChangelog(settings))
+async def open_store(
+    settings: Settings, *partitions: int, codec: Any = None
+) -> tuple[WindowStore, dict]:
+    store = WindowStore(settings, codec or JsonCodec(), KafkaChangelog(settings))
     await store.start()
     restored = {p: await store.restore(p) for p in partitions}
     return store, restored
@@ -920,43 +922,56 @@ async def test_state_of_other_settings_is_refused_from_local_copy_and_changelog(
     assert as_entries(restored[0]) == {("k", 5): [1, 5]}
 
 
+@pytest.mark.parametrize("marshalled", [False, True])
 async def test_record_many_writes_what_record_writes_each_piece_ending_at_its_applied_offset(
-    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path, marshalled: bool
 ) -> None:
-    """``record_many`` queues the changelog records ``record`` queues for the same effects,
-    both stores restore the same state, and its local pieces, written one at a time (as a
-    crash between two leaves them), always hold the applied offset of their last entry."""
+    """``record_many`` queues the changelog records ``record`` queues for the same effects
+    (some carrying evicted times), both stores restore the same state, and its local pieces,
+    written one at a time (as a crash between two leaves them), always hold the applied offset
+    of their last entry. ``marshalled``: the worker's codec, so ``record_many`` writes through
+    the native core where it is installed (else JSON, the Python path)."""
     from rocksdict import Options, Rdict
 
-    effects = [(offset, f"k{offset % 7}", offset // 3, [1, offset]) for offset in range(900)]
+    codec = MarshalStateCodec(monoid("sum")) if marshalled else None
+    effects: list[tuple] = []
+    for offset in range(900):
+        effect = (offset, f"k{offset % 7}", offset // 3, (1, offset) if codec else [1, offset])
+        effects.append((*effect, [offset // 3 - 9]) if offset % 5 == 0 else effect)
+    expected: dict[tuple[str, int], Any] = {}
+    for _, key, t, partial, *evicted in effects:
+        expected[(key, t)] = partial
+        for gone in evicted[0] if evicted else ():
+            expected.pop((key, gone), None)
     one = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "one", partitions=1)
     many = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "many", partitions=1)
     await create_changelog(one)
     await create_changelog(many)
-    store_one, _ = await open_store(one, 0)
-    for offset, key, t, partial in effects:
-        store_one.record(0, offset, key, t, partial)
+    store_one, _ = await open_store(one, 0, codec=codec)
+    for effect in effects:
+        store_one.record(0, *effect)
     store_one_queued = list(store_one._open[0].queued)
     await store_one.stop()
-    store_many, _ = await open_store(many, 0)
+    store_many, _ = await open_store(many, 0, codec=codec)
+    assert (store_many._native_writes is not None) == (marshalled and native() is not None)
     store_many.record_many(0, effects[:500])
     store_many.record_many(0, effects[500:])
     queued = list(store_many._open[0].queued)
     assert queued == store_one_queued
     await store_many.stop()
     for settings in (one, many):  # the changelog twice over, then each local copy
-        store, restored = await open_store(settings, 0)
+        store, restored = await open_store(settings, 0, codec=codec)
         await store.stop()
         assert restored[0].local_entries_reused and restored[0].applied_offset == 899
-        assert as_entries(restored[0]) == {(k, t): p for _, k, t, p in effects}
+        assert as_entries(restored[0]) == expected
 
     pieces = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "pieces", partitions=1)
     await create_changelog(pieces)
-    store, _ = await open_store(pieces, 0)
+    store, _ = await open_store(pieces, 0, codec=codec)
     store.record_many(0, effects)
     state = store._open[0]
     assert state.queued == queued
-    offset_of = {eid: int.from_bytes(value[:8], "big") for eid, value in state.queued}
+    offset_of = {eid: int.from_bytes(v[:8], "big") for eid, v in state.queued if v is not None}
     scratch = Rdict(str(tmp_path / "scratch"), options=Options(raw_mode=True))
     written: list[int] = []
     for piece in [*state.pieces, state.local]:

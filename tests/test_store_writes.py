@@ -1,0 +1,338 @@
+"""The window store's native write path against its Python path, byte for byte.
+
+``stores._native.write_effects`` / ``write_evictions`` (``WindowStore.record_many`` and
+``evict`` with the native core and the ``marshal`` codec) and the windows kernel's encoded
+partials (``NativeKeyWindows.apply_encoded``) must write exactly what the Python path writes.
+Hypothesis drives three stores with the same random programs (effects with and without
+evicted times, with partials of every built-in aggregation, composes of them, partials in the
+codec's state form, shared objects; keys with non-ASCII characters; times at the ends of int64;
+evictions, skipped offsets, single records, hand-overs): the Python path, the native path on
+partial objects and the native path on partials encoded beforehand. It compares the changelog
+records handed over and every local piece written (the local RocksDB's contents after each
+one, its applied offset included). Then ``dumps_partial`` against ``marshal.dumps`` on random
+objects, and the kernel's encoded effects against ``MarshalStateCodec.encode`` of its partials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import marshal
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+import stores
+from app.settings import Settings
+from stores.key_windows import WindowConfig
+from stores.monoids import make_monoid, monoid, monoid_names
+from stores.native_fiba import NATIVE_NAMES
+from stores.native_windows import NativeKeyWindows
+from stores.window_store import LOCAL_PIECE_OPS, MarshalStateCodec, WindowStore
+
+pytestmark = pytest.mark.skipif(
+    stores.native() is None, reason=f"no native core in this build ({stores.build()})"
+)
+
+KEYS = st.sampled_from(["a", "b", "é", "日本", "", "k" * 40, "\u2028"])
+TIMES = st.one_of(st.integers(-5, 40), st.sampled_from([-(2**63), 2**63 - 1, 2**31, -(2**31) - 1]))
+NUMBERS = st.one_of(
+    st.integers(-300, 300),
+    st.sampled_from([2**31, -(2**31) - 1, 2**62, -(2**63), 2**63 - 1]),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+COMPOSES = [
+    ("sum", "count", "max"),
+    ("count", "sum", "max", "mean", "pop_stddev"),
+    ("first", "maxcount", "min", "mincount", "pop_stddev"),
+    ("last", "geomean", "sample_stddev", "first", "mean"),
+]
+
+
+class Moments(NamedTuple):
+    """A partial marshal refuses (a tuple subclass): written in the codec's state form."""
+
+    n: int
+    total: float
+
+
+MOMENTS = make_monoid(
+    Moments(0, 0.0),
+    lambda x: Moments(1, float(x)),
+    lambda a, b: Moments(a.n + b.n, a.total + b.total),
+    lambda a: a.total,
+    name="moments",
+    to_state=list,
+    from_state=lambda state: Moments(*state),
+)
+
+
+@st.composite
+def partials(draw: Any) -> Any:
+    """A partial of a built-in aggregation (any input it takes), of a compose, of a monoid
+    whose partials need the state form, or a tuple sharing one object twice."""
+    kind = draw(st.sampled_from(["builtin", "compose", "moments", "shared"]))
+    values = draw(st.lists(NUMBERS, min_size=1, max_size=4))
+    if kind == "shared":
+        x = draw(NUMBERS)
+        return (x, x, draw(st.sampled_from([(), (x,), None, True, 7])))
+    if kind == "moments":
+        m = MOMENTS
+    elif kind == "compose":
+        names = draw(st.sampled_from(COMPOSES))
+        m = WindowConfig.from_settings(replace(Settings(), aggregations=names)).composed
+    else:
+        m = monoid(draw(st.sampled_from(monoid_names())))
+    partial = m.identity
+    for i, x in enumerate(values):
+        try:
+            lifted = m.lift({"value": x, "arg": f"a{i}é"} if "arg" in m.name else x)
+        except (TypeError, ValueError):
+            continue
+        partial = m.combine(partial, lifted)
+    return partial
+
+
+def effects_of(draw: Any, n: int, evictions: bool) -> list[tuple]:
+    out = []
+    for _ in range(n):
+        effect = (0, draw(KEYS), draw(TIMES), draw(partials()))
+        if evictions and draw(st.booleans()):
+            effect += (draw(st.lists(TIMES, max_size=3)),)
+        out.append(effect)
+    return out
+
+
+@st.composite
+def programs(draw: Any) -> list[tuple]:
+    """Steps; offsets are given in order when the program runs."""
+    step = st.one_of(
+        st.builds(lambda n, ev: ("many", n, ev), st.integers(0, 70), st.booleans()),
+        st.just(("one",)),
+        st.just(("skip",)),
+        st.builds(lambda k, ts: ("evict", k, ts), KEYS, st.lists(TIMES, max_size=5)),
+        st.just(("send",)),
+    )
+    out = []
+    for s in draw(st.lists(step, min_size=1, max_size=12)):
+        if s[0] == "many":
+            out.append(("many", effects_of(draw, s[1], s[2])))
+        elif s[0] == "one":
+            out.append(("one", effects_of(draw, 1, True)[0]))
+        else:
+            out.append(s)
+    return [*out, ("send",)]
+
+
+class Recorder:
+    """A ``ChangelogLink`` keeping what is handed over, in order; nothing is read back."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, list[tuple[bytes, bytes | None]]]] = []
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def send_records(self, topic: str, partition: int, records: Any) -> None:
+        self.sent.append((partition, list(records)))
+
+    async def flush(self) -> None:
+        return None
+
+    def reader(self) -> Any:
+        return EmptyReader()
+
+    def on_standbys(self, follow: Any) -> None:
+        return None
+
+
+class EmptyReader:
+    position = 0
+
+    async def __aenter__(self) -> EmptyReader:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    async def read(self, tp: Any, start: int, timeout: float = 30.0) -> Any:
+        for _ in ():
+            yield []
+
+
+class Pieces:
+    """The local RocksDB of a partition, keeping its contents after every piece written."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.states: list[dict[bytes, bytes]] = []
+
+    def write(self, batch: Any, *options: Any) -> None:
+        self.db.write(batch, *options)
+        self.states.append(dict(self.db.items()))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+async def run(program: list[tuple], path: str, state_dir: Path) -> tuple[list, list, list]:
+    """Run ``program`` on a fresh store on ``path`` (``python``, ``native`` or ``encoded``):
+    ``(changelog records handed over, local states after each piece, errors)``."""
+    settings = Settings(app_id=f"writes-{path}", partitions=1, state_dir=state_dir / path)
+    codec = MarshalStateCodec(MOMENTS)  # only the state form reads the monoid
+    link = Recorder()
+    store = WindowStore(settings, codec, link)  # type: ignore[arg-type]
+    if path == "python":
+        store._native_writes = None
+    await store.start()
+    await store.restore(0)
+    db = store._open[0].db = Pieces(store._open[0].db)  # type: ignore[assignment]
+    offset = 0
+    errors = []
+    for step in program:
+        if step[0] == "many":
+            effects = []
+            for _, key, t, partial, *evicted in step[1]:
+                offset += 1
+                data = codec.encode(partial) if path == "encoded" else partial
+                effects.append((offset, key, t, data, *evicted))
+            store.record_many(0, effects, encoded=path == "encoded")
+        elif step[0] == "one":
+            _, key, t, partial, *evicted = step[1]
+            offset += 1
+            store.record(0, offset, key, t, partial, *evicted)
+        elif step[0] == "skip":
+            offset += 1
+            store.record_skipped(0, offset)
+        elif step[0] == "evict":
+            store.evict(0, step[1], step[2])
+        else:
+            await store.send_changes(0)
+    try:  # a redelivered offset is refused, as on the Python path
+        store.record_many(0, [(offset if offset else -1, "a", 0, (1,))], encoded=False)
+    except ValueError as error:
+        errors.append(str(error))
+    records = [r for _, batch in link.sent for r in batch]
+    await store.stop()
+    return records, db.states, errors
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(program=programs())
+@example(  # more than a piece of effects with evictions, then one short of a piece
+    program=[
+        ("many", [(0, "é", t, (t, 1.5), [t - 5]) for t in range(LOCAL_PIECE_OPS)]),
+        ("many", [(0, "a", t, (1,)) for t in range(LOCAL_PIECE_OPS - 2)]),
+        ("send",),
+    ]
+)
+def test_the_native_writes_are_the_python_ones_byte_for_byte(program: list[tuple]) -> None:
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in ("python", "native", "encoded"):
+            results[path] = asyncio.run(run(program, path, Path(tmp)))
+    python = results["python"]
+    assert python[2], "the redelivered offset was not refused"
+    for path in ("native", "encoded"):
+        records, states, errors = results[path]
+        assert records == python[0], path
+        assert len(states) == len(python[1]), path
+        for i, (state, want) in enumerate(zip(states, python[1], strict=True)):
+            assert state == want, f"{path}: local piece {i}"
+        assert errors == python[2], path
+
+
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(-10, 300),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+)
+OBJECTS = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4).map(tuple), max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(obj=OBJECTS, share=st.booleans())
+def test_dumps_partial_is_marshal_dumps_or_says_it_cannot(obj: Any, share: bool) -> None:
+    native = stores.native()
+    if share:  # the same objects twice, and an object held elsewhere too
+        obj = (obj, obj, 12345.5, [obj][0])
+    got = native.dumps_partial(obj)  # type: ignore[union-attr]
+    want = marshal.dumps(obj, 4)
+    if got is None:  # only for what it leaves to the Python codec
+        assert any(
+            isinstance(x, str) or (type(x) is int and not -(2**63) <= x < 2**63)
+            for x in _leaves(obj)
+        )
+    else:
+        assert got == want
+
+
+def _leaves(obj: Any) -> list[Any]:
+    if isinstance(obj, tuple):
+        return [leaf for item in obj for leaf in _leaves(item)]
+    return [obj]
+
+
+KERNEL_VALUES = st.one_of(
+    st.integers(-300, 300),
+    st.sampled_from([-6, -5, 255, 256, 257]),  # the ends of CPython's cached small ints
+    st.sampled_from([2**31, -(2**31) - 1, 2**40, 2**62, -(2**62), -0.0, float("inf"), 0.5]),
+    st.floats(-1e6, 1e6),
+)
+FOREIGN = st.sampled_from([True, None, 2**70])  # taken by the Python path only, or refused
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    names=st.one_of(st.sampled_from([(n,) for n in NATIVE_NAMES]), st.sampled_from(COMPOSES)),
+    batches=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["a", "é", "b"]),
+                st.integers(-20, 300),
+                st.one_of(KERNEL_VALUES, KERNEL_VALUES, KERNEL_VALUES, FOREIGN),
+            ),
+            max_size=20,
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+)
+@example(
+    names=("count", "sum", "max", "mean", "pop_stddev"),
+    batches=[[("a", 0, 256), ("a", 0, -5), ("é", 1, 2**31), ("b", 2, 0.5), ("b", 3, 257)]],
+)
+def test_the_kernel_encodes_its_partials_as_the_codec_does(
+    names: tuple[str, ...], batches: list[list[tuple[str, int, Any]]]
+) -> None:
+    config = WindowConfig.from_settings(replace(Settings(), aggregations=names, retention=100))
+    codec = MarshalStateCodec(config.composed)
+    plain, encoded = NativeKeyWindows(config, "batch"), NativeKeyWindows(config, "batch")
+    tag = 0
+    for batch in batches:
+        tags = list(range(tag, tag + len(batch)))
+        tag += len(batch)
+        want = plain.apply(batch, tags)
+        got = encoded.apply_encoded(batch, tags, codec)
+        assert [e[:3] for e in got.effects] == [e[:3] for e in want.effects]
+        for (_, _, _, data), (_, _, _, partial) in zip(got.effects, want.effects, strict=True):
+            assert data == codec.encode(partial), partial
+        assert [(t, r.reason, r.detail) for t, r in got.rejected] == [
+            (t, r.reason, r.detail) for t, r in want.rejected
+        ]
+        assert got.last == want.last
+        assert encoded.native == plain.native
