@@ -28,10 +28,13 @@ from hypothesis import strategies as st
 
 import stores
 from app.settings import Settings
+from stores import window_store
+from stores.changelog import entry_id
 from stores.key_windows import WindowConfig
 from stores.monoids import make_monoid, monoid, monoid_names
 from stores.native_fiba import NATIVE_NAMES
 from stores.native_windows import NativeKeyWindows
+from stores.restored_entries import restored_entries
 from stores.window_store import LOCAL_PIECE_OPS, MarshalStateCodec, WindowStore
 
 pytestmark = pytest.mark.skipif(
@@ -251,6 +254,49 @@ def test_the_native_writes_are_the_python_ones_byte_for_byte(program: list[tuple
         for i, (state, want) in enumerate(zip(states, python[1], strict=True)):
             assert state == want, f"{path}: local piece {i}"
         assert errors == python[2], path
+
+
+async def backfilling(path: str, effects: list[tuple], state_dir: Path) -> tuple[list, dict]:
+    """``record_many(effects)`` on ``path`` while a backfill is pending (right after a
+    changelog-only restore): ``(changelog records queued, local writes noted for the
+    backfill)``."""
+    settings = Settings(app_id=f"fill-{path}", partitions=1, state_dir=state_dir / path)
+    codec = MarshalStateCodec(MOMENTS)
+    store = WindowStore(settings, codec, Recorder())  # type: ignore[arg-type]
+    if path == "python":
+        store._native_writes = None
+    await store.start()
+    await store.restore(0)
+    state = store._open[0]
+    state.backfill = window_store._Backfill(store.partition_path(0), restored_entries())
+    encoded = path == "encoded"
+    store.record_many(
+        0,
+        [(o, k, t, codec.encode(p) if encoded else p, *ev) for o, k, t, p, *ev in effects],
+        encoded,
+    )
+    queued, since = list(state.queued), dict(state.backfill.since)
+    state.backfill = None
+    await store.stop()
+    return queued, since
+
+
+def test_a_pending_backfill_notes_the_same_writes_on_every_path() -> None:
+    """While a backfill is pending, ``record_many`` records each effect as ``record`` does,
+    noting its writes for the backfill: the same on the three paths, encoded or not."""
+    effects = [
+        (1, "é", 5, (1, 2.5)),
+        (2, "a", 7, (2, 0.5), (5, 6)),
+        (3, "é", 9, Moments(3, 1.5), [5]),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        got = {
+            p: asyncio.run(backfilling(p, effects, Path(tmp)))
+            for p in ("python", "native", "encoded")
+        }
+    assert got["python"][1][entry_id("é", 9)][:1] == b"\x00"  # the state form
+    assert got["native"] == got["python"]
+    assert got["encoded"] == got["python"]
 
 
 SCALARS = st.one_of(
