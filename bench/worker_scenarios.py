@@ -130,7 +130,9 @@ class DurableFloor:
     """The ``batch-floor`` scenario's work: ``emit=batch`` without the windows. Batches
     gathered as the input reader gathers them (chunks of ``FETCH_CHUNK`` records up to
     ``batch_max_records``), parsed (``EventParser.parse_many``) and lifted; per event the
-    window store's upsert (``WindowStore.record_many``: local write and changelog record) and
+    window store's upsert (``WindowStore.record_many``: local write and changelog record; with
+    the native core written natively, the lifted partial marshalled there, where ``emit=batch``
+    hands the kernel's partials already encoded) and
     one eviction (``WindowStore.evict``: the entry one retention older, as a full window
     evicts one entry per event); per key of a batch one aggregate record of the worker's
     shape (``emit_floor_encoder``); then, as ``WindowsPipeline.hand_over`` does, the outputs'
