@@ -550,25 +550,27 @@ class WindowStore:
         queued.extend(zip(evicted_ids, repeat(None)))
         state.queued_upto = offset
 
-    def record_many(self, partition: int, effects: Iterable[tuple[int, str, int, Any]]) -> None:
-        """``record(partition, offset, key, time, partial)`` for each ``(offset, key, time,
-        partial)`` of ``effects`` in order (offsets increasing, no evictions: ``emit=batch``
-        evicts per key with ``evict``), with the same local writes and changelog records,
-        except that each local piece writes the applied offset once, at its end (a piece is one
-        atomic write: the local copy still only ever holds a state the store has been in, with
-        the applied offset it went to). O(len(effects)), with less Python per record than
-        ``record``: one key prefix per key, no per-record applied write."""
+    def record_many(self, partition: int, effects: Iterable[tuple[Any, ...]]) -> None:
+        """``record(partition, offset, key, time, partial, evicted_times)`` for each ``(offset,
+        key, time, partial)`` or ``(offset, key, time, partial, evicted_times)`` of ``effects``
+        in order (offsets increasing; ``emit=batch`` evicts per key with ``evict``,
+        ``emit=event`` passes each event's evictions), with the same local writes and
+        changelog records, except that each local piece writes the applied offset once, at
+        its end (a piece is one atomic write: the local copy still only ever holds a state the
+        store has been in, with the applied offset it went to). O(len(effects) + evicted),
+        with less Python per record than ``record``: one key prefix per key, no per-record
+        applied write."""
         state = self._open[partition]
         if state.backfill is not None:
-            for offset, key, time, partial in effects:
-                self.record(partition, offset, key, time, partial)
+            for offset, key, time, partial, *evicted in effects:
+                self.record(partition, offset, key, time, partial, evicted[0] if evicted else ())
             return
         encode, pack_header = self.codec.encode, UPSERT_HEADER.pack
         append = state.queued.append
         prefixes: dict[str, bytes] = {}
         local = state.local
         applied = state.applied
-        for offset, key, time, partial in effects:
+        for offset, key, time, partial, *evicted in effects:
             if offset <= applied:
                 raise ValueError(
                     f"offset {offset} of partition {partition} is not after the applied "
@@ -580,7 +582,15 @@ class WindowStore:
             eid = entry_id_of(prefix, time)
             data = encode(partial)
             local.put(eid, data)
-            append((eid, pack_header(offset, 0) + data))
+            if evicted and evicted[0]:
+                times = evicted[0]
+                evicted_ids = [entry_id_of(prefix, t) for t in times]
+                for evicted_id in evicted_ids:
+                    local.delete(evicted_id)
+                append((eid, encode_upsert(offset, times, data)))
+                state.queued.extend(zip(evicted_ids, repeat(None)))
+            else:
+                append((eid, pack_header(offset, 0) + data))
             applied = offset
             if len(local) >= LOCAL_PIECE_OPS - 1:
                 local.put(_META_APPLIED, _OFFSET.pack(applied))

@@ -924,18 +924,35 @@ async def test_record_many_writes_what_record_writes_each_piece_ending_at_its_ap
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
 ) -> None:
     """``record_many`` queues the changelog records ``record`` queues for the same effects,
-    both stores restore the same state, and its local pieces, written one at a time (as a
-    crash between two leaves them), always hold the applied offset of their last entry."""
+    with an event's evictions (``emit=event``'s 5-tuples) or without, both stores restore the
+    same state, and its local pieces, written one at a time (as a crash between two leaves
+    them), always hold the applied offset of their last entry."""
     from rocksdict import Options, Rdict
 
-    effects = [(offset, f"k{offset % 7}", offset // 3, [1, offset]) for offset in range(900)]
+    effects: list[tuple] = []
+    present: dict[str, list[int]] = {}
+    model: dict[tuple[str, int], list[int]] = {}
+    for offset in range(900):
+        key, t, partial = f"k{offset % 7}", offset // 3, [1, offset]
+        times = present.setdefault(key, [])
+        if t not in times:
+            times.append(t)
+        model[(key, t)] = partial
+        if offset % 4:
+            effects.append((offset, key, t, partial))
+            continue
+        evicted = tuple(times[:2]) if times[0] < t - 20 else ()
+        del times[: len(evicted)]
+        for gone in evicted:
+            del model[(key, gone)]
+        effects.append((offset, key, t, partial, evicted))
     one = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "one", partitions=1)
     many = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "many", partitions=1)
     await create_changelog(one)
     await create_changelog(many)
     store_one, _ = await open_store(one, 0)
-    for offset, key, t, partial in effects:
-        store_one.record(0, offset, key, t, partial)
+    for effect in effects:
+        store_one.record(0, *effect)
     store_one_queued = list(store_one._open[0].queued)
     await store_one.stop()
     store_many, _ = await open_store(many, 0)
@@ -948,7 +965,7 @@ async def test_record_many_writes_what_record_writes_each_piece_ending_at_its_ap
         store, restored = await open_store(settings, 0)
         await store.stop()
         assert restored[0].local_entries_reused and restored[0].applied_offset == 899
-        assert as_entries(restored[0]) == {(k, t): p for _, k, t, p in effects}
+        assert as_entries(restored[0]) == model
 
     pieces = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "pieces", partitions=1)
     await create_changelog(pieces)
@@ -956,7 +973,9 @@ async def test_record_many_writes_what_record_writes_each_piece_ending_at_its_ap
     store.record_many(0, effects)
     state = store._open[0]
     assert state.queued == queued
-    offset_of = {eid: int.from_bytes(value[:8], "big") for eid, value in state.queued}
+    offset_of = {
+        eid: int.from_bytes(value[:8], "big") for eid, value in state.queued if value is not None
+    }
     scratch = Rdict(str(tmp_path / "scratch"), options=Options(raw_mode=True))
     written: list[int] = []
     for piece in [*state.pieces, state.local]:
