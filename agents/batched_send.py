@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Generator, Hashable, Iterable
+from collections.abc import Callable, Generator, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
@@ -190,6 +190,34 @@ class KeyedOutputs:
         if ts is not None and ts < self.retention.oldest_kept:
             self.retention.exceeded(ts)
         queued.append((key, value, ts, headers))
+
+    def add_many(
+        self,
+        keys: Sequence[bytes],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int | None],
+        *,
+        source: Hashable = None,
+    ) -> None:
+        """``add(key, value, timestamp, source=source)`` for each keyed record, in order, in
+        one loop (the clock that bounds the timestamps, ``kafka_timestamp``, read once):
+        O(1) per record without a Python call besides the memoised partition."""
+        partition_of = self._partition_of
+        assert partition_of is not None, "KeyedOutputs.start() was not awaited"
+        by_target = self._queued.get(source)
+        if by_target is None:
+            by_target = self._queued[source] = {}
+        now = time.time_ns() // 1_000_000
+        retention = self.retention
+        for key, value, ms in zip(keys, values, timestamps, strict=True):
+            target = partition_of(key)
+            queued = by_target.get(target)
+            if queued is None:
+                queued = by_target[target] = []
+            ts = None if ms is None or ms < 0 else min(ms, now)
+            if ts is not None and ts < retention.oldest_kept:
+                retention.exceeded(ts)
+            queued.append((key, value, ts, NO_HEADERS))
 
     async def send(
         self, source: Hashable = ALL_SOURCES, producer: AIOKafkaProducer | None = None

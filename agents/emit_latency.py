@@ -75,6 +75,13 @@ class EmitLatency:
             pending = self._pending[source] = []
         pending.append(input_ts)
 
+    def add_many(self, source: int, input_timestamps: Iterable[int]) -> None:
+        """``add(source, ts)`` for each of ``input_timestamps``. O(records) at C speed."""
+        pending = self._pending.get(source)
+        if pending is None:
+            pending = self._pending[source] = []
+        pending.extend(input_timestamps)
+
     def take(self, source: int | None = None) -> list[int]:
         """The input timestamps noted for ``source`` (None: every source) since the last
         ``take`` of it, forgotten here: call it when their records are handed to the producer,

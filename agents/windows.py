@@ -5,8 +5,9 @@ One ``WindowsPipeline`` per worker holds, for every input partition it owns, its
 partition's applied offset, restored from the ``WindowStore``. Per record, in offset order: an
 offset at or below the applied one is a redelivery and skipped; a rejected event becomes a dead
 letter; an accepted one queues its aggregate record (``emit`` = ``event``/``changes``) and its
-state change (``store.record``). ``emit = "batch"`` applies a
-fetched batch columnar, in slices of about ``SLICE_TIME``, one record per touched key. After
+state change. ``emit = "event"`` applies a fetched chunk in slices of about ``SLICE_TIME``,
+one ``apply_events`` call each (every event as ``apply_one``, its record encoded in the kernel);
+``changes`` one record at a time; ``batch`` columnar, in slices, one record per touched key. After
 each fetched chunk the outputs are handed to the producer and acknowledged before the store
 hands over the changelog records that mark their offsets applied (at-least-once output by
 construction); with exactly-once both go in one transaction per partition
@@ -113,6 +114,8 @@ class WindowsPipeline:
         store.before_changelog = self.deliver_outputs
         self._slice = 64
         """Records per synchronous ``KeyWindows.apply`` step in ``emit=batch`` (``_fit_slice``)."""
+        self._event_slice = 64
+        """Records per ``apply_events`` call in ``emit=event`` (``_fit_event_slice``)."""
         self.failure: BaseException | None = None
         """Set by ``fail``: no queued output is handed over any more (and the store is
         abandoned)."""
@@ -256,8 +259,9 @@ class WindowsPipeline:
 
     async def process_records(self, partition: int, records: Sequence[ConsumerRecord]) -> None:
         """Apply ``records``, fetched in offset order from the input ``partition``, unless the
-        partition is not loaded or halted (revoked). ``emit`` = ``event``/``changes``: one
-        record at a time, the event loop getting a turn once ~0.5 ms of work has passed (a halt
+        partition is not loaded or halted (revoked). ``emit=event``: one kernel call per slice
+        (``_process_events``, a halt taking effect at the next slice); ``changes``: one record
+        at a time, the event loop getting a turn once ~0.5 ms of work has passed (a halt
         takes effect at the next record); ``batch``: as one batch (``_process_share``). Their
         outputs and state changes stay queued until ``hand_over``."""
         state = self._states.get(partition)
@@ -270,7 +274,9 @@ class WindowsPipeline:
             self.young_collections.add(len(records))
             if self.settings.emit == "batch":
                 await self._process_share(state, records)
-            else:
+            elif self._encoder is not None:  # emit=event
+                await self._process_events(state, records)
+            else:  # emit=changes: each record compared with the key's last one
                 turns = self.turns
                 fresh = [r for r in records if r.offset > state.applied_offset]
                 self.counts["redelivered_skipped"] += len(records) - len(fresh)
@@ -365,8 +371,8 @@ class WindowsPipeline:
     async def _process_one(
         self, state: PartitionState, record: ConsumerRecord, parsed: ParsedEvent | BadEvent
     ) -> None:
-        """Handle one input record (``emit`` = ``event`` or ``changes``), after the applied
-        offset, ``parsed`` being its ``EventParser.parse_many`` outcome."""
+        """Handle one input record (``emit=changes``), after the applied offset, ``parsed``
+        being its ``EventParser.parse_many`` outcome."""
         offset = record.offset
         if isinstance(parsed, BadEvent):
             await self._reject(state, record, parsed.reason, parsed.detail)
@@ -379,21 +385,8 @@ class WindowsPipeline:
             return
         self.counts["accepted"] += 1
         key, event_ts = outcome.key, parsed[1]
-        encoder = self._encoder
-        if encoder is None:  # emit=changes: the record decides whether anything changed
-            self._emit(
-                windows.record_of(key, event_ts), key, state.partition, offset, record.timestamp
-            )
-        else:
-            data = encoder.encode(
-                key,
-                event_ts,
-                windows.stream_time,  # type: ignore[arg-type]  # set by apply
-                windows.lowered_windows(key, event_ts),
-                state.partition,
-                offset,
-            )
-            self._queue_aggregate(key, data, event_ts, state.partition, record.timestamp)
+        # the record decides whether anything changed
+        self._emit(windows.record_of(key, event_ts), key, state.partition, offset, record.timestamp)
         self.store.record(
             state.partition,
             offset,
@@ -403,6 +396,83 @@ class WindowsPipeline:
             outcome.evicted,
         )
         state.applied_offset = offset
+
+    async def _process_events(
+        self, state: PartitionState, messages: Sequence[ConsumerRecord]
+    ) -> None:
+        """One partition's share of a chunk under ``emit=event``: parsed and applied in slices
+        sized to take about ``SLICE_TIME`` each (``_fit_event_slice``), one
+        ``apply_events`` call per slice (each event applied as ``apply_one`` and its record
+        encoded, in the kernel on the native build); per slice the records are queued and
+        the input timestamps noted in bulk, then the store's writes (evictions included) and
+        the dead letters in offset order. The event loop gets a turn between slices once the
+        budget is spent; a halt (revoked) takes effect at the next slice."""
+        fresh = [m for m in messages if m.offset > state.applied_offset]
+        self.counts["redelivered_skipped"] += len(messages) - len(fresh)
+        turns = self.turns
+        parse_many = self.parser.parse_many
+        partition = state.partition
+        encoder = self._encoder
+        lo = 0
+        while lo < len(fresh) and not state.halted:
+            started = time.perf_counter()
+            piece = fresh[lo : lo + self._event_slice]
+            lo += len(piece)
+            parsed = parse_many(piece)
+            offsets = [m.offset for m in piece]
+            refused: list[tuple[ConsumerRecord, str, str]] = []
+            good = [i for i, outcome in enumerate(parsed) if not isinstance(outcome, BadEvent)]
+            if len(good) < len(piece):
+                refused.extend(
+                    (message, outcome.reason, outcome.detail)
+                    for message, outcome in zip(piece, parsed, strict=True)
+                    if isinstance(outcome, BadEvent)
+                )
+                parsed = [parsed[i] for i in good]
+                offsets = [offsets[i] for i in good]
+            applied = state.windows.apply_events(parsed, offsets, partition, encoder)  # type: ignore[arg-type]  # no BadEvent
+            effects = applied.effects
+            if len(effects) == len(piece):
+                stamps = [m.timestamp for m in piece]
+            else:
+                by_offset = {m.offset: m for m in piece}
+                stamps = [by_offset[effect[0]].timestamp for effect in effects]
+                refused.extend((by_offset[o], r.reason, r.detail) for o, r in applied.rejected)
+            self.counts["aggregates"] += len(effects)
+            self.aggregates.add_many(
+                applied.keys, applied.records, applied.event_ts, source=partition
+            )
+            self.latency.add_many(partition, stamps)
+            await self._record_in_order(state, effects, refused)
+            self._fit_event_slice(time.perf_counter() - started)
+            if time.perf_counter() >= turns.deadline:
+                await turns.take()
+
+    def _fit_event_slice(self, elapsed: float) -> None:
+        """Adapt the ``emit=event`` slice size to ``elapsed`` seconds the last slice took, as
+        ``_fit_slice`` does for ``emit=batch``."""
+        if elapsed > SLICE_TIME:
+            self._event_slice = max(1, self._event_slice // 2)
+        elif elapsed < SLICE_TIME / 4:
+            self._event_slice = min(MAX_SLICE, self._event_slice * 2)
+
+    async def _record_in_order(
+        self,
+        state: PartitionState,
+        effects: list[Any],
+        refused: list[tuple[ConsumerRecord, str, str]],
+        encoded: bool = False,
+    ) -> None:
+        """The store's records of accepted ``effects`` (in offset order; ``encoded``: their
+        partials are the store codec's bytes) and the dead letters and ``record_skipped`` of
+        ``refused`` records, interleaved in offset order."""
+        done = 0
+        for message, reason, detail in sorted(refused, key=_offset_of_refused):
+            upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
+            await self._record_effects(state, effects[done:upto], encoded)
+            await self._reject(state, message, reason, detail)
+            done = upto
+        await self._record_effects(state, effects[done:], encoded)
 
     async def _process_share(
         self, state: PartitionState, messages: Sequence[ConsumerRecord]
@@ -464,13 +534,7 @@ class WindowsPipeline:
                 self._queue_encoded(pending, partition, fresh)
                 await turns.take()
         self._queue_encoded(pending, partition, fresh)
-        done = 0
-        for message, reason, detail in sorted(refused, key=_offset_of_refused):
-            upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
-            await self._record_effects(state, effects[done:upto], encoded)
-            await self._reject(state, message, reason, detail)
-            done = upto
-        await self._record_effects(state, effects[done:], encoded)
+        await self._record_in_order(state, effects, refused, encoded)
         for key, times in evicted:
             if times:
                 self.store.evict(state.partition, key, times)
@@ -501,12 +565,12 @@ class WindowsPipeline:
             self._slice = min(MAX_SLICE, self._slice * 2)
 
     async def _record_effects(
-        self, state: PartitionState, effects: list[tuple[int, str, int, Any]], encoded: bool
+        self, state: PartitionState, effects: list[Any], encoded: bool = False
     ) -> None:
-        """Queue the store's records of accepted ``(offset, key, time, partial)`` effects
-        (``WindowStore.record_many``; ``encoded``: the partials are the store codec's bytes),
-        ``STORE_SLICE`` at a time, the event loop getting a turn in between once the budget
-        is spent (HTTP queries)."""
+        """Queue the store's records of accepted ``(offset, key, time, partial)`` effects, or
+        ``(..., evicted_times)`` (``WindowStore.record_many``; ``encoded``: the partials are
+        the store codec's bytes), ``STORE_SLICE`` at a time, the event loop getting a turn in
+        between once the budget is spent (HTTP queries)."""
         turns = self.turns
         record_many = self.store.record_many
         partition = state.partition
@@ -607,7 +671,7 @@ def _offset_of_refused(refused: tuple[ConsumerRecord, str, str]) -> int:
     return refused[0].offset
 
 
-def _offset_of_effect(effect: tuple[int, str, int, Any]) -> int:
+def _offset_of_effect(effect: tuple[Any, ...]) -> int:
     return effect[0]
 
 

@@ -357,6 +357,11 @@ NATIVE_K = "worker_pipeline_native_k_kafka.json"
 NATIVE_K_LONG = "worker_pipeline_native_k_long_kafka.json"
 """The same on the native kernel only, with longer cells (``--events``)."""
 
+EVENT_CHUNK_BEFORE = "worker_pipeline_event_chunk_before_kafka.json"
+"""``emit=event`` one record at a time (main f0b381e): the base of the next one."""
+EVENT_CHUNK_AFTER = "worker_pipeline_event_chunk_after_kafka.json"
+"""``emit=event`` with one ``apply_events`` call per slice (the same command)."""
+
 NATIVE_K_GOALS = {"batch": 0.5, "event": 0.25}
 """Issue 29's goals: each emit mode's rate on the native kernel as a multiple of the floor's."""
 
@@ -1000,6 +1005,8 @@ USED = {
     "worker_pipeline_kafka.json",
     NATIVE_K,
     NATIVE_K_LONG,
+    EVENT_CHUNK_BEFORE,
+    EVENT_CHUNK_AFTER,
     "latency_kafka.json",
     "paper_claims.json",
     "spark_bench.json",
@@ -1045,6 +1052,8 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         *worker_section(),
         *native_k_section(NATIVE_K, "The native worker per window size (Apache Kafka)"),
         *native_k_section(NATIVE_K_LONG, "The native worker per window size, longer cells"),
+        *native_k_section(EVENT_CHUNK_BEFORE, "`emit=event` one record at a time (before)"),
+        *native_k_section(EVENT_CHUNK_AFTER, "`emit=event` one kernel call per slice (after)"),
         *peers_section(plots),
         *jvm_peers_section(),
         *latency_section(plots),

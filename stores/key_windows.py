@@ -277,6 +277,21 @@ class AppliedBatch(NamedTuple):
     last: dict[str, tuple[Any, int]]
 
 
+class AppliedEvents(NamedTuple):
+    """What ``KeyWindows.apply_events`` did, per event as ``apply_one`` and the record's bytes
+    as ``encoder.encode`` of ``lowered_windows`` right after it: ``effects`` — per accepted
+    event, in input order, ``(offset, key, time, partial, evicted)`` (``Accepted``'s time,
+    partial and evicted times: what ``WindowStore.record_many`` takes); ``keys`` — its key's
+    UTF-8 bytes; ``event_ts`` — its event time; ``records`` — its aggregate record's bytes;
+    ``rejected`` — ``(offset, Rejected)`` per refused event, in input order."""
+
+    effects: list[tuple[int, str, int, Any, tuple[int, ...]]]
+    keys: list[bytes]
+    event_ts: list[int]
+    records: list[bytes]
+    rejected: list[tuple[int, Rejected]]
+
+
 class KeyWindows:
     """The per-key windows of one partition (see the module docstring for the semantics).
 
@@ -471,6 +486,20 @@ class KeyWindows:
         ``record_of`` per touched key (what the worker does, without an object per event).
         """
         return accepted_batch(self, events)
+
+    def apply_events(
+        self,
+        events: Sequence[tuple[str, int, Any]],
+        offsets: Sequence[int],
+        partition: int,
+        encoder: Any,
+    ) -> AppliedEvents:
+        """``emit=event`` for a slice of ``(key, ts, value)`` events with their input
+        ``offsets`` (``applied_events``): each applied as ``apply_one`` applies it, its
+        record encoded by ``encoder`` (an ``agents.records.AggregateEncoder`` or its native
+        twin) answering input ``partition`` at its offset. O(``apply_one`` +
+        ``lowered_windows``) per event."""
+        return applied_events(self, events, offsets, partition, encoder)
 
     def apply(self, events: Iterable[tuple[str, int, Any]], tags: Iterable[Any]) -> AppliedBatch:
         """Apply ``(key, ts, value)`` events, each with its ``tag`` (the worker: its input
@@ -832,6 +861,36 @@ def accepted_batch(windows: Any, events: Sequence[tuple[str, int, Any]]) -> Batc
         if record is not None:
             result.records.append(record)
     return result
+
+
+def applied_events(
+    windows: Any,
+    events: Sequence[tuple[str, int, Any]],
+    offsets: Sequence[int],
+    partition: int,
+    encoder: Any,
+) -> AppliedEvents:
+    """``apply_events`` of ``windows`` (a ``KeyWindows``, or its native twin's Python rest):
+    per event in order ``apply_one``, then for an accepted one ``encoder.encode`` of its key's
+    ``lowered_windows`` at the stream time after it."""
+    effects: list[tuple[int, str, int, Any, tuple[int, ...]]] = []
+    keys: list[bytes] = []
+    stamps: list[int] = []
+    records: list[bytes] = []
+    rejected: list[tuple[int, Rejected]] = []
+    apply_one, lowered_windows, encode = windows.apply_one, windows.lowered_windows, encoder.encode
+    for (key, ts, value), offset in zip(events, offsets, strict=True):
+        try:
+            accepted = apply_one(key, ts, value)
+        except Rejected as refused:
+            rejected.append((offset, refused))
+            continue
+        effects.append((offset, key, accepted.time, accepted.partial, accepted.evicted))
+        keys.append(key.encode())
+        stamps.append(ts)
+        lowered = lowered_windows(key, ts)
+        records.append(encode(key, ts, windows.stream_time, lowered, partition, offset))
+    return AppliedEvents(effects, keys, stamps, records, rejected)
 
 
 def window_result(

@@ -26,6 +26,7 @@ from stores.key_windows import (
     EVENT_TIME,
     Accepted,
     AppliedBatch,
+    AppliedEvents,
     BatchResult,
     KeyAggregates,
     KeyWindows,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 _DELEGATED = (
     "apply",
     "apply_one",
+    "apply_events",
     "accept",
     "accept_batch",
     "evict_expired",
@@ -256,6 +258,35 @@ class NativeKeyWindows:
             return self._move_to_python().apply_one(key, ts, value)
         t, partial, evicted = outcome
         return Accepted(key, t, partial, evicted, None)
+
+    def apply_events(
+        self,
+        events: Sequence[tuple[str, int, Any]],
+        offsets: Sequence[int],
+        partition: int,
+        encoder: Any,
+    ) -> AppliedEvents:
+        """``KeyWindows.apply_events`` in one call into the kernel (the clock read once for
+        the call), which encodes the records with ``encoder`` (the native
+        ``AggregateEncoder`` in Rust); from an event whose value needs the Python path on,
+        the rest of the slice runs there."""
+        if not isinstance(events, list):
+            events = list(events)
+        if not isinstance(offsets, list):
+            offsets = list(offsets)
+        effects, keys, stamps, records, rejected, done = self._core.apply_events(
+            events, offsets, partition, encoder, self._now()
+        )
+        if done < len(events):
+            rest = self._move_to_python().apply_events(
+                events[done:], offsets[done:], partition, encoder
+            )
+            effects += rest.effects
+            keys += rest.keys
+            stamps += rest.event_ts
+            records += rest.records
+            rejected += rest.rejected
+        return AppliedEvents(effects, keys, stamps, records, rejected)
 
     def accept(self, key: str, ts: int, value: Any) -> Accepted:
         """``KeyWindows.accept``: ``apply_one``, then the key's record."""

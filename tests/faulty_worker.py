@@ -1,8 +1,8 @@
 """``fiba worker`` with one injected fault, for tests/test_crash_recovery.py (the broker is real).
 
 Run as ``python -m tests.faulty_worker`` with the worker's ``FIBA_*`` environment and
-one fault: ``FAULT_PARTITION``/``FAULT_OFFSET`` (the store call of that input record raises
-after queuing its changes, ending the input reader as a bug would), ``FAULT_QUERY_ID``
+one fault: ``FAULT_PARTITION``/``FAULT_OFFSET`` (the store call recording that input record
+raises after queuing its changes, ending the input reader as a bug would), ``FAULT_QUERY_ID``
 (handling that query raises, ending the query consumer), ``FAULT_SLOW_CHANGELOG_S`` (every
 changelog hand-over waits first: the window in which a SIGKILL repeats outputs under
 at-least-once and must not under exactly-once) or ``FAULT_SLOW_OUTPUTS_S`` (outputs are
@@ -100,14 +100,27 @@ def delay_changelog(topic: str, delay: float) -> None:
 
 
 def inject_input_fault(worker: Worker, fault_partition: int, fault_offset: int) -> None:
-    record = worker.store.record
+    """The store call that records the input record at ``fault_offset`` of ``fault_partition``
+    (``record``, or ``record_many`` with its effect among others: ``emit=event`` and
+    ``batch``) raises once it has queued its changes."""
+    record, record_many = worker.store.record, worker.store.record_many
+
+    def fail(partition: int, offset: int) -> None:
+        raise InjectedFault(f"injected fault at offset {offset} of partition {partition}")
 
     def record_then_fail(partition: int, offset: int, *effect: Any) -> None:
         record(partition, offset, *effect)
         if (partition, offset) == (fault_partition, fault_offset):
-            raise InjectedFault(f"injected fault at offset {offset} of partition {partition}")
+            fail(partition, offset)
+
+    def record_many_then_fail(partition: int, effects: Iterable[tuple[Any, ...]]) -> None:
+        effects = list(effects)
+        record_many(partition, effects)
+        if partition == fault_partition and any(e[0] == fault_offset for e in effects):
+            fail(partition, fault_offset)
 
     worker.store.record = record_then_fail  # type: ignore[method-assign]
+    worker.store.record_many = record_many_then_fail  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

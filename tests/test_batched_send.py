@@ -84,6 +84,8 @@ async def test_records_beyond_one_batch_arrive_complete_and_in_order(
 async def test_keyed_outputs_land_where_producer_send_would_put_them(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
 ) -> None:
+    """Records queued one by one (``add``) or at once (``add_many``, with their event times as
+    Kafka timestamps, bounded by the clock) land on their key's partition, in order."""
     settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=4)
     topic = f"{settings.app_id}-out"
     await create_topics(settings, [TopicSpec(topic, 4, 1)])
@@ -97,8 +99,9 @@ async def test_keyed_outputs_land_where_producer_send_would_put_them(
         for key, value in sent[:120]:
             outputs.add(key, value)
         await outputs.send()
-        for key, value in sent[120:]:
-            outputs.add(key, value)
+        later = sent[120:]  # in one add_many, with event times (one ahead of the clock)
+        stamps = [1_700_000_000_000 + i for i in range(len(later) - 1)] + [2**62]
+        outputs.add_many([k for k, _ in later], [v for _, v in later], stamps, source=5)
         await outputs.send()
         await outputs.send()  # nothing queued: nothing sent
         await producer.flush()
@@ -110,6 +113,9 @@ async def test_keyed_outputs_land_where_producer_send_would_put_them(
         await producer.stop()
     got = [r for r in await read_to_end(settings, topic) if r.value != b"probe"]
     assert sorted((r.key, r.value) for r in got) == sorted(sent)
+    stamp_of = {r.value: r.timestamp for r in got}
+    assert [stamp_of[v] for _, v in later[:-1]] == stamps[:-1]
+    assert stamp_of[later[-1][1]] <= time.time_ns() // 1_000_000  # the clock's, not 2**62
     for record in got:
         assert record.partition == expected_partition[record.key]
     for key in expected_partition:  # each key's records in the order added

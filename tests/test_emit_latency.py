@@ -37,7 +37,10 @@ def test_taken_per_source_or_all_and_observed_once() -> None:
     latency = EmitLatency(clock=lambda: NOW_S)
     for source, ts in ((0, 10), (1, 11), (0, 12), (2, 13)):
         latency.add(source, ts)
-    assert latency.take(0) == [10, 12]
+    latency.add_many(0, [14, 15])  # a slice's notes at once
+    latency.add_many(3, [])
+    assert latency.take(0) == [10, 12, 14, 15]
+    assert latency.take(3) == []
     assert latency.take(0) == []
     assert sorted(latency.take()) == [11, 13]
     assert latency.take() == []

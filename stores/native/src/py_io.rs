@@ -245,7 +245,7 @@ pub struct PyAggregateEncoder {
     python: PyObject,
 }
 
-type Item<'py> = (
+pub(crate) type Item<'py> = (
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
     Bound<'py, PyAny>,
@@ -307,7 +307,7 @@ impl PyAggregateEncoder {
 }
 
 impl PyAggregateEncoder {
-    fn encode_item<'py>(
+    pub(crate) fn encode_item<'py>(
         &self,
         py: Python<'py>,
         out: &mut Vec<u8>,

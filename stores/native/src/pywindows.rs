@@ -10,10 +10,12 @@
 use crate::fiba::Time;
 use crate::monoids::{lift_part, AddOne, Fields, Kind, Spec, Val};
 use crate::overflow::{fits, Guard};
+use crate::py_io::PyAggregateEncoder;
 use crate::python::{partial_to_py, val_from_py};
 use crate::store_writes::marshal_fields;
 use crate::windows::{Group, Rejection, Settings, Source, Windows};
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use std::collections::HashMap;
@@ -376,6 +378,58 @@ where
     )))
 }
 
+/// What one event did (`event_outcome`).
+enum EventOutcome<P> {
+    /// Inserted at window time `t`: the partial stored at `t` after it, the evicted times.
+    Accepted(Time, P, Vec<Time>),
+    /// Refused: the Python `Rejected`.
+    Refused(PyObject),
+    /// Nothing changed: the value has no native partial, or int sums might leave int64.
+    NotNative,
+}
+
+/// One event exactly as `KeyWindows.apply_one` applies it (admit, lift, insert, evict the
+/// key's expired entries), `wall` being the worker's clock plus `max_wall_clock_skew`.
+#[allow(clippy::too_many_arguments)]
+fn event_outcome<const N: usize, M>(
+    py: Python<'_>,
+    ctx: &Ctx,
+    guard: &mut Guard,
+    w: &mut Windows<M>,
+    key: &str,
+    ts: i64,
+    value: &Bound<'_, PyAny>,
+    wall: Option<i128>,
+) -> PyResult<EventOutcome<[Val; N]>>
+where
+    M: crate::fiba::Monoid<P = [Val; N]> + Clone,
+{
+    let lift = lift_value::<N>(py, ctx, value)?;
+    if matches!(lift, Lift::NotNative) {
+        return Ok(EventOutcome::NotNative);
+    }
+    let bound = match native_value(value) {
+        Some(v) if ctx.needs_value => guard.value_bound(&v),
+        _ => 1,
+    };
+    if !guard.fits_taken(bound, 1) && !keys_fit(guard, w, &[key], bound) {
+        return Ok(EventOutcome::NotNative);
+    }
+    guard.take(bound, 1, true);
+    let t = w.window_time(ts);
+    if let Err(r) = w.check(t, wall) {
+        return Ok(EventOutcome::Refused(rejected_obj(py, ctx, r)?));
+    }
+    let p = match lift {
+        Lift::Native(p) => p,
+        Lift::Refused(r) => return Ok(EventOutcome::Refused(r)),
+        Lift::NotNative => unreachable!("returned above"),
+    };
+    w.advance(t);
+    let (stored, evicted) = w.insert_one(key, t, p);
+    Ok(EventOutcome::Accepted(t, stored, evicted))
+}
+
 /// One event (see `PyKeyWindows::apply_one`).
 #[allow(clippy::too_many_arguments)]
 fn apply_event<const N: usize, M>(
@@ -391,34 +445,113 @@ fn apply_event<const N: usize, M>(
 where
     M: crate::fiba::Monoid<P = [Val; N]> + Clone,
 {
-    let lift = lift_value::<N>(py, ctx, value)?;
-    if matches!(lift, Lift::NotNative) {
-        return Ok(None);
+    let wall = w.wall(now_ms);
+    match event_outcome(py, ctx, guard, w, key, ts, value, wall)? {
+        EventOutcome::Accepted(t, stored, evicted) => Ok(Some((
+            t,
+            to_py(py, ctx, &stored)?,
+            times_tuple(py, evicted)?,
+        ))),
+        EventOutcome::Refused(r) => Err(PyErr::from_value(r.into_bound(py))),
+        EventOutcome::NotNative => Ok(None),
     }
-    let bound = match native_value(value) {
-        Some(v) if ctx.needs_value => guard.value_bound(&v),
-        _ => 1,
-    };
-    if !guard.fits_taken(bound, 1) && !keys_fit(guard, w, &[key], bound) {
-        return Ok(None);
+}
+
+/// `(effects, keys, event_ts, records, rejected, done)` of `PyKeyWindows::apply_events`.
+type AppliedEvents = (PyObject, PyObject, PyObject, PyObject, PyObject, usize);
+
+/// A slice of events applied one by one (see `PyKeyWindows::apply_events`).
+#[allow(clippy::too_many_arguments)]
+fn apply_events_one_by_one<const N: usize, M>(
+    py: Python<'_>,
+    ctx: &Ctx,
+    guard: &mut Guard,
+    w: &mut Windows<M>,
+    events: &Bound<'_, PyAny>,
+    offsets: &Bound<'_, PyAny>,
+    partition: &Bound<'_, PyAny>,
+    encoder: &Bound<'_, PyAny>,
+    now_ms: Option<i64>,
+) -> PyResult<AppliedEvents>
+where
+    M: crate::fiba::Monoid<P = [Val; N]> + Clone,
+{
+    let native_encoder = encoder.downcast::<PyAggregateEncoder>().ok();
+    let encode = intern!(py, "encode");
+    let (effects, keys, stamps, records, rejected) = (
+        PyList::empty(py),
+        PyList::empty(py),
+        PyList::empty(py),
+        PyList::empty(py),
+        PyList::empty(py),
+    );
+    let wall = w.wall(now_ms);
+    let mut out: Vec<u8> = Vec::with_capacity(256);
+    let mut offsets = offsets.try_iter()?;
+    let mut done = 0;
+    for event in events.try_iter()? {
+        let offset = offsets
+            .next()
+            .ok_or_else(|| PyValueError::new_err("fewer offsets than events"))??;
+        let (key, ts, value): (Bound<'_, PyString>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
+            event?.extract()?;
+        let (key_str, ts_ms) = (key.to_str()?, ts.extract::<i64>()?);
+        match event_outcome(py, ctx, guard, w, key_str, ts_ms, &value, wall)? {
+            EventOutcome::NotNative => {
+                return Ok(applied(effects, keys, stamps, records, rejected, done))
+            }
+            EventOutcome::Refused(r) => rejected.append((&offset, r))?,
+            EventOutcome::Accepted(t, stored, evicted) => {
+                let windows = if w.cfg.event_time_end {
+                    w.windows_ending(key_str, w.window_time(ts_ms))
+                } else {
+                    w.windows_of(key_str)
+                };
+                let lowered = lowered_list(py, ctx, windows)?.into_bound(py);
+                let stream_time = w.stream_time.expect("set by the accepted event");
+                let item = (
+                    key.clone().into_any(),
+                    ts.clone(),
+                    stream_time.into_pyobject(py)?.into_any(),
+                    lowered,
+                    partition.clone(),
+                    offset.clone(),
+                );
+                let data = match &native_encoder {
+                    Some(native) => native.get().encode_item(py, &mut out, item)?,
+                    None => encoder.call_method1(encode, item)?.unbind(),
+                };
+                let partial = to_py(py, ctx, &stored)?;
+                effects.append((&offset, &key, t, partial, times_tuple(py, evicted)?))?;
+                keys.append(PyBytes::new(py, key_str.as_bytes()))?;
+                stamps.append(ts)?;
+                records.append(data)?;
+            }
+        }
+        done += 1;
     }
-    guard.take(bound, 1, true);
-    let t = w.window_time(ts);
-    if let Err(r) = w.check(t, w.wall(now_ms)) {
-        return Err(PyErr::from_value(rejected_obj(py, ctx, r)?.into_bound(py)));
+    if offsets.next().is_some() {
+        return Err(PyValueError::new_err("more offsets than events"));
     }
-    let p = match lift {
-        Lift::Native(p) => p,
-        Lift::Refused(r) => return Err(PyErr::from_value(r.into_bound(py))),
-        Lift::NotNative => unreachable!("returned above"),
-    };
-    w.advance(t);
-    let (stored, evicted) = w.insert_one(key, t, p);
-    Ok(Some((
-        t,
-        to_py(py, ctx, &stored)?,
-        times_tuple(py, evicted)?,
-    )))
+    Ok(applied(effects, keys, stamps, records, rejected, done))
+}
+
+fn applied(
+    effects: Bound<'_, PyList>,
+    keys: Bound<'_, PyList>,
+    stamps: Bound<'_, PyList>,
+    records: Bound<'_, PyList>,
+    rejected: Bound<'_, PyList>,
+    done: usize,
+) -> AppliedEvents {
+    (
+        effects.into_any().unbind(),
+        keys.into_any().unbind(),
+        stamps.into_any().unbind(),
+        records.into_any().unbind(),
+        rejected.into_any().unbind(),
+        done,
+    )
 }
 
 fn load_pairs<const N: usize, M>(
@@ -595,6 +728,33 @@ impl PyKeyWindows {
     ) -> PyResult<Option<(Time, PyObject, PyObject)>> {
         let (ctx, guard) = (&self.ctx, &mut self.guard);
         with_core!(&mut self.core, w => apply_event(py, ctx, guard, w, key, ts, value, now_ms))
+    }
+
+    /// Apply a slice of parsed `(key, ts, value)` events with their input `offsets` one by
+    /// one, each exactly as `apply_one` does (the clock `now_ms` read once for the slice),
+    /// and encode each accepted event's aggregate record with `encoder` (the native
+    /// `AggregateEncoder`, called in Rust, or any object with the Python encoder's `encode`)
+    /// answering input `partition` at its offset: `(effects, keys, event_ts, records,
+    /// rejected, done)`, per accepted event in order `(offset, key, time, partial, evicted)`,
+    /// its key's UTF-8 bytes, its event time and its record's bytes, `(offset, Rejected)`
+    /// per refused one, and how many events were applied: fewer than given when the next
+    /// one's value has no native partial (that event changed nothing). O(1) Python objects
+    /// per event besides `lower`'s, one call per distinct window partial.
+    #[pyo3(signature = (events, offsets, partition, encoder, now_ms=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn apply_events(
+        &mut self,
+        py: Python<'_>,
+        events: &Bound<'_, PyAny>,
+        offsets: &Bound<'_, PyAny>,
+        partition: &Bound<'_, PyAny>,
+        encoder: &Bound<'_, PyAny>,
+        now_ms: Option<i64>,
+    ) -> PyResult<AppliedEvents> {
+        let (ctx, guard) = (&self.ctx, &mut self.guard);
+        with_core!(&mut self.core, w => apply_events_one_by_one(
+            py, ctx, guard, w, events, offsets, partition, encoder, now_ms
+        ))
     }
 
     /// Evict `key`'s expired entries; their times.
