@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from typing import Any
 
 import stores
 from bench.machine import describe_machine
+from bench.timing import median_rates, wall_and_cpu_s
 from stores.fiba import FiBA
 from stores.monoids import SUM
 from stores.native_fiba import NativeFiBA
@@ -37,13 +37,6 @@ from stores.native_fiba import NativeFiBA
 RESULTS = Path(__file__).resolve().parent / "results" / "native_fiba.json"
 GOAL_IN_ORDER = 10e6
 AUTHORS_CPP_IN_ORDER = 21.6e6
-
-
-def _timed(run: Callable[[], None]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this thread) of ``run()``."""
-    wall, cpu = time.perf_counter(), time.thread_time()
-    run()
-    return time.perf_counter() - wall, time.thread_time() - cpu
 
 
 def _filled(tree: Any, n: int, high: int | None = None, d: int = 0) -> Any:
@@ -88,13 +81,6 @@ def _bulk_loop(tree: Any, n: int, m: int, rounds: int) -> Callable[[], None]:
     return run
 
 
-def _median_rates(samples: list[tuple[float, float]], units: float) -> dict[str, float]:
-    return {
-        "per_wall_s": units / statistics.median(wall for wall, _ in samples),
-        "per_cpu_s": units / statistics.median(cpu for _, cpu in samples),
-    }
-
-
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every (workload, path) figure of the run."""
     native = stores.native()
@@ -107,7 +93,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     def add(workload: str, path: str, unit: str, units: float, samples: list, **extra: Any) -> None:
         rows.append(
-            {"workload": workload, "path": path, "unit": unit, **_median_rates(samples, units)}
+            {"workload": workload, "path": path, "unit": unit, **median_rates(samples, units)}
             | extra
         )
         print(f"  {workload:<12} {path:<34} done", file=sys.stderr)
@@ -128,7 +114,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         return samples
 
     def python_api(make: Callable[[], Any], loop: Callable[[Any], Callable[[], None]]) -> list:
-        return [_timed(loop(make())) for _ in range(reps)]
+        return [wall_and_cpu_s(loop(make())) for _ in range(reps)]
 
     rows_extra: dict[str, Any] = {}
     rounds = args.rounds

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from bench.bursty import BurstySpec, bursty_stream, window_statistics
 from bench.cli import bench
 from bench.experiments import EXPERIMENTS
-from bench.timing import LatencySummary, percentile
+from bench.timing import LatencySummary, median_rates, percentile, wall_and_cpu_s
 from bench.workloads import AdversarialWindow
 from stores.monoids import monoid
 from tests.oracle import OracleWindow
@@ -116,6 +116,14 @@ def test_percentiles_use_the_nearest_rank() -> None:
 
 
 RATE_COLUMNS = {"per_second", "rounds_per_s", "entries_per_s", "events_per_s"}
+
+
+def test_median_rates_divide_the_units_by_the_median_wall_and_cpu_times() -> None:
+    """bench.native's and bench.native_io's rates: medians of (wall, CPU) samples, not means."""
+    samples = [(2.0, 1.0), (4.0, 8.0), (1.0, 2.0)]
+    assert median_rates(samples, 100) == {"per_wall_s": 50.0, "per_cpu_s": 50.0}
+    wall, cpu = wall_and_cpu_s(lambda: sum(range(100_000)))
+    assert wall > 0 and cpu >= 0
 
 
 def test_quick_run_of_every_experiment_writes_sane_results(tmp_path) -> None:
