@@ -202,6 +202,7 @@ def fiba_section(plots: list[Callable[[], None]]) -> list[str]:
     lines += ["![in-order throughput against window size](img/fifo.png)", ""]
     plots += [plot_ooo, plot_fifo]
     lines += builds_section()
+    lines += mypyc_section()
     return lines
 
 
@@ -293,6 +294,78 @@ def builds_section() -> list[str]:
             for r in load_csv("builds.csv")
         ),
     )
+    return lines
+
+
+MYPYC = "mypyc_python_path_kafka.json"
+
+
+def mypyc_section() -> list[str]:
+    """What the mypyc build gave where its modules still ran (the Python windows path), and
+    what it cost: the data behind retiring it (docs/native-core.md)."""
+    data = load_json(MYPYC)
+    lines = [
+        "### mypyc on the Python windows path (retired)",
+        "",
+        "The worker on the Python `KeyWindows` (`event-python`, `batch-python`: what a custom",
+        "monoid runs) with `stores.COMPILED` compiled by mypyc and as pure Python, both beside",
+        "the native core, alternated over two rounds on Apache Kafka; worker CPU µs per event",
+        "per round (the load moved the events/s too much to compare them).",
+        "",
+        *run_provenance(run_facts(MYPYC), files=[MYPYC]),
+    ]
+    cells: dict[tuple[str, int, str], list[float]] = defaultdict(list)
+    for r in data["results"]:
+        cells[r["scenario"], r["occupancy"], r["build"]].append(r["cpu_us_per_event"])
+    body = []
+    for scenario, occupancy in sorted({(s, o) for s, o, _ in cells}):
+        compiled = cells[scenario, occupancy, "compiled+native"]
+        pure = cells[scenario, occupancy, "pure+native"]
+        body.append(
+            [
+                f"`{scenario}`",
+                number(occupancy, 7),
+                " / ".join(number(v) for v in compiled),
+                " / ".join(number(v) for v in pure),
+                f"{statistics.median(pure) / statistics.median(compiled):.2f}x",
+            ]
+        )
+    lines += table(
+        ["scenario", "events/key", "compiled (rounds)", "pure (rounds)", "pure / compiled"], body
+    )
+    micro = data["micro"]
+    lines += [
+        f"The window work alone, offline ({micro['command']}; load {micro['load_before']}):",
+        "",
+    ]
+    lines += table(
+        [
+            "events/key",
+            "emit",
+            "aggregations",
+            "compiled µs/event",
+            "pure µs/event",
+            "pure / compiled",
+        ],
+        (
+            [
+                number(r["occupancy"], 7),
+                r["emit"],
+                r["aggregations"],
+                number(r["compiled_cpu_us_per_event"]),
+                number(r["pure_cpu_us_per_event"]),
+                f"{r['pure_over_compiled']:.2f}x",
+            ]
+            for r in micro["results"]
+        ),
+    )
+    install = data["install"]
+    lines += [
+        f"Its cost at install: {number(install['mypyc_cpu_s'])} s of CPU "
+        f"({number(install['mypyc_wall_s'])} s wall at load {install['load']}) for mypyc and the",
+        f"C compiler, of a `make install` of {number(install['make_install_cpu_s'])} s of CPU.",
+        "",
+    ]
     return lines
 
 
@@ -989,6 +1062,7 @@ def other_files_section(used: set[str]) -> list[str]:
 
 
 USED = {
+    MYPYC,
     "peers.json",
     "peers_kafka.json",
     "worker_pipeline.json",
