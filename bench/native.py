@@ -6,8 +6,8 @@ the generator of tests/test_fiba_complexity.py); and bulk (per round, m younger 
 ``bulk_insert`` and the m oldest out by ``bulk_evict``, then a query; rates in entries).
 Each is measured three ways: the native tree with the loop inside Rust (no Python call
 measured; ``stores._native.bench_*``), the native tree through its Python API (one call per
-operation, what the worker would pay), and the Python FiBA (the build loaded: mypyc-compiled
-or pure) through the same loop, so the ratios come from one run on one machine. Rates are
+operation, what the worker would pay), and the Python FiBA through the same loop, so the
+ratios come from one run on one machine. Rates are
 per wall second and per CPU second of the measuring thread (the machine is shared: the CPU
 rate is what the code costs, the wall rate what it got); each figure is the median of
 ``--repetitions`` runs. Prints the command, the machine and its load, a table and the
@@ -88,7 +88,6 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         raise SystemExit(f"bench.native: no native core in this build ({stores.build()})")
     n, d, m, arity, reps = args.n, args.d, args.m, args.min_arity, args.repetitions
     high = 1 << 40
-    python_build = stores.build().partition("+")[0]
     rows: list[dict[str, Any]] = []
 
     def add(workload: str, path: str, unit: str, units: float, samples: list, **extra: Any) -> None:
@@ -130,7 +129,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     add("in order", "native, through the Python API", "rounds", calls,
         python_api(lambda: _filled(NativeFiBA(SUM, arity), n),
                    lambda tree: _in_order_loop(tree, n, calls)))  # fmt: skip
-    add("in order", f"Python FiBA ({python_build})", "rounds", calls,
+    add("in order", "Python FiBA", "rounds", calls,
         python_api(lambda: _filled(FiBA(SUM, arity), n),
                    lambda tree: _in_order_loop(tree, n, calls)))  # fmt: skip
 
@@ -141,7 +140,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     add(f"d = {d}", "native, through the Python API", "rounds", calls,
         python_api(lambda: _filled(NativeFiBA(SUM, arity), n, high, d),
                    lambda tree: _out_of_order_loop(tree, n, d, calls)))  # fmt: skip
-    add(f"d = {d}", f"Python FiBA ({python_build})", "rounds", calls,
+    add(f"d = {d}", "Python FiBA", "rounds", calls,
         python_api(lambda: _filled(FiBA(SUM, arity), n, high, d),
                    lambda tree: _out_of_order_loop(tree, n, d, calls)))  # fmt: skip
 
@@ -153,7 +152,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     add(f"bulk m = {m}", "native, through the Python API", "entries", python_bulk * m,
         python_api(lambda: _filled(NativeFiBA(SUM, arity), n),
                    lambda tree: _bulk_loop(tree, n, m, python_bulk)))  # fmt: skip
-    add(f"bulk m = {m}", f"Python FiBA ({python_build})", "entries", python_bulk * m,
+    add(f"bulk m = {m}", "Python FiBA", "entries", python_bulk * m,
         python_api(lambda: _filled(FiBA(SUM, arity), n),
                    lambda tree: _bulk_loop(tree, n, m, python_bulk)))  # fmt: skip
     return rows

@@ -201,7 +201,6 @@ def fiba_section(plots: list[Callable[[], None]]) -> list[str]:
     lines += ["![throughput against out-of-order distance](img/ooo.png)", ""]
     lines += ["![in-order throughput against window size](img/fifo.png)", ""]
     plots += [plot_ooo, plot_fifo]
-    lines += builds_section()
     lines += mypyc_section()
     return lines
 
@@ -269,34 +268,6 @@ def paper_measures(rounds: list[dict[str, str]]) -> dict[str, str]:
     }
 
 
-def builds_section() -> list[str]:
-    run = report_header("report-builds.txt")
-    lines = [
-        "### The compiled hot path against pure Python",
-        "",
-        "`FiBA(min_arity=4)` with sum, n = 2^16; speed-up against today's pure-Python build.",
-        "",
-        *run_provenance(
-            run,
-            files=["builds.csv", "report-builds.txt"],
-        ),
-    ]
-    lines += table(
-        ["operation", "build", "per second", "ns each", "speed-up"],
-        (
-            [
-                r["operation"],
-                r["build"],
-                number(r["per_second"]),
-                number(r["ns_each"]),
-                f"{float(r['speedup']):.2f}x",
-            ]
-            for r in load_csv("builds.csv")
-        ),
-    )
-    return lines
-
-
 MYPYC = "mypyc_python_path_kafka.json"
 
 
@@ -308,9 +279,10 @@ def mypyc_section() -> list[str]:
         "### mypyc on the Python windows path (retired)",
         "",
         "The worker on the Python `KeyWindows` (`event-python`, `batch-python`: what a custom",
-        "monoid runs) with `stores.COMPILED` compiled by mypyc and as pure Python, both beside",
-        "the native core, alternated over two rounds on Apache Kafka; worker CPU µs per event",
-        "per round (the load moved the events/s too much to compare them).",
+        "monoid runs) with the retired build's modules (monoids, FiBA, window suffixes, key",
+        "windows) compiled by mypyc and as pure Python, both beside the native core, alternated",
+        "over two rounds on Apache Kafka; worker CPU µs per event per round (the load moved the",
+        "events/s too much to compare them). The decision: docs/native-core.md.",
         "",
         *run_provenance(run_facts(MYPYC), files=[MYPYC]),
     ]

@@ -163,25 +163,6 @@ def test_quick_run_of_every_experiment_writes_sane_results(tmp_path) -> None:
     assert "DABA excluded from out-of-order runs" in report
 
 
-def test_builds_measures_the_pure_core_of_a_baseline_revision(tmp_path) -> None:
-    """``--baseline REV`` adds REV's pure-Python core (its own sources, loaded from git) to the
-    builds experiment, with findings against it; a name that is no revision stops the run at
-    once (usage error, exit 2)."""
-    quick = ("--quick", "--repetitions", "1", "--seconds", "0.001", "--out", str(tmp_path))
-    outcome = CliRunner().invoke(bench, ["builds", *quick, "--baseline", "HEAD~1"])
-    assert outcome.exit_code == 0, outcome.output
-    assert outcome.output.startswith("command: python -m bench builds --quick")
-    assert "--baseline 'HEAD~1'" in outcome.output or "--baseline HEAD~1" in outcome.output
-    rows = _csv_rows(tmp_path / "builds.csv")
-    assert {r["build"] for r in rows} >= {"pure Python at HEAD~1", "pure Python"}
-    assert all(float(r["per_second"]) > 0 for r in rows)
-    assert "x pure Python at HEAD~1 (issue 20)" in outcome.output
-    assert "round d=256: pure Python no slower than pure Python at HEAD~1" in outcome.output
-    refused = CliRunner().invoke(bench, ["builds", *quick, "--baseline", "no-such-revision"])
-    assert refused.exit_code == 2
-    assert "'no-such-revision' is not a git revision of this repository" in refused.output
-
-
 def _csv_rows(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(path.read_text().splitlines()))
 
