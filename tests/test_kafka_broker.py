@@ -19,7 +19,9 @@ from app.brokers.kinds import development_broker_options, make_broker, options_k
 from app.brokers.process import BrokerError, BrokerSetupError, free_port
 from app.topics import DATA_TOPIC_CONFIGS
 
-pytestmark = pytest.mark.timeout(600)
+# Apache Kafka's own broker kind, whichever kind and build the pass runs: `make test` runs
+# these in its Kafka pass only
+pytestmark = [pytest.mark.timeout(600), pytest.mark.once]
 
 
 def test_concurrent_first_resolutions_leave_one_complete_cache(tmp_path):
