@@ -335,7 +335,8 @@ def mypyc_section() -> list[str]:
     lines += [
         f"Its cost at install: {number(install['mypyc_cpu_s'])} s of CPU "
         f"({number(install['mypyc_wall_s'])} s wall at load {install['load']}) for mypyc and the",
-        f"C compiler, of a `make install` of {number(install['make_install_cpu_s'])} s of CPU.",
+        f"C compiler, of a `make install` of {number(install['make_install_cpu_s'])} s of CPU "
+        f"({number(install['make_install_without_mypyc_cpu_s'])} s without it).",
         "",
     ]
     return lines
