@@ -7,11 +7,14 @@ STAMP  := $(VENV)/.installed
 .PHONY: install kafka-jars spark-jars demo test test-kafka test-embedded test-newest-python lint bench \
 	bench-quick chaos clean
 
-# the install compiles stores.COMPILED and the native crate (setup.py): redone when one of
-# them changes
+# the install builds the native crate (setup.py): redone when its sources change. It first
+# removes what the retired mypyc build left in stores/ (extension modules that would shadow
+# the .py sources).
 NATIVE_SOURCES := stores/native/Cargo.toml $(wildcard stores/native/src/*.rs)
-$(STAMP): pyproject.toml setup.py stores/monoids.py stores/fiba.py stores/window_suffixes.py \
-		stores/key_windows.py $(NATIVE_SOURCES)
+MYPYC_LEFTOVERS := stores/compiled.json $(wildcard stores/_compiled__mypyc*.so \
+	$(foreach m,monoids fiba window_suffixes key_windows,stores/$(m).*.so))
+$(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
+	rm -f $(MYPYC_LEFTOVERS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -31,10 +34,11 @@ kafka-jars: $(STAMP)
 spark-jars: $(STAMP)
 	$(PY) -m spark_bridge.connector
 
-# Every test runs under both builds of the hot path and every Kafka test on both broker kinds:
-# the compiled build (when the install could compile it) on Apache Kafka (`test-kafka`) and the
+# Every test runs under both builds of the core and every Kafka test on both broker kinds: the
+# native build (when the install could build it) on Apache Kafka (`test-kafka`) and the
 # pure-Python build (FIBA_PURE_PYTHON=1) on Tansu (`test-embedded`), the two passes at once, beside
-# the newest-Python check (`test-newest-python`)
+# the newest-Python check (`test-newest-python`); a test marked `once` (the same on either build
+# and broker) runs in the Kafka pass only
 # (their brokers, ports and temporary directories are their own; each pass's output is printed
 # when it ends). PYTEST_OPTS: three xdist workers per pass (most tests wait on brokers, Spark and
 # worker subprocesses), sharing one session broker, each with its own SparkSession; a file's
@@ -46,11 +50,11 @@ test: $(STAMP) kafka-jars spark-jars
 	$(MAKE) --no-print-directory -j3 --output-sync=target test-kafka test-embedded test-newest-python
 
 # The newest supported Python (pyproject's classifiers; .venv has the oldest, 3.11): the core
-# alone (no Spark, no benchmarks) installed in .venv-newest, pure Python and not editable (an
-# editable install would rebuild stores/ in place, replacing .venv's compiled modules); then
-# the unit tests of the FiBA core and the per-key windows and a short `fiba demo`, both on the
-# repository's sources (the install brings the dependencies; it is redone when pyproject.toml
-# or setup.py change). About 15 s of CPU once installed (~55 s more for the install).
+# alone (no Spark, no benchmarks) installed in .venv-newest, pure Python and not editable (it
+# only brings the dependencies); then the unit tests of the FiBA core and the per-key windows
+# and a short `fiba demo`, both on the repository's sources (the install is redone when
+# pyproject.toml or setup.py change). About 15 s of CPU once installed (~55 s more for the
+# install).
 NEWEST_PYTHON ?= $(shell for p in python3.13 $(HOME)/.pyenv/versions/3.13*/bin/python3.13; do \
 	$$p -V >/dev/null 2>&1 && echo $$p && break; done)
 NEWEST := .venv-newest
@@ -72,7 +76,7 @@ test-kafka: $(STAMP)
 	TEST_BROKER_KINDS=kafka $(PY) -m pytest -q $(PYTEST_OPTS)
 
 test-embedded: $(STAMP)
-	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q $(PYTEST_OPTS)
+	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q -m "not once" $(PYTEST_OPTS)
 
 # (and the native crate's format and clippy, where cargo is installed)
 lint: $(STAMP)
@@ -95,5 +99,5 @@ chaos: $(STAMP)
 	$(PY) -m bench.chaos --emit batch $(CHAOS_ARGS)
 
 clean:
-	rm -rf $(VENV) $(NEWEST) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so stores/compiled.json \
+	rm -rf $(VENV) $(NEWEST) build *.egg-info .pytest_cache .hypothesis .ruff_cache stores/*.so \
 		stores/native.json stores/native/target

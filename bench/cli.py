@@ -21,7 +21,6 @@ import click
 from bench.algorithms import load_monoid
 from bench.config import DEFAULT_MONOIDS, BenchConfig
 from bench.experiments import EXPERIMENTS
-from bench.experiments.builds import revision_exists
 from bench.machine import describe_machine
 from bench.report import Finding, format_result, write_result
 from bench.timing import CLOCKS
@@ -40,12 +39,6 @@ def _monoid_names(_ctx: click.Context, _param: click.Parameter, value: str) -> t
         except (KeyError, ValueError) as error:
             raise click.BadParameter(str(error)) from error
     return names
-
-
-def _git_revision(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not revision_exists(value):
-        raise click.BadParameter(f"{value!r} is not a git revision of this repository")
-    return value
 
 
 def _display_path(path: Path) -> str:
@@ -74,8 +67,6 @@ def reproduce_command(experiment: str, config: BenchConfig) -> str:
         "--out",
         _display_path(config.out),
     ]
-    if config.baseline:
-        words += ["--baseline", config.baseline]
     return shlex.join(words)
 
 
@@ -116,13 +107,6 @@ def reproduce_command(experiment: str, config: BenchConfig) -> str:
     default=None,
     help="Directory for CSV and PNG files [default: bench/results, quick: bench/results/quick].",
 )
-@click.option(
-    "--baseline",
-    metavar="REV",
-    default=None,
-    callback=_git_revision,
-    help="builds: also measure the pure-Python FiBA core of this git revision (e.g. main).",
-)
 def bench(
     experiment: str,
     quick: bool,
@@ -132,7 +116,6 @@ def bench(
     clock: str,
     seed: int,
     out: Path | None,
-    baseline: str | None,
 ) -> None:
     """Run one benchmark EXPERIMENT of the sliding-window aggregators, or all of them."""
     config = BenchConfig(
@@ -143,7 +126,6 @@ def bench(
         seconds=seconds or (0.01 if quick else 0.05),
         seed=seed,
         clock=clock,
-        baseline=baseline,
         log=lambda message: click.echo(message, err=True),
     )
     lines: list[str] = []

@@ -31,8 +31,6 @@ class BenchConfig:
     seconds: float = 0.05
     seed: int = 2026
     clock: str = "wall"
-    baseline: str | None = None
-    """A git revision whose pure-Python FiBA core ``builds`` measures beside the current one."""
     log: Callable[[str], None] = field(default=print, compare=False)
 
     def pick(self, full: T, quick: T) -> T:

@@ -6,8 +6,8 @@ the generator of tests/test_fiba_complexity.py); and bulk (per round, m younger 
 ``bulk_insert`` and the m oldest out by ``bulk_evict``, then a query; rates in entries).
 Each is measured three ways: the native tree with the loop inside Rust (no Python call
 measured; ``stores._native.bench_*``), the native tree through its Python API (one call per
-operation, what the worker would pay), and the Python FiBA (the build loaded: mypyc-compiled
-or pure) through the same loop, so the ratios come from one run on one machine. Rates are
+operation, what the worker would pay), and the Python FiBA through the same loop, so the
+ratios come from one run on one machine. Rates are
 per wall second and per CPU second of the measuring thread (the machine is shared: the CPU
 rate is what the code costs, the wall rate what it got); each figure is the median of
 ``--repetitions`` runs. Prints the command, the machine and its load, a table and the
@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from typing import Any
 
 import stores
 from bench.machine import describe_machine
+from bench.timing import median_rates, wall_and_cpu_s
 from stores.fiba import FiBA
 from stores.monoids import SUM
 from stores.native_fiba import NativeFiBA
@@ -37,13 +37,6 @@ from stores.native_fiba import NativeFiBA
 RESULTS = Path(__file__).resolve().parent / "results" / "native_fiba.json"
 GOAL_IN_ORDER = 10e6
 AUTHORS_CPP_IN_ORDER = 21.6e6
-
-
-def _timed(run: Callable[[], None]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this thread) of ``run()``."""
-    wall, cpu = time.perf_counter(), time.thread_time()
-    run()
-    return time.perf_counter() - wall, time.thread_time() - cpu
 
 
 def _filled(tree: Any, n: int, high: int | None = None, d: int = 0) -> Any:
@@ -88,13 +81,6 @@ def _bulk_loop(tree: Any, n: int, m: int, rounds: int) -> Callable[[], None]:
     return run
 
 
-def _median_rates(samples: list[tuple[float, float]], units: float) -> dict[str, float]:
-    return {
-        "per_wall_s": units / statistics.median(wall for wall, _ in samples),
-        "per_cpu_s": units / statistics.median(cpu for _, cpu in samples),
-    }
-
-
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every (workload, path) figure of the run."""
     native = stores.native()
@@ -102,12 +88,11 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         raise SystemExit(f"bench.native: no native core in this build ({stores.build()})")
     n, d, m, arity, reps = args.n, args.d, args.m, args.min_arity, args.repetitions
     high = 1 << 40
-    python_build = stores.build().partition("+")[0]
     rows: list[dict[str, Any]] = []
 
     def add(workload: str, path: str, unit: str, units: float, samples: list, **extra: Any) -> None:
         rows.append(
-            {"workload": workload, "path": path, "unit": unit, **_median_rates(samples, units)}
+            {"workload": workload, "path": path, "unit": unit, **median_rates(samples, units)}
             | extra
         )
         print(f"  {workload:<12} {path:<34} done", file=sys.stderr)
@@ -128,7 +113,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         return samples
 
     def python_api(make: Callable[[], Any], loop: Callable[[Any], Callable[[], None]]) -> list:
-        return [_timed(loop(make())) for _ in range(reps)]
+        return [wall_and_cpu_s(loop(make())) for _ in range(reps)]
 
     rows_extra: dict[str, Any] = {}
     rounds = args.rounds
@@ -144,7 +129,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     add("in order", "native, through the Python API", "rounds", calls,
         python_api(lambda: _filled(NativeFiBA(SUM, arity), n),
                    lambda tree: _in_order_loop(tree, n, calls)))  # fmt: skip
-    add("in order", f"Python FiBA ({python_build})", "rounds", calls,
+    add("in order", "Python FiBA", "rounds", calls,
         python_api(lambda: _filled(FiBA(SUM, arity), n),
                    lambda tree: _in_order_loop(tree, n, calls)))  # fmt: skip
 
@@ -155,7 +140,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     add(f"d = {d}", "native, through the Python API", "rounds", calls,
         python_api(lambda: _filled(NativeFiBA(SUM, arity), n, high, d),
                    lambda tree: _out_of_order_loop(tree, n, d, calls)))  # fmt: skip
-    add(f"d = {d}", f"Python FiBA ({python_build})", "rounds", calls,
+    add(f"d = {d}", "Python FiBA", "rounds", calls,
         python_api(lambda: _filled(FiBA(SUM, arity), n, high, d),
                    lambda tree: _out_of_order_loop(tree, n, d, calls)))  # fmt: skip
 
@@ -167,7 +152,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     add(f"bulk m = {m}", "native, through the Python API", "entries", python_bulk * m,
         python_api(lambda: _filled(NativeFiBA(SUM, arity), n),
                    lambda tree: _bulk_loop(tree, n, m, python_bulk)))  # fmt: skip
-    add(f"bulk m = {m}", f"Python FiBA ({python_build})", "entries", python_bulk * m,
+    add(f"bulk m = {m}", "Python FiBA", "entries", python_bulk * m,
         python_api(lambda: _filled(FiBA(SUM, arity), n),
                    lambda tree: _bulk_loop(tree, n, m, python_bulk)))  # fmt: skip
     return rows

@@ -19,10 +19,7 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ from agents.events import EventParser
 from agents.records import AggregateEncoder, aggregate_encoder
 from app.settings import Settings
 from bench.machine import describe_machine
+from bench.timing import median_rates, wall_and_cpu_s
 from stores.key_windows import KeyWindows, WindowConfig
 
 RESULTS = Path(__file__).resolve().parent / "results" / "native_io.json"
@@ -70,21 +68,8 @@ def encode_arguments(n: int) -> tuple[tuple[str, ...], bool, list[tuple[Any, ...
     return config.aggregations, config.lowered_is_aggregates, items
 
 
-def _timed(run: Callable[[], None]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this thread) of ``run()``."""
-    wall, cpu = time.perf_counter(), time.thread_time()
-    run()
-    return time.perf_counter() - wall, time.thread_time() - cpu
-
-
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _rates(samples: list[tuple[float, float]], n: int) -> dict[str, float]:
-    wall = statistics.median(s[0] for s in samples)
-    cpu = statistics.median(s[1] for s in samples)
-    return {"per_wall_s": n / wall, "per_cpu_s": n / max(cpu, 1e-9)}
 
 
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -105,9 +90,9 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                     for chunk in chunks:
                         parse_many(chunk)
 
-                samples = [_timed(run) for _ in range(args.repetitions)]
+                samples = [wall_and_cpu_s(run) for _ in range(args.repetitions)]
                 row = {"operation": "parse_many", "record": shape, "chunk": size, "path": path}
-                rows.append({**row, **_rates(samples, len(records))})
+                rows.append({**row, **median_rates(samples, len(records))})
     for size in args.chunks:
         chunks = _chunks(items, size)
         for path, encoder in encoders.items():
@@ -122,10 +107,10 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                     for chunk in chunks:
                         encode_many(chunk)
 
-            samples = [_timed(run_encode) for _ in range(args.repetitions)]
+            samples = [wall_and_cpu_s(run_encode) for _ in range(args.repetitions)]
             operation = "encode" if size == 1 else "encode_many"
             row = {"operation": operation, "record": "aggregate", "chunk": size, "path": path}
-            rows.append({**row, **_rates(samples, len(items))})
+            rows.append({**row, **median_rates(samples, len(items))})
         print(f"  encode, chunk {size}: done", file=sys.stderr)
     return rows
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from time import perf_counter_ns, thread_time_ns
+from time import perf_counter, perf_counter_ns, thread_time, thread_time_ns
 from typing import TypeVar
 
 from stores.gc_pause import paused_gc as gc_paused
@@ -37,6 +37,21 @@ def timed_ns(run: Callable[[int], object], count: int) -> tuple[int, int]:
     run(count)
     wall = perf_counter_ns() - start
     return wall, thread_time_ns() - cpu
+
+
+def wall_and_cpu_s(run: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this thread) of one ``run()`` (the collector as it is)."""
+    wall, cpu = perf_counter(), thread_time()
+    run()
+    return perf_counter() - wall, thread_time() - cpu
+
+
+def median_rates(samples: Sequence[tuple[float, float]], units: float) -> dict[str, float]:
+    """``units`` per wall and per CPU second, from the medians of ``(wall s, CPU s)`` samples
+    (as :func:`wall_and_cpu_s` takes them): ``{"per_wall_s": ..., "per_cpu_s": ...}``."""
+    wall = statistics.median(s[0] for s in samples)
+    cpu = statistics.median(s[1] for s in samples)
+    return {"per_wall_s": units / max(wall, 1e-9), "per_cpu_s": units / max(cpu, 1e-9)}
 
 
 @dataclass(frozen=True)

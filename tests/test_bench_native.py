@@ -26,5 +26,5 @@ def test_a_tiny_run_reports_every_workload_and_writes_its_results(
     for workload in ("in order", "d = 16", "bulk m = 64"):
         paths = {row["path"] for row in results["results"] if row["workload"] == workload}
         assert {"native, loop in Rust", "native, through the Python API"} <= paths
-        assert any(path.startswith("Python FiBA (") for path in paths)
+        assert "Python FiBA" in paths
     assert all(row["per_cpu_s"] > 0 and row["per_wall_s"] > 0 for row in results["results"])

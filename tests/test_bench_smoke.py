@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from bench.bursty import BurstySpec, bursty_stream, window_statistics
 from bench.cli import bench
 from bench.experiments import EXPERIMENTS
-from bench.timing import LatencySummary, percentile
+from bench.timing import LatencySummary, median_rates, percentile, wall_and_cpu_s
 from bench.workloads import AdversarialWindow
 from stores.monoids import monoid
 from tests.oracle import OracleWindow
@@ -118,6 +118,14 @@ def test_percentiles_use_the_nearest_rank() -> None:
 RATE_COLUMNS = {"per_second", "rounds_per_s", "entries_per_s", "events_per_s"}
 
 
+def test_median_rates_divide_the_units_by_the_median_wall_and_cpu_times() -> None:
+    """bench.native's and bench.native_io's rates: medians of (wall, CPU) samples, not means."""
+    samples = [(2.0, 1.0), (4.0, 8.0), (1.0, 2.0)]
+    assert median_rates(samples, 100) == {"per_wall_s": 50.0, "per_cpu_s": 50.0}
+    wall, cpu = wall_and_cpu_s(lambda: sum(range(100_000)))
+    assert wall > 0 and cpu >= 0
+
+
 def test_quick_run_of_every_experiment_writes_sane_results(tmp_path) -> None:
     outcome = CliRunner().invoke(
         bench,
@@ -153,25 +161,6 @@ def test_quick_run_of_every_experiment_writes_sane_results(tmp_path) -> None:
     ooo_algorithms = {r["algorithm"] for r in _csv_rows(tmp_path / "ooo.csv")}
     assert ooo_algorithms == {"fiba2", "fiba4", "fiba8", "classic_btree4"}
     assert "DABA excluded from out-of-order runs" in report
-
-
-def test_builds_measures_the_pure_core_of_a_baseline_revision(tmp_path) -> None:
-    """``--baseline REV`` adds REV's pure-Python core (its own sources, loaded from git) to the
-    builds experiment, with findings against it; a name that is no revision stops the run at
-    once (usage error, exit 2)."""
-    quick = ("--quick", "--repetitions", "1", "--seconds", "0.001", "--out", str(tmp_path))
-    outcome = CliRunner().invoke(bench, ["builds", *quick, "--baseline", "HEAD~1"])
-    assert outcome.exit_code == 0, outcome.output
-    assert outcome.output.startswith("command: python -m bench builds --quick")
-    assert "--baseline 'HEAD~1'" in outcome.output or "--baseline HEAD~1" in outcome.output
-    rows = _csv_rows(tmp_path / "builds.csv")
-    assert {r["build"] for r in rows} >= {"pure Python at HEAD~1", "pure Python"}
-    assert all(float(r["per_second"]) > 0 for r in rows)
-    assert "x pure Python at HEAD~1 (issue 20)" in outcome.output
-    assert "round d=256: pure Python no slower than pure Python at HEAD~1" in outcome.output
-    refused = CliRunner().invoke(bench, ["builds", *quick, "--baseline", "no-such-revision"])
-    assert refused.exit_code == 2
-    assert "'no-such-revision' is not a git revision of this repository" in refused.output
 
 
 def _csv_rows(path: Path) -> list[dict[str, str]]:

@@ -30,6 +30,7 @@ from app.kafka_io import MAX_RECORD_BYTES
 from app.settings import SETTINGS_HELP, load_settings
 from app.topics import topic_specs
 from stores.state_lock import StateDirLock
+from tests.conftest import broker_kinds_under_test
 from tests.test_crash_recovery import wait_until
 
 TOPIC_FLAGS = ("input-topic", "queries-topic", "aggregates-topic", "answers-topic")
@@ -673,8 +674,12 @@ def test_delegated_commands_run_under_their_fiba_name():
 # --- the demo ------------------------------------------------------------------------------
 
 
+# each pass of `make test` its own broker kind (TEST_BROKER_KINDS), as for kafka_bootstrap
+SELF_STARTED_KINDS = [k for k in broker_kinds_under_test() if k != "external"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", BROKER_KINDS)
+@pytest.mark.parametrize("kind", SELF_STARTED_KINDS)
 def test_the_demo_runs_end_to_end_and_checks_itself(kind):
     lines: list[str] = []
     summary = run_demo(events=300, keys=3, seed=11, timeout=120, broker_kind=kind, log=lines.append)
@@ -704,7 +709,7 @@ def fiba_broker(
     )
 
 
-@pytest.mark.parametrize("kind", BROKER_KINDS)
+@pytest.mark.parametrize("kind", SELF_STARTED_KINDS)
 def test_fiba_broker_serves_until_sigterm_and_stops_its_broker(kind, tmp_path):
     port = free_port()
     data_dir = tmp_path / "kafka-data"

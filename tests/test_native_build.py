@@ -1,5 +1,7 @@
-"""The native core's build: ``setup.py`` builds ``stores._native`` with cargo when it can, and
-without a Rust toolchain the install goes on with the Python core and says so in one line."""
+"""The two builds: ``setup.py`` builds the native core ``stores._native`` with cargo when it
+can; without a Rust toolchain, or under ``FIBA_PURE_PYTHON=1``, the install goes on with the
+pure-Python core and says so in one line. ``stores.build()`` and ``fiba --version`` name the
+build a process runs (``native`` or ``pure``)."""
 
 from __future__ import annotations
 
@@ -89,7 +91,7 @@ def test_an_install_without_the_native_core_runs_the_python_fiba() -> None:
         check=True,
     )
     build, module, total = out.stdout.split()
-    assert "+native" not in build and module == "None" and total == str(sum(range(50, 100)))
+    assert build == "pure" and module == "None" and total == str(sum(range(50, 100)))
     assert out.stderr == ""
 
 
@@ -104,3 +106,39 @@ def test_the_switch_turns_the_native_core_off() -> None:
         check=True,
     )
     assert out.stdout.split() == ["pure", "None"]
+
+
+def test_the_switch_at_install_time_builds_no_native_core_and_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hook = _load_setup(monkeypatch)
+    monkeypatch.setenv(stores.PURE_PYTHON_SWITCH, "1")
+    monkeypatch.setattr(sys, "argv", ["setup.py", "editable_wheel"])
+    capsys.readouterr()
+    assert hook._rust_extensions() == []
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["fiba-stream: installing without the native core (FIBA_PURE_PYTHON=1)"]
+
+
+_PRINT_BUILD = "import stores; print(stores.build())"
+"""What a fresh process loads (this one may run under another switch)."""
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_fiba_version_names_the_build_loaded(pure: bool) -> None:
+    env = {k: v for k, v in os.environ.items() if k != stores.PURE_PYTHON_SWITCH}
+    if pure:
+        env[stores.PURE_PYTHON_SWITCH] = "1"
+    version, expected = (
+        subprocess.run(
+            [sys.executable, "-c", *code],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for code in (["from app.cli import main; main()", "--version"], [_PRINT_BUILD])
+    )
+    assert expected == "pure" if pure else expected in ("native", "pure")
+    assert version.startswith("fiba, version ") and f"(hot path: {expected})" in version

@@ -29,7 +29,13 @@ from spark_bridge.connector import CONNECTOR_ARTIFACT, connector_jars, shipped_b
 from spark_bridge.jvm import parse_values
 from spark_bridge.read import flatten_window, read_aggregates, read_records
 from spark_bridge.schema import AGGREGATES, ANSWERS
-from tests.spark_fixtures import create_topic, produce, run_available_now, unique_topic
+from tests.spark_fixtures import (
+    create_topic,
+    produce,
+    run_available_now,
+    unique_topic,
+    worker_python,
+)
 from tests.test_spark_source import aggregate
 
 PARTITIONS = 3
@@ -305,6 +311,7 @@ def test_read_committed_hides_aborted_outputs_in_either_engine(
     assert sorted(query_ids()) == sorted(committed + others)
 
 
+@pytest.mark.once  # (Maven and the cache, on any build and broker)
 def test_the_connector_jars_are_those_spark_does_not_ship(tmp_path):
     """Resolved into a fresh cache (Maven's ~/.m2 is warm after ``make spark-jars``)."""
     jars = connector_jars(root=tmp_path)
@@ -320,6 +327,7 @@ def test_the_connector_jars_are_those_spark_does_not_ship(tmp_path):
     assert connector_jars(root=tmp_path) == jars  # reused
 
 
+@pytest.mark.once  # (Maven and the cache, on any build and broker)
 def test_a_connector_maven_does_not_serve_is_one_line_and_no_cache(tmp_path):
     with pytest.raises(BrokerSetupError) as error:
         connector_jars("0.0.0-no-such-version", root=tmp_path)
@@ -369,6 +377,7 @@ def test_without_the_connector_auto_falls_back_with_one_line_and_jvm_stops(
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "FIBA_CACHE_DIR": str(tmp_path / "cache"),
+        "PYSPARK_PYTHON": worker_python(tmp_path),  # as the session fixture's workers
     }
     command = ["spark-read", "--broker", kafka_bootstrap, "--topic", topics[AGGREGATES]]
     command += ["--engine", engine, "--limit", "400", "--no-progress", "--master", "local[1]"]

@@ -232,3 +232,14 @@ def test_streaming_restart_from_checkpoint_neither_skips_nor_repeats(
         for offset, record in enumerate(produced_here):
             assert actual_row(by_position[(p, offset)]) == expected_row(record)
     assert by_position[(0, 50)]._corrupt_record == "\ufffd not utf-8"
+
+
+def test_the_sessions_python_workers_import_the_installed_pyspark(spark):
+    """Spark puts ``SPARK_HOME/python/lib/pyspark.zip`` first on its Python workers' PYTHONPATH,
+    and Python compiles a zip's modules at every start (about 3x a start's CPU): at CI's load
+    the worker of a streaming Python source (the restart test above) then missed Spark's fixed
+    10 s to connect back. The session starts its workers with ``worker_python``, which leaves
+    the zip out: they import the installed pyspark, from cached bytecode."""
+    rdd = spark.sparkContext.parallelize(range(4), 2)
+    files = set(rdd.map(lambda _: __import__("pyspark").__file__).collect())
+    assert files and not any(".zip" in path for path in files), files

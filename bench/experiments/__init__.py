@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bench.config import BenchConfig
-from bench.experiments import builds, bulk, fifo, latency, ooo, realistic, rounds, sharing
+from bench.experiments import bulk, fifo, latency, ooo, realistic, rounds, sharing
 from bench.report import ExperimentResult
 
 EXPERIMENTS: dict[str, Callable[[BenchConfig], ExperimentResult]] = {
@@ -16,5 +16,4 @@ EXPERIMENTS: dict[str, Callable[[BenchConfig], ExperimentResult]] = {
     "bulk": bulk.run,
     "sharing": sharing.run,
     "realistic": realistic.run,
-    "builds": builds.run,
 }
