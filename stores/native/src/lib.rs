@@ -13,5 +13,6 @@ mod py_io;
 mod python;
 #[cfg(feature = "python")]
 mod pywindows;
+pub mod record_batch;
 pub mod state_codec;
 pub mod windows;

@@ -518,5 +518,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::py_io::register(m)?;
     crate::state_codec::python::register(m)?;
     crate::changelog_layouts::python::register(m)?;
+    crate::record_batch::python::register(m)?;
     Ok(())
 }
