@@ -407,7 +407,15 @@ WORKER_MODES = ("event", "batch", "event-python", "batch-python")
 """The worker scenarios: each emit mode on the kernel ``new_key_windows`` picks (the native
 one where it loads), and on the Python ``KeyWindows``."""
 
-FLOORS = ("floor", "emit-floor", "batch-floor", "bare", "bare-batch")
+FLOORS = (
+    "floor",
+    "emit-floor",
+    "batch-floor",
+    "aiokafka-emit-floor",
+    "aiokafka-batch-floor",
+    "bare",
+    "bare-batch",
+)
 """The scenarios without a worker (no occupancy)."""
 
 GOALS = {"batch": 0.5, "event": 0.25}

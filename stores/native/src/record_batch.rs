@@ -123,6 +123,55 @@ pub fn put_tail<'a>(
     }
 }
 
+/// Reads the varint at `*pos` (as `put_varint` wrote it), moving `pos` past it.
+pub fn read_varint(data: &[u8], pos: &mut usize) -> i64 {
+    let mut z: u64 = 0;
+    let mut shift = 0;
+    loop {
+        let byte = data[*pos];
+        *pos += 1;
+        z |= u64::from(byte & 0x7F) << shift;
+        if byte < 0x80 {
+            break;
+        }
+        shift += 7;
+    }
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+/// Reads nullable bytes (as `put_bytes` wrote them) at `*pos`, moving `pos` past them.
+pub fn read_bytes<'a>(data: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
+    let length = read_varint(data, pos);
+    if length < 0 {
+        return None;
+    }
+    let start = *pos;
+    *pos += length as usize;
+    Some(&data[start..*pos])
+}
+
+/// A tail's key, value and headers (as `put_tail` wrote them).
+pub type Tail<'a> = (
+    Option<&'a [u8]>,
+    Option<&'a [u8]>,
+    Vec<(&'a [u8], Option<&'a [u8]>)>,
+);
+
+/// Splits a tail `put_tail` wrote into its key, value and headers.
+pub fn read_tail(tail: &[u8]) -> Tail<'_> {
+    let mut pos = 0;
+    let key = read_bytes(tail, &mut pos);
+    let value = read_bytes(tail, &mut pos);
+    let count = read_varint(tail, &mut pos);
+    let headers = (0..count)
+        .map(|_| {
+            let name = read_bytes(tail, &mut pos).unwrap_or_default();
+            (name, read_bytes(tail, &mut pos))
+        })
+        .collect();
+    (key, value, headers)
+}
+
 /// Kafka's murmur2 of `data` (the Java client's `Utils.murmur2`, seed 0x9747b28c).
 pub fn murmur2(data: &[u8]) -> i32 {
     const M: u32 = 0x5bd1_e995;
@@ -304,6 +353,15 @@ impl PartitionQueue {
         self.records.len() - self.next
     }
 
+    /// The records not yet in a batch, in order: (timestamp, tail).
+    pub fn iter(&self) -> impl Iterator<Item = (Option<i64>, &[u8])> {
+        (self.next..self.records.len()).map(|i| {
+            let begin = if i == 0 { 0 } else { self.records[i - 1].1 };
+            let (timestamp, end) = self.records[i];
+            (timestamp, &self.tails[begin..end])
+        })
+    }
+
     /// Moves the records next in line into `batch` while they fit (at least one if the batch
     /// is empty); a record without a timestamp gets `now_ms`. How many it moved.
     pub fn fill(&mut self, batch: &mut RecordBatch, now_ms: i64) -> usize {
@@ -347,36 +405,32 @@ pub fn kafka_timestamp(ms: Option<i64>, now: i64) -> Option<i64> {
 #[cfg(feature = "python")]
 pub mod python {
     //! `stores._native.RecordBatchBuilder` (aiokafka's `BatchBuilder` as the producer's
-    //! accumulator and sender use it, plus `extend`: a list of records in one call),
-    //! `OutputQueue` (records queued per partition of their key, handed to builders by
-    //! `fill`) and `murmur2`.
+    //! accumulator and sender use it), `QueuedRecords` (records of one partition encoded once,
+    //! moved into builders by `fill`), `OutputQueue` (records queued per partition of their
+    //! key) and `murmur2`.
     use super::{
-        default_partition, kafka_timestamp, now_ms, put_tail, PartitionQueue, RecordBatch,
+        default_partition, kafka_timestamp, now_ms, put_tail, read_tail, PartitionQueue,
+        RecordBatch,
     };
     use pyo3::exceptions::PyValueError;
     use pyo3::prelude::*;
     use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
-    use pyo3::types::{PyBytes, PyList, PyTuple};
+    use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
     type Header = (PyBackedStr, Option<PyBackedBytes>);
 
     fn headers_of(headers: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Header>> {
         match headers {
-            None => Ok(Vec::new()),
-            Some(h) if h.is_none() => Ok(Vec::new()),
-            Some(h) => h.extract(),
+            Some(h) if !h.is_none() && h.len()? > 0 => h.extract(),
+            _ => Ok(Vec::new()),
         }
     }
 
     fn write_tail(out: &mut Vec<u8>, key: Option<&[u8]>, value: Option<&[u8]>, headers: &[Header]) {
-        put_tail(
-            out,
-            key,
-            value,
-            headers
-                .iter()
-                .map(|(name, value)| (name.as_bytes(), value.as_deref())),
-        );
+        let headers = headers
+            .iter()
+            .map(|(name, value)| (name.as_bytes(), value.as_deref()));
+        put_tail(out, key, value, headers);
     }
 
     /// Where a record landed in its batch (aiokafka's `DefaultRecordMetadata`: what
@@ -402,43 +456,13 @@ pub mod python {
     /// One Kafka record batch (magic 2, uncompressed) for aiokafka's producer: what
     /// `AIOKafkaProducer.create_batch` returns, byte for byte (`_build`), and usable wherever
     /// aiokafka uses its `BatchBuilder` (`send_batch`, `MessageBatch`, the sender, the
-    /// transaction manager's `_set_producer_state`). `batch_size` and `is_transactional`
-    /// must be the producer's (`agents.record_batches`).
+    /// accumulator's `_set_producer_state` for idempotence and transactions). `batch_size`
+    /// and `is_transactional` must be the producer's (`agents.batched_send.native_builder`).
     #[pyclass(module = "stores._native", name = "RecordBatchBuilder")]
     pub struct PyRecordBatchBuilder {
         batch: RecordBatch,
         closed: bool,
         built: Option<Py<PyBytes>>,
-        tail: Vec<u8>,
-    }
-
-    impl PyRecordBatchBuilder {
-        /// Appends one record; false (and closed) when the batch is full.
-        fn push(
-            &mut self,
-            timestamp: Option<i64>,
-            key: Option<&[u8]>,
-            value: Option<&[u8]>,
-            headers: &[Header],
-        ) -> Option<(i64, usize, i64)> {
-            if self.closed {
-                return None;
-            }
-            let timestamp = timestamp.unwrap_or_else(now_ms);
-            let mut tail = std::mem::take(&mut self.tail);
-            tail.clear();
-            write_tail(&mut tail, key, value, headers);
-            let before = self.batch.size();
-            let offset = i64::from(self.batch.records());
-            let appended = self.batch.append(timestamp, &tail);
-            self.tail = tail;
-            if appended {
-                Some((offset, self.batch.size() - before, timestamp))
-            } else {
-                self.closed = true;
-                None
-            }
-        }
     }
 
     #[pymethods]
@@ -450,7 +474,6 @@ pub mod python {
                 batch: RecordBatch::new(batch_size, is_transactional),
                 closed: false,
                 built: None,
-                tail: Vec::new(),
             }
         }
 
@@ -464,48 +487,28 @@ pub mod python {
             value: Option<PyBackedBytes>,
             headers: Option<&Bound<'_, PyAny>>,
         ) -> PyResult<Option<RecordMetadata>> {
-            let headers = headers_of(headers)?;
-            Ok(self
-                .push(timestamp, key.as_deref(), value.as_deref(), &headers)
-                .map(|(offset, size, timestamp)| RecordMetadata {
-                    offset,
-                    size,
-                    timestamp,
-                }))
-        }
-
-        /// Appends `records[start:]` (each `(key, value, timestamp, headers)`, as
-        /// `agents.batched_send.OutputRecord`) until the batch is full (then closed): the
-        /// index of the first record not appended (`len(records)` for all). One call for the
-        /// batch, O(bytes appended).
-        fn extend(&mut self, records: &Bound<'_, PyList>, start: usize) -> PyResult<usize> {
-            let mut index = start;
-            while index < records.len() {
-                let item = records.get_item(index)?;
-                let record = item.downcast::<PyTuple>()?;
-                if record.len() != 4 {
-                    return Err(PyValueError::new_err(
-                        "a record is (key, value, timestamp, headers)",
-                    ));
-                }
-                let key: Option<PyBackedBytes> = record.get_item(0)?.extract()?;
-                let value: Option<PyBackedBytes> = record.get_item(1)?.extract()?;
-                let timestamp: Option<i64> = record.get_item(2)?.extract()?;
-                let headers = record.get_item(3)?;
-                let headers = if headers.is_none() || headers.len()? == 0 {
-                    Vec::new()
-                } else {
-                    headers.extract()?
-                };
-                if self
-                    .push(timestamp, key.as_deref(), value.as_deref(), &headers)
-                    .is_none()
-                {
-                    break;
-                }
-                index += 1;
+            if self.closed {
+                return Ok(None);
             }
-            Ok(index)
+            let mut tail = Vec::new();
+            write_tail(
+                &mut tail,
+                key.as_deref(),
+                value.as_deref(),
+                &headers_of(headers)?,
+            );
+            let timestamp = timestamp.unwrap_or_else(now_ms);
+            let (before, offset) = (self.batch.size(), i64::from(self.batch.records()));
+            if !self.batch.append(timestamp, &tail) {
+                self.closed = true;
+                return Ok(None);
+            }
+            let size = self.batch.size() - before;
+            Ok(Some(RecordMetadata {
+                offset,
+                size,
+                timestamp,
+            }))
         }
 
         /// `BatchBuilder.close`: no more records.
@@ -543,17 +546,97 @@ pub mod python {
         /// `BatchBuilder._build`: the batch's bytes (closed; the same bytes on later calls).
         fn _build(&mut self, py: Python<'_>) -> Py<PyBytes> {
             self.closed = true;
-            if self.built.is_none() {
-                self.built = Some(PyBytes::new(py, self.batch.build()).unbind());
+            let batch = &mut self.batch;
+            self.built
+                .get_or_insert_with(|| PyBytes::new(py, batch.build()).unbind())
+                .clone_ref(py)
+        }
+    }
+
+    /// Output records of one partition, each encoded once, in order: `fill` moves the ones
+    /// next in line into a `RecordBatchBuilder`; iterating gives the ones left as
+    /// `(key, value, timestamp, headers)` tuples (`agents.batched_send.OutputRecord`).
+    #[pyclass(module = "stores._native", name = "QueuedRecords")]
+    pub struct PyQueuedRecords {
+        queue: PartitionQueue,
+    }
+
+    #[pymethods]
+    impl PyQueuedRecords {
+        /// `records`: `(key, value, timestamp, headers)` tuples (timestamp None: the clock
+        /// when it goes into a batch). O(bytes) in one call.
+        #[new]
+        #[pyo3(signature = (records = None))]
+        fn new(records: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+            let mut queue = PartitionQueue::default();
+            if let Some(records) = records {
+                for record in records.try_iter()? {
+                    let record = record?;
+                    let record = record.downcast::<PyTuple>()?;
+                    if record.len() != 4 {
+                        return Err(PyValueError::new_err(
+                            "an output record is (key, value, timestamp, headers)",
+                        ));
+                    }
+                    let key: Option<PyBackedBytes> = record.get_item(0)?.extract()?;
+                    let value: Option<PyBackedBytes> = record.get_item(1)?.extract()?;
+                    let timestamp: Option<i64> = record.get_item(2)?.extract()?;
+                    let headers = headers_of(Some(&record.get_item(3)?))?;
+                    queue.push(timestamp, |out| {
+                        write_tail(out, key.as_deref(), value.as_deref(), &headers)
+                    });
+                }
             }
-            self.built.as_ref().unwrap().clone_ref(py)
+            Ok(PyQueuedRecords { queue })
+        }
+
+        /// Moves the records next in line into `builder` while they fit (at least one into
+        /// an empty builder), closing it if records remain: how many it moved.
+        fn fill(&mut self, mut builder: PyRefMut<'_, PyRecordBatchBuilder>) -> usize {
+            if builder.closed {
+                return 0;
+            }
+            let moved = self.queue.fill(&mut builder.batch, now_ms());
+            if self.queue.pending() > 0 {
+                builder.closed = true;
+            }
+            moved
+        }
+
+        /// The records not yet moved into a builder.
+        fn __len__(&self) -> usize {
+            self.queue.pending()
+        }
+
+        fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+            let records = PyList::empty(py);
+            for (timestamp, tail) in self.queue.iter() {
+                let (key, value, headers) = read_tail(tail);
+                let headers = PyList::new(
+                    py,
+                    headers.into_iter().map(|(name, value)| {
+                        (
+                            PyString::new(py, &String::from_utf8_lossy(name)),
+                            value.map(|v| PyBytes::new(py, v)),
+                        )
+                    }),
+                )?;
+                let record = (
+                    key.map(|k| PyBytes::new(py, k)),
+                    value.map(|v| PyBytes::new(py, v)),
+                    timestamp,
+                    headers,
+                );
+                records.append(record)?;
+            }
+            records.try_iter().map(Bound::into_any)
         }
     }
 
     /// Records of one topic queued per partition: a keyed record in its key's partition
     /// under Kafka's default partitioner (murmur2), one without a key in the partition given
-    /// (modulo the count); handed to `RecordBatchBuilder`s by `fill`, in the order queued.
-    /// Timestamps go through `kafka_timestamp` (`agents.batched_send`'s).
+    /// (modulo the count), in the order queued; `take` hands a partition's over. Timestamps
+    /// go through `kafka_timestamp` (`agents.batched_send`'s).
     #[pyclass(module = "stores._native", name = "OutputQueue")]
     pub struct PyOutputQueue {
         queues: Vec<PartitionQueue>,
@@ -571,18 +654,18 @@ pub mod python {
 
     #[pymethods]
     impl PyOutputQueue {
+        /// An empty queue for a topic of `partitions` partitions.
         #[new]
         fn new(partitions: usize) -> PyResult<Self> {
             if partitions == 0 {
                 return Err(PyValueError::new_err("a topic has at least one partition"));
             }
-            Ok(PyOutputQueue {
-                queues: (0..partitions).map(|_| PartitionQueue::default()).collect(),
-            })
+            let queues = (0..partitions).map(|_| PartitionQueue::default()).collect();
+            Ok(PyOutputQueue { queues })
         }
 
-        /// Queues one record; its Kafka timestamp (`kafka_timestamp(timestamp)`).
-        #[pyo3(signature = (key, value, timestamp, headers = None, partition = 0))]
+        /// Queues one record: its Kafka timestamp (`kafka_timestamp(timestamp)`).
+        #[pyo3(signature = (key, value, timestamp = None, headers = None, partition = 0))]
         fn add(
             &mut self,
             key: Option<PyBackedBytes>,
@@ -640,25 +723,15 @@ pub mod python {
                 .collect()
         }
 
-        /// Moves the records of `partition` next in line into `builder` while they fit (at
-        /// least one into an empty builder), closing it if records remain; how many it moved.
-        fn fill(
-            &mut self,
-            partition: usize,
-            mut builder: PyRefMut<'_, PyRecordBatchBuilder>,
-        ) -> PyResult<usize> {
+        /// The records queued for `partition`, which is left empty.
+        fn take(&mut self, partition: usize) -> PyResult<PyQueuedRecords> {
             let queue = self
                 .queues
                 .get_mut(partition)
                 .ok_or_else(|| PyValueError::new_err(format!("no partition {partition}")))?;
-            if builder.closed {
-                return Ok(0);
-            }
-            let moved = queue.fill(&mut builder.batch, now_ms());
-            if queue.pending() > 0 {
-                builder.closed = true;
-            }
-            Ok(moved)
+            Ok(PyQueuedRecords {
+                queue: std::mem::take(queue),
+            })
         }
 
         /// Records queued, all partitions.
@@ -667,15 +740,16 @@ pub mod python {
         }
     }
 
-    /// Kafka's murmur2 of `data` (as `aiokafka.partitioner.murmur2`).
+    /// Kafka's murmur2 of `data`, as `aiokafka.partitioner.murmur2` gives it (unsigned).
     #[pyfunction]
-    fn murmur2(data: &[u8]) -> i32 {
-        super::murmur2(data)
+    fn murmur2(data: &[u8]) -> u32 {
+        super::murmur2(data) as u32
     }
 
     pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_class::<RecordMetadata>()?;
         m.add_class::<PyRecordBatchBuilder>()?;
+        m.add_class::<PyQueuedRecords>()?;
         m.add_class::<PyOutputQueue>()?;
         m.add_function(wrap_pyfunction!(murmur2, m)?)
     }
@@ -723,6 +797,20 @@ mod tests {
             -58897971
         );
         assert_eq!(murmur2(b"abc"), 479470107);
+    }
+
+    #[test]
+    fn a_tail_reads_back_as_written() {
+        let mut tail = Vec::new();
+        let headers = [(&b"h"[..], Some(&b"1"[..])), (&b"g"[..], None)];
+        put_tail(&mut tail, None, Some(&[7u8; 300]), headers.into_iter());
+        let (key, value, read) = read_tail(&tail);
+        assert_eq!((key, value), (None, Some(&[7u8; 300][..])));
+        assert_eq!(read, headers.to_vec());
+        let mut pos = 0;
+        let mut out = Vec::new();
+        put_varint(&mut out, i64::MIN);
+        assert_eq!(read_varint(&out, &mut pos), i64::MIN);
     }
 
     #[test]
