@@ -7,7 +7,7 @@ variables.
 pre-filled to ``OCCUPANCY`` events per key (``event-python``/``batch-python``: on the Python
 ``KeyWindows`` instead of the native kernel); ``floor``, ``emit-floor`` and ``batch-floor``: the
 input read (and, for the latter two, an output produced or a durable store written) with no
-window work (``aiokafka-emit-floor``/``aiokafka-batch-floor``: the same with aiokafka's record
+window work (``aiokafka-`` before a floor or emit mode: the same with aiokafka's record
 batches); ``bare``/``bare-batch``: a Faust agent that only consumes the input. Each serves
 ``GET /stats`` with its counts. Methods: docs/bench-methods.md.
 """
@@ -325,7 +325,7 @@ def use_python_windows() -> None:
 
 def use_aiokafka_batches() -> None:
     """Make ``agents.batched_send`` queue output records in ``ListQueue``s and build their
-    batches with aiokafka's ``BatchBuilder`` (the ``aiokafka-`` floors: the produce path
+    batches with aiokafka's ``BatchBuilder`` (the ``aiokafka-`` scenarios: the produce path
     before the native record batches)."""
     import agents.batched_send
 
