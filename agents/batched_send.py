@@ -148,9 +148,8 @@ async def _send_native(
     records: Iterable[OutputRecord],
 ) -> BatchDelivery | None:
     """``send_output_records`` with native builders, each filled in one call."""
-    queued: Any = records
-    if not isinstance(queued, stores.native().QueuedRecords):  # type: ignore[union-attr]
-        queued = stores.native().QueuedRecords(records)  # type: ignore[union-attr]
+    native: Any = stores.native()
+    queued = records if isinstance(records, native.QueuedRecords) else native.QueuedRecords(records)
     if not len(queued):
         return None
     while True:
