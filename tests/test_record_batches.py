@@ -202,6 +202,7 @@ async def test_native_builder_is_the_producers_create_batch(options: dict) -> No
     """For a producer as configured (never started: no broker needed), the native builder
     builds what ``create_batch`` builds, split where it splits."""
     producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", **options)
+    await producer.stop()  # never started: nothing to close but the warning
     new_builder = native_builder(producer)
     assert new_builder is not None
     batch = [(b"k%d" % i, b"v" * (i * 7 % 50), 1_700_000_000_000 + i, []) for i in range(30)]
@@ -224,4 +225,5 @@ async def test_a_compressing_or_serialising_producer_keeps_aiokafkas_builder(
     options: dict,
 ) -> None:
     producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", **options)
+    await producer.stop()  # never started: nothing to close but the warning
     assert native_builder(producer) is None
