@@ -1,11 +1,15 @@
 """Producing many small records cheaply: whole record batches handed to aiokafka at once.
 
-``send_records`` and ``send_output_records`` append the records of one partition to aiokafka
-``BatchBuilder``s and hand each over with ``send_batch``: one delivery future per batch instead
+``send_records`` and ``send_output_records`` put the records of one partition into record
+batch builders and hand each over with ``send_batch``: one delivery future per batch instead
 of per record (one ``send`` per record cost nearly as much CPU as everything else the worker
-does per event). Records of one partition keep their order. ``KeyPartitioner`` picks Kafka's
-default partition for a key (murmur2, memoised); ``KeyedOutputs`` queues keyed records by
-partition until ``send``. Design: docs/design/delivery.md.
+does per event). Records of one partition keep their order. ``KeyedOutputs`` queues keyed
+records by partition (Kafka's default partitioner) until ``send``. With the native core
+(``stores._native``, ``stores/native/src/record_batch.rs``) the queues are native
+(``OutputQueue``: each record encoded once, ``add_many`` a chunk in one call) and so are the
+builders (``RecordBatchBuilder``, byte for byte aiokafka's, filled a batch per call), unless
+the producer compresses or serialises (``native_builder``); without it, ``ListQueue`` and
+aiokafka's ``BatchBuilder``. Design: docs/design/delivery.md.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, NamedTuple
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
+import stores
 from agents.retention_watch import RetentionCheck
 
 ALL_SOURCES: Any = object()
@@ -88,10 +93,14 @@ async def send_records(
 async def send_output_records(
     producer: AIOKafkaProducer, topic: str, partition: int, records: Iterable[OutputRecord]
 ) -> BatchDelivery | None:
-    """Hand ``records`` (``OutputRecord``) to ``producer`` for ``topic`` ``partition``, in
-    order, in as few batches as its batch size allows, each closed (sent without lingering);
-    the delivery of the last one, or None if there were no records. O(records) C-level
-    appends plus O(1) Python per batch."""
+    """Hand ``records`` (``OutputRecord``s, or a native ``QueuedRecords``) to ``producer``
+    for ``topic`` ``partition``, in order, in as few batches as its batch size allows, each
+    closed (sent without lingering); the delivery of the last one, or None if there were no
+    records. Native builders (``native_builder``): O(bytes) in one call per batch; else
+    O(records) C-level appends plus O(1) Python per batch."""
+    new_builder = native_builder(producer)
+    if new_builder is not None:
+        return await _send_native(producer, new_builder, topic, partition, records)
     builder = producer.create_batch()
     in_builder = 0
     for key, value, timestamp, headers in records:
@@ -108,6 +117,49 @@ async def send_output_records(
     builder.close()  # complete: sent without lingering
     future = await producer.send_batch(builder, topic, partition=partition)
     return BatchDelivery(future, in_builder - 1)
+
+
+def native_builder(producer: AIOKafkaProducer) -> Callable[[], Any] | None:
+    """A maker of empty native record batch builders (``stores._native.RecordBatchBuilder``)
+    standing for ``producer.create_batch()``: the producer's batch size, flagged
+    transactional when it is, byte for byte the batches aiokafka would build; None when the
+    native core is not loaded or the producer compresses batches or serialises keys or values
+    (aiokafka's builder does that). Reads aiokafka's accumulator settings (aiokafka 0.14)."""
+    native = stores.native()
+    if native is None:
+        return None
+    accumulator = producer._message_accumulator
+    if (
+        accumulator._compression_type
+        or producer._key_serializer is not None
+        or producer._value_serializer is not None
+    ):
+        return None
+    txn_manager = accumulator._txn_manager
+    transactional = txn_manager is not None and txn_manager.transactional_id is not None
+    return functools.partial(native.RecordBatchBuilder, accumulator._batch_size, transactional)
+
+
+async def _send_native(
+    producer: AIOKafkaProducer,
+    new_builder: Callable[[], Any],
+    topic: str,
+    partition: int,
+    records: Iterable[OutputRecord],
+) -> BatchDelivery | None:
+    """``send_output_records`` with native builders, each filled in one call."""
+    native: Any = stores.native()
+    queued = records if isinstance(records, native.QueuedRecords) else native.QueuedRecords(records)
+    if not len(queued):
+        return None
+    while True:
+        builder = new_builder()
+        queued.fill(builder)
+        if not len(queued):
+            builder.close()  # complete: sent without lingering
+            future = await producer.send_batch(builder, topic, partition=partition)
+            return BatchDelivery(future, builder.record_count() - 1)
+        await producer.send_batch(builder, topic, partition=partition)  # full: closed
 
 
 def default_partition(key: bytes, partitions: int) -> int:
@@ -138,12 +190,81 @@ class KeyPartitioner:
         return self._cached.cache_info().currsize
 
 
+class ListQueue:
+    """Output records of one topic queued per partition in Python lists: the native
+    ``OutputQueue``'s twin where the native core is not loaded (same methods and outcome).
+    ``partition_of``: the topic's ``KeyPartitioner``. Per record O(1): a memoised partition,
+    ``kafka_timestamp`` and a list append."""
+
+    __slots__ = ("_by_target", "_partition_of")
+
+    def __init__(self, partition_of: KeyPartitioner) -> None:
+        self._partition_of = partition_of
+        self._by_target: dict[int, list[OutputRecord]] = {}
+
+    def add(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int | None = None,
+        headers: Headers = NO_HEADERS,
+        partition: int = 0,
+    ) -> int | None:
+        """Queue one record (without a key: in ``partition`` modulo the partition count);
+        its Kafka timestamp (``kafka_timestamp(timestamp)``)."""
+        partition_of = self._partition_of
+        target = partition_of(key) if key is not None else partition % partition_of.partitions
+        queued = self._by_target.get(target)
+        if queued is None:
+            queued = self._by_target[target] = []
+        ts = kafka_timestamp(timestamp)
+        queued.append((key, value, ts, headers))
+        return ts
+
+    def add_many(
+        self,
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        timestamps: list[int | None],
+        partition: int = 0,
+    ) -> int | None:
+        """Queue ``keys[i], values[i], timestamps[i]`` for every i, in order: the least
+        Kafka timestamp among them (None if none has one)."""
+        if not len(keys) == len(values) == len(timestamps):
+            raise ValueError("keys, values and timestamps differ in length")
+        least = None
+        for key, value, timestamp in zip(keys, values, timestamps, strict=True):
+            ts = self.add(key, value, timestamp, NO_HEADERS, partition)
+            if ts is not None and (least is None or ts < least):
+                least = ts
+        return least
+
+    def partitions(self) -> list[int]:
+        """The partitions with records queued."""
+        return list(self._by_target)
+
+    def take(self, partition: int) -> list[OutputRecord]:
+        """The records queued for ``partition``, which is left empty."""
+        return self._by_target.pop(partition, [])
+
+
+def new_output_queue(partition_of: KeyPartitioner) -> Any:
+    """An empty queue of output records for a topic of ``partition_of.partitions``
+    partitions: the native ``OutputQueue`` where the native core is loaded, else a
+    ``ListQueue``."""
+    native = stores.native()
+    if native is None:
+        return ListQueue(partition_of)
+    return native.OutputQueue(partition_of.partitions)
+
+
 class KeyedOutputs:
     """Output records of one topic, queued per *source* (what caused them: an input partition,
     or a ``(topic, partition)``; one transaction per source under exactly-once,
     ``agents.transactions``) and per partition (of their key under Kafka's default partitioner,
-    as ``producer.send`` without a partition would pick, or given), handed over by ``send``:
-    per record O(1) (a memoised partition and a list append), per ``send`` one
+    as ``producer.send`` without a partition would pick, or given), handed over by ``send``.
+    Queued in a native ``OutputQueue`` where the native core is loaded, else a ``ListQueue``:
+    per record O(1), and ``add_many`` queues a chunk's records in one call; per ``send`` one
     ``send_output_records`` per partition with records. ``retention`` checks each record's
     timestamp against the topic's ``retention.ms`` (``agents.retention_watch``; ``name``
     labels it)."""
@@ -155,13 +276,20 @@ class KeyedOutputs:
         self.topic = topic
         self.retention = RetentionCheck(topic, name or topic)
         self._partition_of: KeyPartitioner | None = None
-        self._queued: dict[Hashable, dict[int, list[OutputRecord]]] = {}
+        self._queued: dict[Hashable, Any] = {}
 
     async def start(self) -> None:
         """Learn the topic's partition count (a metadata request the first time). Idempotent."""
         if self._partition_of is None:
             partitions = await self._producer().partitions_for(self.topic)
             self._partition_of = KeyPartitioner(len(partitions))
+
+    def _queue(self, source: Hashable) -> Any:
+        """A new queue for ``source``'s records."""
+        partition_of = self._partition_of
+        assert partition_of is not None, "KeyedOutputs.start() was not awaited"
+        queue = self._queued[source] = new_output_queue(partition_of)
+        return queue
 
     def add(
         self,
@@ -177,47 +305,31 @@ class KeyedOutputs:
         timestamp ``timestamp`` (epoch ms, see ``kafka_timestamp``; None: the producer's
         clock); a record without a key goes to ``partition`` modulo the topic's partition
         count."""
-        partition_of = self._partition_of
-        assert partition_of is not None, "KeyedOutputs.start() was not awaited"
-        target = partition_of(key) if key is not None else partition % partition_of.partitions
-        by_target = self._queued.get(source)
-        if by_target is None:
-            by_target = self._queued[source] = {}
-        queued = by_target.get(target)
-        if queued is None:
-            queued = by_target[target] = []
-        ts = kafka_timestamp(timestamp)
+        queue = self._queued.get(source)
+        if queue is None:
+            queue = self._queue(source)
+        ts = queue.add(key, value, timestamp, headers, partition)
         if ts is not None and ts < self.retention.oldest_kept:
             self.retention.exceeded(ts)
-        queued.append((key, value, ts, headers))
 
     def add_many(
         self,
-        keys: Sequence[bytes],
-        values: Sequence[bytes | None],
-        timestamps: Sequence[int | None],
+        keys: list[bytes | None],
+        values: list[bytes | None],
+        timestamps: list[int | None],
         *,
+        partition: int = 0,
         source: Hashable = None,
     ) -> None:
-        """``add(key, value, timestamp, source=source)`` for each keyed record, in order, in
-        one loop (the clock that bounds the timestamps, ``kafka_timestamp``, read once):
-        O(1) per record without a Python call besides the memoised partition."""
-        partition_of = self._partition_of
-        assert partition_of is not None, "KeyedOutputs.start() was not awaited"
-        by_target = self._queued.get(source)
-        if by_target is None:
-            by_target = self._queued[source] = {}
-        now = time.time_ns() // 1_000_000
-        retention = self.retention
-        for key, value, ms in zip(keys, values, timestamps, strict=True):
-            target = partition_of(key)
-            queued = by_target.get(target)
-            if queued is None:
-                queued = by_target[target] = []
-            ts = None if ms is None or ms < 0 else min(ms, now)
-            if ts is not None and ts < retention.oldest_kept:
-                retention.exceeded(ts)
-            queued.append((key, value, ts, NO_HEADERS))
+        """``add(keys[i], values[i], timestamps[i], partition=partition, source=source)``
+        for every i, in order, without headers: in one native call where the native core is
+        loaded (O(bytes), no Python per record)."""
+        queue = self._queued.get(source)
+        if queue is None:
+            queue = self._queue(source)
+        least = queue.add_many(keys, values, timestamps, partition)
+        if least is not None and least < self.retention.oldest_kept:
+            self.retention.exceeded(least)
 
     async def send(
         self, source: Hashable = ALL_SOURCES, producer: AIOKafkaProducer | None = None
@@ -226,16 +338,17 @@ class KeyedOutputs:
         (default: the one given at construction), per partition in the order queued; the
         deliveries (one per partition and source with records: awaiting them waits for all)."""
         if source is ALL_SOURCES:
-            sources, self._queued = list(self._queued.values()), {}
+            queues, self._queued = list(self._queued.values()), {}
         else:
-            by_target = self._queued.pop(source, None)
-            sources = [] if by_target is None else [by_target]
-        if not sources:
+            queue = self._queued.pop(source, None)
+            queues = [] if queue is None else [queue]
+        if not queues:
             return []
         producer = producer or self._producer()
         deliveries = []
-        for by_target in sources:
-            for partition, records in by_target.items():
+        for queue in queues:
+            for partition in queue.partitions():
+                records = queue.take(partition)
                 delivery = await send_output_records(producer, self.topic, partition, records)
                 if delivery is not None:
                     deliveries.append(delivery)

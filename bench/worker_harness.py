@@ -56,6 +56,11 @@ MAX_LATENESS_MS = 5_000
 T0 = 1_700_000_000_000
 
 
+AIOKAFKA_BATCHES = "aiokafka-"
+"""Before a worker emit mode, ``emit-floor`` or ``batch-floor``: the scenario with aiokafka's
+record batches (outputs queued in ``ListQueue``s, batches built by aiokafka's
+``BatchBuilder``) instead of the native ones, for a comparison in one run."""
+
 PYTHON_WINDOWS = "-python"
 """After a worker emit mode (``event-python``): the worker on the Python ``KeyWindows`` instead
 of the native kernel (``stores.native_windows``), for a comparison in one run."""
@@ -259,7 +264,8 @@ def backlogged_worker(
 ) -> Iterator[tuple[Settings, subprocess.Popen, Path]]:
     """Create the scenario's topics, pre-produce ``events`` input records, and run the child
     ``child`` (a worker emit mode, ``-python`` after it for the Python windows, or
-    ``floor``/``bare``/``bare-batch``) in a subprocess on
+    ``floor``/``bare``/``bare-batch``; ``aiokafka-`` before a mode or floor) in a
+    subprocess on
     them for the ``with`` block: yields its settings, process and log file; terminates it
     afterwards."""
     emit = {
@@ -268,7 +274,8 @@ def backlogged_worker(
         "floor": "batch",
         "emit-floor": "event",
         "batch-floor": "batch",
-    }.get(child, child.removesuffix(PYTHON_WINDOWS))
+    }.get(child.removeprefix(AIOKAFKA_BATCHES), child.removesuffix(PYTHON_WINDOWS))
+    emit = emit.removeprefix(AIOKAFKA_BATCHES)
     settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6], guarantee)
     asyncio.run(create_topics(settings))
     asyncio.run(produce(settings, event_stream(events)))

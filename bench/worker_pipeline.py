@@ -403,11 +403,26 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-WORKER_MODES = ("event", "batch", "event-python", "batch-python")
+WORKER_MODES = (
+    "event",
+    "batch",
+    "event-python",
+    "batch-python",
+    "aiokafka-event",
+    "aiokafka-batch",
+)
 """The worker scenarios: each emit mode on the kernel ``new_key_windows`` picks (the native
-one where it loads), and on the Python ``KeyWindows``."""
+one where it loads), on the Python ``KeyWindows``, and with aiokafka's record batches."""
 
-FLOORS = ("floor", "emit-floor", "batch-floor", "bare", "bare-batch")
+FLOORS = (
+    "floor",
+    "emit-floor",
+    "batch-floor",
+    "aiokafka-emit-floor",
+    "aiokafka-batch-floor",
+    "bare",
+    "bare-batch",
+)
 """The scenarios without a worker (no occupancy)."""
 
 GOALS = {"batch": 0.5, "event": 0.25}

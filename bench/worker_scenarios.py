@@ -7,7 +7,8 @@ variables.
 pre-filled to ``OCCUPANCY`` events per key (``event-python``/``batch-python``: on the Python
 ``KeyWindows`` instead of the native kernel); ``floor``, ``emit-floor`` and ``batch-floor``: the
 input read (and, for the latter two, an output produced or a durable store written) with no
-window work; ``bare``/``bare-batch``: a Faust agent that only consumes the input. Each serves
+window work (``aiokafka-`` before a floor or emit mode: the same with aiokafka's record
+batches); ``bare``/``bare-batch``: a Faust agent that only consumes the input. Each serves
 ``GET /stats`` with its counts. Methods: docs/bench-methods.md.
 """
 
@@ -23,6 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from agents.clients import client_options
 from app.settings import Settings, load_settings
 from bench.worker_harness import (
+    AIOKAFKA_BATCHES,
     KEYS,
     PYTHON_WINDOWS,
     SPACING_MS,
@@ -58,14 +60,16 @@ def run_bare(settings: Settings, batched: bool) -> None:
     faust.Worker(fiba.app, loglevel=settings.log_level, quiet=True).execute_from_commandline()
 
 
-def run_floor(settings: Settings, produce: bool = False, durable: bool = False) -> None:
+def run_floor(
+    settings: Settings, produce: bool = False, durable: bool = False, bulk: bool = True
+) -> None:
     """A bare aiokafka consumer that reads every partition of the input topic from its start
     and only counts the records, fetching as ``agents.input_reader.InputReader`` does; serves
     the count as ``GET /stats`` (``{"counts": {"accepted": n}}``) on ``web_port`` until
     SIGTERM. ``produce`` (the ``emit-floor`` scenario): also, per record, one aggregate record
-    as ``emit=event`` writes it (``emit_floor_record``), queued as the worker queues it
-    (``KeyedOutputs``) and, after each chunk, produced with the worker's producer settings
-    and its acknowledgement awaited: the least ``emit=event`` can cost. ``durable`` (the
+    as ``emit=event`` writes it, queued as the worker queues it (``KeyedOutputs``) and, after
+    each chunk, produced with the worker's producer settings and its acknowledgement awaited
+    (``emit_chunk``; ``bulk`` as there): the least ``emit=event`` can cost. ``durable`` (the
     ``batch-floor`` scenario): everything ``emit=batch`` does but the window work
     (``DurableFloor``): the least ``emit=batch`` can cost while every accepted event is
     durable."""
@@ -102,21 +106,14 @@ def run_floor(settings: Settings, produce: bool = False, durable: bool = False) 
             stop = asyncio.Event()
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
             if durable:
-                async with DurableFloor(settings, outputs, encode) as floor:
+                async with DurableFloor(settings, outputs, encode, bulk) as floor:
                     while not stop.is_set():
                         counts["accepted"] += await floor.next_batch(consumer)
                 return
             while not stop.is_set():
                 chunk = await consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=FETCH_CHUNK)
                 if produce:
-                    for tp, records in chunk.items():
-                        for record in records:
-                            value = encode(
-                                record.key.decode(), record.timestamp, record.offset, tp.partition
-                            )
-                            outputs.add(record.key, value, record.timestamp, source=tp.partition)
-                    for delivery in await outputs.send():
-                        await delivery
+                    await emit_chunk(outputs, encode, chunk, bulk)
                 counts["accepted"] += sum(map(len, chunk.values()))
         finally:
             await producer.stop()
@@ -124,6 +121,27 @@ def run_floor(settings: Settings, produce: bool = False, durable: bool = False) 
             server.shutdown()
 
     asyncio.run(consume())
+
+
+async def emit_chunk(outputs: Any, encode: Any, chunk: dict[Any, list[Any]], bulk: bool) -> None:
+    """``emit-floor``'s work on one fetched chunk (``getmany``'s): per input record one
+    aggregate record (``encode``, ``emit_floor_encoder``'s), keyed and timestamped as the
+    input, queued in ``outputs`` (``KeyedOutputs``) by input partition, a partition's in one
+    ``add_many`` (``bulk``) or one ``add`` per record; then all handed over and their
+    acknowledgements awaited."""
+    for tp, records in chunk.items():
+        p = tp.partition
+        if bulk:
+            keys = [r.key for r in records]
+            times = [r.timestamp for r in records]
+            values = [encode(r.key.decode(), r.timestamp, r.offset, p) for r in records]
+            outputs.add_many(keys, values, times, source=p)
+            continue
+        for record in records:
+            value = encode(record.key.decode(), record.timestamp, record.offset, p)
+            outputs.add(record.key, value, record.timestamp, source=p)
+    for delivery in await outputs.send():
+        await delivery
 
 
 class DurableFloor:
@@ -135,10 +153,11 @@ class DurableFloor:
     hands the kernel's partials already encoded) and
     one eviction (``WindowStore.evict``: the entry one retention older, as a full window
     evicts one entry per event); per key of a batch one aggregate record of the worker's
-    shape (``emit_floor_encoder``); then, as ``WindowsPipeline.hand_over`` does, the outputs'
+    shape (``emit_floor_encoder``; a batch's in one ``add_many``, or with ``bulk`` False one
+    ``add`` per record); then, as ``WindowsPipeline.hand_over`` does, the outputs'
     acknowledgement awaited and the store's changes handed over."""
 
-    def __init__(self, settings: Settings, outputs: Any, encode: Any) -> None:
+    def __init__(self, settings: Settings, outputs: Any, encode: Any, bulk: bool = True) -> None:
         from agents.events import BadEvent, EventParser
         from agents.kafka_changelog import KafkaChangelog
         from stores.key_windows import WindowConfig
@@ -148,6 +167,7 @@ class DurableFloor:
         self.settings = settings
         self.outputs = outputs
         self.encode = encode
+        self.bulk = bulk
         self.parser = EventParser(settings)
         self.lift = config.lift
         self.bad_event = BadEvent
@@ -195,9 +215,17 @@ class DurableFloor:
             self.store.record_many(partition, effects)
             for key, times in expired.items():
                 self.store.evict(partition, key, times)
-            for key, (offset, ts) in last.items():
-                data = self.encode(key, ts, offset, partition)
-                self.outputs.add(key.encode(), data, ts, source=partition)
+            if self.bulk:
+                keys = [key.encode() for key in last]
+                values = [
+                    self.encode(key, ts, offset, partition) for key, (offset, ts) in last.items()
+                ]
+                times = [ts for _, ts in last.values()]
+                self.outputs.add_many(keys, values, times, source=partition)
+            else:
+                for key, (offset, ts) in last.items():
+                    data = self.encode(key, ts, offset, partition)
+                    self.outputs.add(key.encode(), data, ts, source=partition)
             accepted += len(effects)
         for delivery in await self.outputs.send():
             await delivery
@@ -297,6 +325,16 @@ def use_python_windows() -> None:
     agents.windows.new_key_windows = python_windows  # type: ignore[assignment]
 
 
+def use_aiokafka_batches() -> None:
+    """Make ``agents.batched_send`` queue output records in ``ListQueue``s and build their
+    batches with aiokafka's ``BatchBuilder`` (the ``aiokafka-`` scenarios: the produce path
+    before the native record batches)."""
+    import agents.batched_send
+
+    agents.batched_send.native_builder = lambda producer: None  # type: ignore[assignment]
+    agents.batched_send.new_output_queue = agents.batched_send.ListQueue  # type: ignore[assignment]
+
+
 def main() -> None:
     """``python -m bench.worker_scenarios SCENARIO OCCUPANCY``: run one child on the settings
     of the ``FIBA_*`` environment."""
@@ -305,11 +343,15 @@ def main() -> None:
     parser.add_argument("occupancy", type=int)
     args = parser.parse_args()
     settings = load_settings()
-    if args.scenario in ("floor", "emit-floor", "batch-floor"):
+    scenario = args.scenario.removeprefix(AIOKAFKA_BATCHES)
+    if scenario != args.scenario:
+        use_aiokafka_batches()
+    if scenario in ("floor", "emit-floor", "batch-floor"):
         run_floor(
             settings,
-            produce=args.scenario == "emit-floor",
-            durable=args.scenario == "batch-floor",
+            produce=scenario == "emit-floor",
+            durable=scenario == "batch-floor",
+            bulk=scenario == args.scenario,
         )
     elif args.scenario.startswith("bare"):
         run_bare(settings, batched=args.scenario == "bare-batch")

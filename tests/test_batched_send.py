@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -13,11 +14,13 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
+import stores
 from agents.batched_send import (
     KEY_CACHE_SIZE,
     KeyedOutputs,
     KeyPartitioner,
     kafka_timestamp,
+    native_builder,
     send_records,
 )
 from agents.clients import client_options, read_to_end
@@ -26,9 +29,11 @@ from app.topics import TopicSpec, create_topics
 from tests.test_window_store import make_settings
 
 
-async def started_producer(settings: Settings, max_batch_size: int) -> AIOKafkaProducer:
+async def started_producer(
+    settings: Settings, max_batch_size: int, **options: Any
+) -> AIOKafkaProducer:
     producer = AIOKafkaProducer(
-        **client_options(settings), acks="all", max_batch_size=max_batch_size
+        **client_options(settings), acks="all", max_batch_size=max_batch_size, **options
     )
     await producer.start()
     return producer
@@ -120,6 +125,62 @@ async def test_keyed_outputs_land_where_producer_send_would_put_them(
         assert record.partition == expected_partition[record.key]
     for key in expected_partition:  # each key's records in the order added
         assert [r.value for r in got if r.key == key] == [v for k, v in sent if k == key]
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+async def test_chunks_added_at_once_land_in_order_with_single_records(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path, compression: str | None
+) -> None:
+    """``add_many`` (a chunk's records in one call) and ``add`` mixed, for two sources: each
+    key's records in the order added (a source's before the next one's), on the partition
+    ``producer.send`` picks, with their timestamps (one ahead of the clock sent as the
+    clock's), keyless ones on the partition given, tombstones kept; many batches of 2 KB.
+    With compression aiokafka builds the batches (``native_builder`` is None), from the same
+    queues."""
+    settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=3)
+    topic = f"{settings.app_id}-out"
+    await create_topics(settings, [TopicSpec(topic, 3, 1)])
+    producer = await started_producer(settings, 2048, compression_type=compression)
+    now = time.time_ns() // 1_000_000
+    try:
+        native = compression is None and stores.native() is not None
+        assert (native_builder(producer) is not None) == native
+        outputs = KeyedOutputs(lambda: producer, topic)
+        await outputs.start()
+        by_source: dict[int, list] = {0: [], 40: []}  # sent source after source
+        for i in range(0, 400, 40):
+            keys = [b"k%d" % (j % 11) if j % 9 else None for j in range(i, i + 40)]
+            values = [None if j % 13 == 0 else b"%d-" % j + b"v" * 50 for j in range(i, i + 40)]
+            times = [now - 10_000 + j for j in range(i, i + 40)]
+            times[5] = now + 3_600_000  # ahead of the clock
+            outputs.add_many(keys, values, times, partition=i // 40, source=i % 80)
+            outputs.add(b"single", b"%d" % i, now - 5_000 + i, source=i % 80)
+            by_source[i % 80] += [*zip(keys, values, times, strict=True)]
+            by_source[i % 80].append((b"single", b"%d" % i, now - 5_000 + i))
+        sent = by_source[0] + by_source[40]
+        deliveries = await outputs.send()
+        assert len(deliveries) == 6  # 3 partitions, 2 sources
+        for delivery in deliveries:
+            await delivery
+        expected_partition = {
+            key: (await (await producer.send(topic, b"probe", key=key))).partition
+            for key in {k for k, _, _ in sent if k is not None}
+        }
+    finally:
+        await producer.stop()
+    got = [r for r in await read_to_end(settings, topic) if r.value != b"probe"]
+    assert sorted((r.key or b"", r.value or b"") for r in got) == sorted(
+        (k or b"", v or b"") for k, v, _ in sent
+    )
+    for key in expected_partition:
+        mine = [r for r in got if r.key == key]
+        assert {r.partition for r in mine} == {expected_partition[key]}
+        in_order = [(v, t) for k, v, t in sent if k == key]
+        assert [r.value for r in mine] == [v for v, _ in in_order]
+        for record, (_, t) in zip(mine, in_order, strict=True):
+            assert record.timestamp == t or (t > now and now <= record.timestamp <= t)
+    keyless = [r for r in got if r.key is None]
+    assert all(int(r.value.split(b"-")[0]) // 40 % 3 == r.partition for r in keyless if r.value)
 
 
 def test_kafka_timestamps_are_never_ahead_of_the_clock_nor_before_1970() -> None:

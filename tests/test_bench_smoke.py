@@ -263,12 +263,71 @@ def test_the_emit_floor_writes_aggregate_records_of_the_workers_shape(tmp_path) 
         assert list(window["aggregates"]) == list(settings.aggregations)
 
 
+@pytest.mark.parametrize("bulk", [True, False], ids=["add_many", "add"])
+def test_the_emit_floor_answers_every_input_record(
+    kafka_bootstrap: str, broker_kind: str, broker_profile: str, tmp_path, bulk: bool
+) -> None:
+    """``emit-floor``'s work per fetched chunk (``emit_chunk``) leaves one aggregate record per
+    input record, with its key and timestamp, answering its partition and offset, whether a
+    chunk is queued in one ``add_many`` or a record at a time (``aiokafka-emit-floor``)."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    from agents.batched_send import KeyedOutputs
+    from agents.clients import client_options, read_to_end
+    from app.topics import create_topics
+    from bench.bench_broker import BenchBroker
+    from bench.worker_harness import event_stream, produce, scenario_settings
+    from bench.worker_scenarios import emit_chunk, emit_floor_encoder
+
+    broker = BenchBroker(kafka_bootstrap, broker_profile, broker_kind)
+    settings = scenario_settings(broker, 100, "event", tmp_path / "floor")
+    asyncio.run(create_topics(settings))
+    asyncio.run(produce(settings, event_stream(500)))
+
+    async def run_floor() -> None:
+        consumer = AIOKafkaConsumer(
+            **client_options(settings), enable_auto_commit=False, auto_offset_reset="earliest"
+        )
+        producer = AIOKafkaProducer(**client_options(settings), acks="all")
+        await consumer.start()
+        await producer.start()
+        try:
+            tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, 0)
+            outputs = KeyedOutputs(lambda: producer, settings.aggregates_topic)
+            await outputs.start()
+            encode, done = emit_floor_encoder(settings), 0
+            while done < 500:
+                chunk = await consumer.getmany(timeout_ms=1000, max_records=100)
+                await emit_chunk(outputs, encode, chunk, bulk)
+                done += sum(map(len, chunk.values()))
+        finally:
+            await producer.stop()
+            await consumer.stop()
+
+    asyncio.run(run_floor())
+    inputs = asyncio.run(read_to_end(settings, settings.input_topic))
+    answers = asyncio.run(read_to_end(settings, settings.aggregates_topic))
+    answered = {
+        (json.loads(r.value)["input_partition"], json.loads(r.value)["input_offset"]): r
+        for r in answers
+    }
+    assert len(answers) == len(answered) == len(inputs) == 500
+    for record in inputs:
+        answer = answered[record.partition, record.offset]
+        assert (answer.key, answer.timestamp) == (record.key, record.timestamp)
+
+
+@pytest.mark.parametrize("bulk", [True, False], ids=["add_many", "add"])
 def test_the_batch_floor_makes_every_event_durable_and_answers_every_key(
-    kafka_bootstrap: str, broker_kind: str, broker_profile: str, tmp_path
+    kafka_bootstrap: str, broker_kind: str, broker_profile: str, tmp_path, bulk: bool
 ) -> None:
     """``batch-floor`` does the durable part of ``emit=batch``: after its batches, a store
     restored from the changelog alone (no local copy) holds every event's entry at the last
-    offset of each partition, and the aggregates topic has a record per key of each batch."""
+    offset of each partition, and the aggregates topic has a record per key of each batch
+    (queued a batch at a time, or a record at a time as ``aiokafka-batch-floor`` does)."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     from agents.batched_send import KeyedOutputs
@@ -302,7 +361,8 @@ def test_the_batch_floor_makes_every_event_durable_and_answers_every_key(
             outputs = KeyedOutputs(lambda: producer, settings.aggregates_topic)
             await outputs.start()
             accepted = batches = 0
-            async with DurableFloor(settings, outputs, emit_floor_encoder(settings)) as floor:
+            encode = emit_floor_encoder(settings)
+            async with DurableFloor(settings, outputs, encode, bulk) as floor:
                 while accepted < len(records):
                     accepted += await floor.next_batch(consumer)
                     batches += 1

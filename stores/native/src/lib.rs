@@ -13,6 +13,7 @@ mod py_io;
 mod python;
 #[cfg(feature = "python")]
 mod pywindows;
+pub mod record_batch;
 pub mod state_codec;
 pub mod store_writes;
 pub mod windows;
