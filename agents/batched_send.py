@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Generator, Hashable, Iterable, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterable
 from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
