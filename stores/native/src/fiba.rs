@@ -51,6 +51,43 @@ pub trait Monoid {
     fn same(&self, a: &Self::P, b: &Self::P) -> bool;
 }
 
+/// A tree's memory by kind (`FiBA::footprint`): what the heap holds for it, not counting the
+/// allocator's own headers (`blocks` heap blocks, 8-16 bytes each with glibc).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Footprint {
+    /// Entries held.
+    pub entries: usize,
+    /// Live nodes, and of those leaves.
+    pub nodes: usize,
+    pub leaves: usize,
+    /// Entry slots reserved in the nodes (entries + separators + spare capacity).
+    pub slots: usize,
+    /// The tree's own struct.
+    pub tree: usize,
+    /// The node arena (every node struct, live, free or spare capacity).
+    pub arena: usize,
+    /// Times and partials of the slots reserved.
+    pub entry_bytes: usize,
+    /// Child links and the free and dirty lists.
+    pub kid_bytes: usize,
+    /// Spine caches outside the node structs (suffix folds).
+    pub cache_bytes: usize,
+    /// Heap blocks.
+    pub blocks: usize,
+}
+
+impl Footprint {
+    /// Bytes in all, allocator headers counted as 16 bytes per block.
+    pub fn bytes(&self) -> usize {
+        self.tree
+            + self.arena
+            + self.entry_bytes
+            + self.kid_bytes
+            + self.cache_bytes
+            + 16 * self.blocks
+    }
+}
+
 struct Node<P> {
     parent: Idx,
     times: Vec<Time>,
@@ -1225,6 +1262,36 @@ impl<M: Monoid> FiBA<M> {
         }
     }
 
+    // --- memory -------------------------------------------------------------------------------
+
+    /// Where this tree's bytes go (see `Footprint`). O(n / MIN_ARITY).
+    pub fn footprint(&self) -> Footprint {
+        let mut f = Footprint {
+            entries: self.len(),
+            tree: std::mem::size_of::<Self>(),
+            arena: self.nodes.capacity() * std::mem::size_of::<Node<M::P>>(),
+            ..Footprint::default()
+        };
+        for node in &self.nodes {
+            f.nodes += usize::from(node.alive);
+            f.leaves += usize::from(node.alive && node.kids.is_empty());
+            f.slots += node.times.capacity();
+            f.entry_bytes += node.times.capacity() * std::mem::size_of::<Time>()
+                + node.vals.capacity() * std::mem::size_of::<M::P>();
+            f.kid_bytes += node.kids.capacity() * std::mem::size_of::<Idx>();
+            f.cache_bytes += node.suffix.capacity() * std::mem::size_of::<M::P>();
+            let blocks = [
+                node.times.capacity(),
+                node.vals.capacity(),
+                node.kids.capacity(),
+                node.suffix.capacity(),
+            ];
+            f.blocks += blocks.iter().filter(|&&c| c > 0).count();
+        }
+        f.kid_bytes += (self.free.capacity() + self.dirty.capacity()) * std::mem::size_of::<Idx>();
+        f
+    }
+
     // --- invariants ---------------------------------------------------------------------------
 
     /// Verify the whole structure in O(n): heights, order, arity, parent links, spine flags,
@@ -1505,6 +1572,44 @@ mod tests {
     fn in_order_rounds_cost_the_same_at_any_size() {
         let (small, large) = (in_order_round_cost(1 << 6), in_order_round_cost(1 << 12));
         assert!(large <= small * 1.3, "{small} vs {large}");
+    }
+
+    /// `sum,count,max` as the worker's windows hold it.
+    fn scm() -> crate::monoids::Fields<3> {
+        use crate::monoids::{Fields, Kind, Spec};
+        Fields {
+            spec: std::sync::Arc::new(Spec::new(&[Kind::Count, Kind::Sum, Kind::Max])),
+        }
+    }
+
+    #[test]
+    fn footprint_of_sum_count_max_per_entry() {
+        use crate::monoids::Val;
+        let p = [Val::Int(1), Val::Float(2.0), Val::Float(3.0)];
+        let n = 1000;
+        let mut streamed = FiBA::new(scm(), 4);
+        for t in 0..n {
+            streamed.insert(t, p);
+        }
+        let mut loaded = FiBA::new(scm(), 4);
+        loaded.bulk_insert((0..n).map(|t| (t, p)).collect());
+        for (name, tree) in [("stream", &streamed), ("restore", &loaded)] {
+            let f = tree.footprint();
+            let per = |b: usize| b as f64 / f.entries as f64;
+            eprintln!(
+                "{name}: {:.1} B/entry: arena {:.1}, entries {:.1} ({} slots), kids {:.1}, caches {:.1}, \
+                 headers {:.1}; {} nodes, {} leaves",
+                per(f.bytes()),
+                per(f.arena),
+                per(f.entry_bytes),
+                f.slots,
+                per(f.kid_bytes),
+                per(f.cache_bytes),
+                per(16 * f.blocks),
+                f.nodes,
+                f.leaves
+            );
+        }
     }
 
     #[test]
