@@ -40,15 +40,36 @@ type Idx = u32;
 const NIL: Idx = u32::MAX;
 
 /// An associative operation with a neutral element (lift and lower live outside the tree).
+///
+/// The tree stores partials in the monoid's stored form `S` (a compact encoding of `P`, or
+/// `P` itself) and combines them there; `P` is what its API takes and returns.
 pub trait Monoid {
     /// The partial aggregate.
     type P: Clone;
+    /// The form the tree stores a partial in.
+    type S: Clone;
     /// The partial of the empty window.
     fn identity(&self) -> Self::P;
     /// The partial of window `a` followed by window `b`.
     fn combine(&self, a: &Self::P, b: &Self::P) -> Self::P;
     /// Whether two partials are the same value (floats: the same bits), for the checker.
     fn same(&self, a: &Self::P, b: &Self::P) -> bool;
+    /// `p` in stored form.
+    fn pack(&self, p: &Self::P) -> Self::S;
+    /// The partial a stored form holds: `unpack(pack(p))` is `p`.
+    fn unpack(&self, s: &Self::S) -> Self::P;
+    /// `combine` in stored form.
+    fn combine_stored(&self, a: &Self::S, b: &Self::S) -> Self::S {
+        self.pack(&self.combine(&self.unpack(a), &self.unpack(b)))
+    }
+    /// `identity` in stored form.
+    fn identity_stored(&self) -> Self::S {
+        self.pack(&self.identity())
+    }
+    /// `same` in stored form.
+    fn same_stored(&self, a: &Self::S, b: &Self::S) -> bool {
+        self.same(&self.unpack(a), &self.unpack(b))
+    }
 }
 
 /// A tree's memory by kind (`FiBA::footprint`): what the heap holds for it, not counting the
@@ -115,7 +136,7 @@ struct Node<P> {
 /// The finger B-tree aggregator over monoid `M`.
 pub struct FiBA<M: Monoid> {
     m: M,
-    nodes: Vec<Node<M::P>>,
+    nodes: Vec<Node<M::S>>,
     free: Vec<Idx>,
     root: Idx,
     lf: Idx,
@@ -199,17 +220,17 @@ impl<M: Monoid> FiBA<M> {
         self.min_arity - 1
     }
 
-    fn comb(&self, a: &M::P, b: &M::P) -> M::P {
+    fn comb(&self, a: &M::S, b: &M::S) -> M::S {
         // a load and a store, not an atomic add: one thread mutates a tree at a time
         self.combines
             .store(self.combines.load(Relaxed) + 1, Relaxed);
-        self.m.combine(a, b)
+        self.m.combine_stored(a, b)
     }
 
     /// A fresh node; reuses a node of the deferred free list, whose children (a subtree cut
     /// off by a bulk eviction) join the list: O(1) per allocation.
     fn alloc(&mut self, height: u32) -> Idx {
-        let identity = self.m.identity();
+        let identity = self.m.identity_stored();
         if let Some(idx) = self.free.pop() {
             let kids = std::mem::take(&mut self.nodes[idx as usize].kids);
             self.free.extend(kids.iter().copied());
@@ -258,11 +279,11 @@ impl<M: Monoid> FiBA<M> {
         self.free.push(idx);
     }
 
-    fn n(&self, idx: Idx) -> &Node<M::P> {
+    fn n(&self, idx: Idx) -> &Node<M::S> {
         &self.nodes[idx as usize]
     }
 
-    fn nm(&mut self, idx: Idx) -> &mut Node<M::P> {
+    fn nm(&mut self, idx: Idx) -> &mut Node<M::S> {
         &mut self.nodes[idx as usize]
     }
 
@@ -301,10 +322,10 @@ impl<M: Monoid> FiBA<M> {
     pub fn query(&self) -> M::P {
         let root = self.n(self.root);
         if root.kids.is_empty() {
-            return root.agg.clone();
+            return self.m.unpack(&root.agg);
         }
         let left = self.comb(&self.n(self.lf).agg, &root.agg);
-        self.comb(&left, &self.n(self.rf).agg)
+        self.m.unpack(&self.comb(&left, &self.n(self.rf).agg))
     }
 
     /// The partial stored at `t`, if any. O(log d).
@@ -313,7 +334,7 @@ impl<M: Monoid> FiBA<M> {
             return None;
         }
         let (node, i, found) = self.search(t);
-        found.then(|| self.n(node).vals[i].clone())
+        found.then(|| self.m.unpack(&self.n(node).vals[i]))
     }
 
     /// All `(t, partial)` entries in time order. O(n).
@@ -353,7 +374,7 @@ impl<M: Monoid> FiBA<M> {
             if !node.kids.is_empty() {
                 self.walk(node.kids[i], out);
             }
-            out.push((t, v.clone()));
+            out.push((t, self.m.unpack(v)));
         }
         if let Some(&last) = node.kids.last() {
             self.walk(last, out);
@@ -403,12 +424,12 @@ impl<M: Monoid> FiBA<M> {
     // --- aggregates -------------------------------------------------------------------------
 
     /// `[c_0] v_0 c_1 ... v_{k-1} [c_k]` folded, with the count it covers.
-    fn fold_node(&self, idx: Idx, skip_first: bool, skip_last: bool) -> (Option<M::P>, usize) {
+    fn fold_node(&self, idx: Idx, skip_first: bool, skip_last: bool) -> (Option<M::S>, usize) {
         let node = self.n(idx);
         let k = node.times.len();
-        let mut acc: Option<M::P> = None;
+        let mut acc: Option<M::S> = None;
         let mut cnt = k;
-        let push = |acc: &mut Option<M::P>, x: &M::P| {
+        let push = |acc: &mut Option<M::S>, x: &M::S| {
             *acc = Some(match acc.take() {
                 None => x.clone(),
                 Some(a) => self.comb(&a, x),
@@ -435,14 +456,14 @@ impl<M: Monoid> FiBA<M> {
 
     /// The own sequence of spine node `idx` folded (without the parent's term) with its
     /// count; for the left finger (a leaf below the root) from the right, with every suffix.
-    fn spine_local(&self, idx: Idx, buffer: Vec<M::P>) -> (M::P, usize, Option<Vec<M::P>>) {
+    fn spine_local(&self, idx: Idx, buffer: Vec<M::S>) -> (M::S, usize, Option<Vec<M::S>>) {
         let node = self.n(idx);
         if node.left {
             let k = node.vals.len();
             let mut suffix = buffer;
             suffix.clear();
             let mut cnt = k;
-            let mut acc: Option<M::P> = None;
+            let mut acc: Option<M::S> = None;
             for i in (0..k).rev() {
                 if let Some(&kid) = node.kids.get(i + 1) {
                     let kn = self.n(kid);
@@ -460,15 +481,15 @@ impl<M: Monoid> FiBA<M> {
                 suffix.push(folded.clone());
                 acc = Some(folded);
             }
-            let local = acc.unwrap_or_else(|| self.m.identity());
+            let local = acc.unwrap_or_else(|| self.m.identity_stored());
             return (local, cnt, Some(suffix));
         }
         let (local, cnt) = self.fold_node(idx, node.left, node.right && !node.left);
-        (local.unwrap_or_else(|| self.m.identity()), cnt, None)
+        (local.unwrap_or_else(|| self.m.identity_stored()), cnt, None)
     }
 
     /// A spine node's aggregate from its own fold and its parent's aggregate.
-    fn with_parent(&self, idx: Idx, local: &M::P, cnt: usize) -> (M::P, usize) {
+    fn with_parent(&self, idx: Idx, local: &M::S, cnt: usize) -> (M::S, usize) {
         let node = self.n(idx);
         let p = self.n(node.parent);
         if p.parent == NIL {
@@ -483,15 +504,15 @@ impl<M: Monoid> FiBA<M> {
     /// The position-aware aggregate of `idx` recomputed from its entries, its children's
     /// and (on a spine below the root's children) its parent's aggregate: what the checker
     /// expects, and what a repair stores.
-    fn expected(&self, idx: Idx) -> (M::P, usize) {
+    fn expected(&self, idx: Idx) -> (M::S, usize) {
         let node = self.n(idx);
         if node.parent == NIL {
             let (agg, cnt) = self.fold_node(idx, true, true);
-            return (agg.unwrap_or_else(|| self.m.identity()), cnt);
+            return (agg.unwrap_or_else(|| self.m.identity_stored()), cnt);
         }
         if !(node.left || node.right) {
             let (agg, cnt) = self.fold_node(idx, false, false);
-            return (agg.unwrap_or_else(|| self.m.identity()), cnt);
+            return (agg.unwrap_or_else(|| self.m.identity_stored()), cnt);
         }
         let (local, cnt, _) = self.spine_local(idx, Vec::new());
         self.with_parent(idx, &local, cnt)
@@ -816,7 +837,7 @@ impl<M: Monoid> FiBA<M> {
         let (mut times, mut vals, kids) = {
             let bn = self.nm(b);
             let times: Vec<Time> = bn.times.drain(..count).collect();
-            let vals: Vec<M::P> = bn.vals.drain(..count).collect();
+            let vals: Vec<M::S> = bn.vals.drain(..count).collect();
             let kids: Vec<Idx> = if bn.kids.is_empty() {
                 Vec::new()
             } else {
@@ -851,7 +872,7 @@ impl<M: Monoid> FiBA<M> {
             let an = self.nm(a);
             let from = an.times.len() - count;
             let times: Vec<Time> = an.times.drain(from..).collect();
-            let vals: Vec<M::P> = an.vals.drain(from..).collect();
+            let vals: Vec<M::S> = an.vals.drain(from..).collect();
             let kids: Vec<Idx> = if an.kids.is_empty() {
                 Vec::new()
             } else {
@@ -916,6 +937,7 @@ impl<M: Monoid> FiBA<M> {
     /// Add `p` at time `t` (combined after an existing entry at `t`). Amortized O(log d); one
     /// combine at the young end (in order), one at the old end.
     pub fn insert(&mut self, t: Time, p: M::P) {
+        let p = self.m.pack(&p);
         let rf = self.rf;
         let root = self.root;
         let young = self.n(rf).times.last().copied();
@@ -1156,6 +1178,7 @@ impl<M: Monoid> FiBA<M> {
             return;
         }
         for (t, p) in pairs {
+            let p = self.m.pack(&p);
             let (idx, i, found) = self.search(t);
             if found {
                 let merged = self.comb(&self.n(idx).vals[i], &p);
@@ -1185,11 +1208,11 @@ impl<M: Monoid> FiBA<M> {
     /// at a finger's spine (`range_top`): O(log d); another range starts at the root:
     /// O(log n).
     pub fn query_range(&self, lo: Time, hi: Time) -> M::P {
-        let mut acc: Option<M::P> = None;
+        let mut acc: Option<M::S> = None;
         if hi >= lo && !self.is_empty() {
             self.range(self.range_top(lo, hi), lo, hi, false, false, &mut acc);
         }
-        acc.unwrap_or_else(|| self.m.identity())
+        acc.map_or_else(|| self.m.identity(), |p| self.m.unpack(&p))
     }
 
     /// Where a range query starts: for a suffix of the window (`hi` at or past the youngest
@@ -1225,10 +1248,10 @@ impl<M: Monoid> FiBA<M> {
         hi: Time,
         lo_in: bool,
         hi_in: bool,
-        acc: &mut Option<M::P>,
+        acc: &mut Option<M::S>,
     ) {
         let node = self.n(idx);
-        let push = |acc: &mut Option<M::P>, x: &M::P| {
+        let push = |acc: &mut Option<M::S>, x: &M::S| {
             *acc = Some(match acc.take() {
                 None => x.clone(),
                 Some(a) => self.comb(&a, x),
@@ -1269,7 +1292,7 @@ impl<M: Monoid> FiBA<M> {
         let mut f = Footprint {
             entries: self.len(),
             tree: std::mem::size_of::<Self>(),
-            arena: self.nodes.capacity() * std::mem::size_of::<Node<M::P>>(),
+            arena: self.nodes.capacity() * std::mem::size_of::<Node<M::S>>(),
             ..Footprint::default()
         };
         for node in &self.nodes {
@@ -1277,9 +1300,9 @@ impl<M: Monoid> FiBA<M> {
             f.leaves += usize::from(node.alive && node.kids.is_empty());
             f.slots += node.times.capacity();
             f.entry_bytes += node.times.capacity() * std::mem::size_of::<Time>()
-                + node.vals.capacity() * std::mem::size_of::<M::P>();
+                + node.vals.capacity() * std::mem::size_of::<M::S>();
             f.kid_bytes += node.kids.capacity() * std::mem::size_of::<Idx>();
-            f.cache_bytes += node.suffix.capacity() * std::mem::size_of::<M::P>();
+            f.cache_bytes += node.suffix.capacity() * std::mem::size_of::<M::S>();
             let blocks = [
                 node.times.capacity(),
                 node.vals.capacity(),
@@ -1406,18 +1429,21 @@ impl<M: Monoid> FiBA<M> {
                 node.parent == NIL
             ));
         }
-        if !self.m.same(&agg, &node.agg) {
+        if !self.m.same_stored(&agg, &node.agg) {
             return Err(format!("aggregates: node {idx} has a stale aggregate"));
         }
         if node.parent != NIL && (node.left || node.right) && !node.stale {
             let (local, local_cnt, suffix) = self.spine_local(idx, Vec::new());
-            if local_cnt != node.local_cnt || !self.m.same(&local, &node.local) {
+            if local_cnt != node.local_cnt || !self.m.same_stored(&local, &node.local) {
                 return Err(format!("aggregates: spine node {idx} has a stale own fold"));
             }
             if let Some(suffix) = suffix {
                 let cached = &node.suffix;
                 if suffix.len() != cached.len()
-                    || !suffix.iter().zip(cached).all(|(a, b)| self.m.same(a, b))
+                    || !suffix
+                        .iter()
+                        .zip(cached)
+                        .all(|(a, b)| self.m.same_stored(a, b))
                 {
                     return Err("aggregates: the left finger's suffix folds are stale".into());
                 }
@@ -1435,6 +1461,13 @@ mod tests {
     struct Sum;
     impl Monoid for Sum {
         type P = i64;
+        type S = i64;
+        fn pack(&self, p: &i64) -> i64 {
+            *p
+        }
+        fn unpack(&self, s: &i64) -> i64 {
+            *s
+        }
         fn identity(&self) -> i64 {
             0
         }
@@ -1450,6 +1483,13 @@ mod tests {
     struct Concat;
     impl Monoid for Concat {
         type P = String;
+        type S = String;
+        fn pack(&self, p: &String) -> String {
+            p.clone()
+        }
+        fn unpack(&self, s: &String) -> String {
+            s.clone()
+        }
         fn identity(&self) -> String {
             String::new()
         }
