@@ -39,6 +39,14 @@ pub type Time = i64;
 type Idx = u32;
 const NIL: Idx = u32::MAX;
 
+/// MAX_ARITY over MIN_ARITY of `FiBA::new`. At 4, a right-spine node that overflows keeps
+/// `MAX_ARITY - MIN_ARITY` entries (12 of 15 at MIN_ARITY 4) when in-order appends split it
+/// (`cut`), so a tree filled in order has its nodes 80 % full, where 2 leaves them half full.
+pub const MAX_PER_MIN: usize = 4;
+
+/// The capacity the repair's work lists keep between operations.
+const SCRATCH: usize = 64;
+
 /// An associative operation with a neutral element (lift and lower live outside the tree).
 ///
 /// The tree stores partials in the monoid's stored form `S` (a compact encoding of `P`, or
@@ -142,6 +150,7 @@ pub struct FiBA<M: Monoid> {
     lf: Idx,
     rf: Idx,
     min_arity: usize,
+    max_arity: usize,
     combines: AtomicU64,
     dirty: Vec<Idx>,
     heap: BinaryHeap<Reverse<(u32, Idx)>>,
@@ -164,9 +173,19 @@ fn upper_bound(times: &[Time], t: Time) -> usize {
 }
 
 impl<M: Monoid> FiBA<M> {
-    /// An empty window; `min_arity` >= 2 (MAX_ARITY is twice that).
+    /// An empty window; `min_arity` >= 2, MAX_ARITY `MAX_PER_MIN` times that.
     pub fn new(m: M, min_arity: usize) -> Self {
+        Self::with_arity(m, min_arity, MAX_PER_MIN * min_arity)
+    }
+
+    /// An empty window with MIN_ARITY `min_arity` >= 2 and MAX_ARITY `max_arity` >= twice
+    /// that (what amortized O(1) rebalancing needs).
+    pub fn with_arity(m: M, min_arity: usize, max_arity: usize) -> Self {
         assert!(min_arity >= 2, "min_arity must be at least 2");
+        assert!(
+            max_arity >= 2 * min_arity,
+            "max_arity must be at least 2 * min_arity"
+        );
         let mut tree = FiBA {
             m,
             nodes: Vec::new(),
@@ -175,6 +194,7 @@ impl<M: Monoid> FiBA<M> {
             lf: NIL,
             rf: NIL,
             min_arity,
+            max_arity,
             combines: AtomicU64::new(0),
             dirty: Vec::new(),
             heap: BinaryHeap::new(),
@@ -202,6 +222,11 @@ impl<M: Monoid> FiBA<M> {
         self.min_arity
     }
 
+    /// MAX_ARITY.
+    pub fn max_arity(&self) -> usize {
+        self.max_arity
+    }
+
     /// Combines performed since creation or the last `reset_combines`.
     pub fn combines(&self) -> u64 {
         self.combines.load(Relaxed)
@@ -213,7 +238,7 @@ impl<M: Monoid> FiBA<M> {
     }
 
     fn max_entries(&self) -> usize {
-        2 * self.min_arity - 1
+        self.max_arity - 1
     }
 
     fn min_entries(&self) -> usize {
@@ -252,11 +277,10 @@ impl<M: Monoid> FiBA<M> {
             node.stale = true;
             return idx;
         }
-        let capacity = 2 * self.min_arity;
         self.nodes.push(Node {
             parent: NIL,
-            times: Vec::with_capacity(capacity),
-            vals: Vec::with_capacity(capacity),
+            times: Vec::new(),
+            vals: Vec::new(),
             kids: Vec::new(),
             suffix: Vec::new(),
             local: identity.clone(),
@@ -566,6 +590,7 @@ impl<M: Monoid> FiBA<M> {
             }
         }
         dirty.clear();
+        dirty.shrink_to(SCRATCH); // a bulk insert's list would stay with the tree
         self.dirty = dirty;
         let mut left_top: Option<Idx> = None;
         let mut right_top: Option<Idx> = None;
@@ -591,6 +616,7 @@ impl<M: Monoid> FiBA<M> {
                 }
             }
         }
+        heap.shrink_to(SCRATCH);
         self.heap = heap;
         if root_dirty {
             self.recalc(self.root);
@@ -625,41 +651,69 @@ impl<M: Monoid> FiBA<M> {
             .expect("a child is among its parent's children")
     }
 
+    /// Cut the overflowing node `idx` in two around a separator, which it returns: the
+    /// entries (and children) before it stay in `idx`, those after it move to the fresh node
+    /// `z` (whose parent links follow). A right-spine node (in-order appends overflow it) keeps
+    /// all but `min_entries` and leaves the spine nearly full: its buffers, sized for growth, go
+    /// to `z`, the new spine node, and its own part moves to buffers of its exact size; any
+    /// other node is cut in the middle.
+    fn cut(&mut self, idx: Idx, z: Idx) -> (Time, M::S) {
+        let min_entries = self.min_entries();
+        let node = self.nm(idx);
+        let len = node.times.len();
+        let inner = !node.kids.is_empty();
+        let (sep_t, sep_v, times, vals, kids) = if node.right {
+            let mid = len - 1 - min_entries;
+            let older_t = node.times[..mid].to_vec();
+            let older_v = node.vals[..mid].to_vec();
+            let older_k = if inner {
+                node.kids[..=mid].to_vec()
+            } else {
+                Vec::new()
+            };
+            let (sep_t, sep_v) = (node.times[mid], node.vals[mid].clone());
+            node.times.drain(..=mid);
+            node.vals.drain(..=mid);
+            if inner {
+                node.kids.drain(..=mid);
+            }
+            let times = std::mem::replace(&mut node.times, older_t);
+            let vals = std::mem::replace(&mut node.vals, older_v);
+            let kids = std::mem::replace(&mut node.kids, older_k);
+            (sep_t, sep_v, times, vals, kids)
+        } else {
+            let mid = len / 2;
+            let times: Vec<Time> = node.times.drain(mid + 1..).collect();
+            let vals: Vec<M::S> = node.vals.drain(mid + 1..).collect();
+            let kids: Vec<Idx> = if inner {
+                node.kids.drain(mid + 1..).collect()
+            } else {
+                Vec::new()
+            };
+            let sep_t = node.times.pop().expect("mid entry");
+            let sep_v = node.vals.pop().expect("mid entry");
+            (sep_t, sep_v, times, vals, kids)
+        };
+        let right = node.right;
+        node.right = false;
+        for &kid in &kids {
+            self.nm(kid).parent = z;
+        }
+        let zn = self.nm(z);
+        zn.times = times;
+        zn.vals = vals;
+        zn.kids = kids;
+        zn.right = right;
+        (sep_t, sep_v)
+    }
+
     /// Split overflowing nodes from `idx` upwards (amortized O(1) per insert).
     fn split_up(&mut self, mut idx: Idx) {
         while self.n(idx).times.len() > self.max_entries() {
             let height = self.n(idx).height;
             let z = self.alloc(height);
-            let (mut times, mut vals, mut kids) = {
-                let zn = self.nm(z);
-                (
-                    std::mem::take(&mut zn.times),
-                    std::mem::take(&mut zn.vals),
-                    std::mem::take(&mut zn.kids),
-                )
-            };
-            let node = self.nm(idx);
-            let mid = node.times.len() / 2;
-            times.extend(node.times.drain(mid + 1..));
-            vals.extend(node.vals.drain(mid + 1..));
-            let sep_t = node.times.pop().expect("mid entry");
-            let sep_v = node.vals.pop().expect("mid entry");
-            if !node.kids.is_empty() {
-                kids.extend(node.kids.drain(mid + 1..));
-            }
-            let right = node.right;
-            node.right = false;
-            let parent = node.parent;
-            for &kid in &kids {
-                self.nm(kid).parent = z;
-            }
-            {
-                let zn = self.nm(z);
-                zn.times = times;
-                zn.vals = vals;
-                zn.kids = kids;
-                zn.right = right;
-            }
+            let (sep_t, sep_v) = self.cut(idx, z);
+            let parent = self.n(idx).parent;
             if self.rf == idx {
                 self.rf = z;
             }
@@ -710,24 +764,8 @@ impl<M: Monoid> FiBA<M> {
             return false;
         }
         let z = self.alloc(0);
-        let (mut times, mut vals) = {
-            let zn = self.nm(z);
-            (std::mem::take(&mut zn.times), std::mem::take(&mut zn.vals))
-        };
-        let node = self.nm(l);
-        let mid = node.times.len() / 2;
-        times.extend(node.times.drain(mid + 1..));
-        vals.extend(node.vals.drain(mid + 1..));
-        let sep_t = node.times.pop().expect("mid entry");
-        let sep_v = node.vals.pop().expect("mid entry");
-        node.right = false;
-        {
-            let zn = self.nm(z);
-            zn.times = times;
-            zn.vals = vals;
-            zn.right = true;
-            zn.parent = parent;
-        }
+        let (sep_t, sep_v) = self.cut(l, z);
+        self.nm(z).parent = parent;
         self.rf = z;
         let (up, up_cnt) = self.fold_node(l, false, false);
         let up = up.expect("a split half has entries");
@@ -1189,7 +1227,9 @@ impl<M: Monoid> FiBA<M> {
                 node.vals.insert(i, p);
                 self.split_up(idx);
             }
-            self.dirty.push(idx);
+            if self.dirty.last() != Some(&idx) {
+                self.dirty.push(idx);
+            }
         }
         self.repair();
         self.debug_check();
@@ -1531,7 +1571,8 @@ mod tests {
         for seed in 1..40u64 {
             let mut rng = Rng(seed * 7919);
             let min_arity = 2 + (seed % 3) as usize;
-            let mut tree = FiBA::new(Concat, min_arity);
+            let max_arity = min_arity * (2 + (seed / 3 % 3) as usize);
+            let mut tree = FiBA::with_arity(Concat, min_arity, max_arity);
             let mut model = std::collections::BTreeMap::<Time, String>::new();
             let mut next = 0i64;
             for _ in 0..400 {
@@ -1619,6 +1660,46 @@ mod tests {
         use crate::monoids::{Fields, Kind, Spec};
         Fields {
             spec: std::sync::Arc::new(Spec::new(&[Kind::Count, Kind::Sum, Kind::Max])),
+        }
+    }
+
+    /// Entries of the leaves between the fingers, in order.
+    fn inner_leaf_sizes<M: Monoid>(tree: &FiBA<M>) -> Vec<usize> {
+        let mut sizes = Vec::new();
+        let mut stack = vec![tree.root];
+        while let Some(idx) = stack.pop() {
+            let node = tree.n(idx);
+            if node.kids.is_empty() {
+                if idx != tree.lf && idx != tree.rf {
+                    sizes.push(node.times.len());
+                }
+            } else {
+                stack.extend(node.kids.iter().rev());
+            }
+        }
+        sizes
+    }
+
+    #[test]
+    fn in_order_appends_leave_the_nodes_they_split_nearly_full() {
+        for (min_arity, max_arity) in [(2, 4), (3, 9), (4, 16), (8, 32)] {
+            let mut streamed = FiBA::with_arity(Sum, min_arity, max_arity);
+            for t in 0..3000 {
+                streamed.insert(t, 1);
+            }
+            let mut loaded = FiBA::with_arity(Sum, min_arity, max_arity);
+            loaded.bulk_insert((0..3000).map(|t| (t, 1)).collect());
+            for tree in [&streamed, &loaded] {
+                let sizes = inner_leaf_sizes(tree);
+                assert!(sizes.len() > 10);
+                // the right finger keeps MIN_ARITY - 1 entries of each split, the rest stay
+                let full = max_arity - min_arity;
+                assert!(
+                    sizes.iter().all(|&k| k == full),
+                    "{min_arity}/{max_arity}: {:?}",
+                    &sizes[..8]
+                );
+            }
         }
     }
 
