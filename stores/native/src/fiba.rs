@@ -8,7 +8,8 @@
 //!
 //! Nodes live in one arena (`Vec<Node>`, `u32` indices) with parent links; the tree keeps
 //! fingers to the leftmost (`lf`) and rightmost (`rf`) leaf. Arity (entries + 1) of a non-root
-//! node is in `MIN_ARITY..=MAX_ARITY`, `MAX_ARITY = 2 * MIN_ARITY`; rebalancing happens after
+//! node is in `MIN_ARITY..=MAX_ARITY`, `MAX_ARITY = 2 * MIN_ARITY` for inner nodes and
+//! `MAX_PER_MIN * MIN_ARITY` (or `with_arity`'s) for leaves; rebalancing happens after
 //! the fact (split on overflow, merge or move on underflow). Each node stores the paper's
 //! position-aware partial aggregate (`c_i` children, `v_i` entries, `up` = whole subtree):
 //!
@@ -39,9 +40,10 @@ pub type Time = i64;
 type Idx = u32;
 const NIL: Idx = u32::MAX;
 
-/// MAX_ARITY over MIN_ARITY of `FiBA::new`. At 4, a right-spine node that overflows keeps
-/// `MAX_ARITY - MIN_ARITY` entries (12 of 15 at MIN_ARITY 4) when in-order appends split it
-/// (`cut`), so a tree filled in order has its nodes 80 % full, where 2 leaves them half full.
+/// A leaf's MAX_ARITY over MIN_ARITY in `FiBA::new` (inner nodes: 2). At 4, a right-spine
+/// leaf that overflows keeps `MAX_ARITY - MIN_ARITY` entries (12 of 15 at MIN_ARITY 4) when
+/// in-order appends split it (`cut`), so a tree filled in order has its leaves 80 % full,
+/// where 2 leaves them half full; inner nodes stay small because a change below refolds them.
 pub const MAX_PER_MIN: usize = 4;
 
 /// The capacity the repair's work lists keep between operations.
@@ -124,7 +126,19 @@ struct Node<P> {
     kids: Vec<Idx>,
     agg: P,
     cnt: usize,
-    /// A spine node's own sequence folded (without the parent's term) and its count.
+    height: u32,
+    left: bool,
+    right: bool,
+    alive: bool,
+    mark: bool,
+}
+
+/// The caches of the spine node below the root at one side and height (there is one such
+/// node at a time): kept by the tree, not in every node, since only O(log n) nodes need them.
+struct Spine<P> {
+    /// The node they are up to date for; another node (or NIL) means out of date.
+    owner: Idx,
+    /// The node's own sequence folded (without the parent's term) and its count.
     local: P,
     local_cnt: usize,
     /// A left-spine node's suffix folds, youngest first: for the left finger
@@ -132,13 +146,6 @@ struct Node<P> {
     /// `suffix[k - 1 - i]` is `v_i up(c_{i+1}) ... v_{k-1} up(c_k)`. So dropping the oldest
     /// entry (and the child after it) pops the last fold, and the next is the new own fold.
     suffix: Vec<P>,
-    height: u32,
-    left: bool,
-    right: bool,
-    alive: bool,
-    mark: bool,
-    /// A spine node whose `local` (the left finger: also its suffix folds) is out of date.
-    stale: bool,
 }
 
 /// The finger B-tree aggregator over monoid `M`.
@@ -154,6 +161,8 @@ pub struct FiBA<M: Monoid> {
     combines: AtomicU64,
     dirty: Vec<Idx>,
     heap: BinaryHeap<Reverse<(u32, Idx)>>,
+    /// The spine caches, left and right, by height.
+    spines: [Vec<Spine<M::S>>; 2],
 }
 
 fn kn_first<P>(nodes: &[Node<P>], idx: Idx) -> Option<&Idx> {
@@ -173,13 +182,14 @@ fn upper_bound(times: &[Time], t: Time) -> usize {
 }
 
 impl<M: Monoid> FiBA<M> {
-    /// An empty window; `min_arity` >= 2, MAX_ARITY `MAX_PER_MIN` times that.
+    /// An empty window; `min_arity` >= 2; leaves up to `MAX_PER_MIN` times that.
     pub fn new(m: M, min_arity: usize) -> Self {
         Self::with_arity(m, min_arity, MAX_PER_MIN * min_arity)
     }
 
     /// An empty window with MIN_ARITY `min_arity` >= 2 and MAX_ARITY `max_arity` >= twice
-    /// that (what amortized O(1) rebalancing needs).
+    /// that (what amortized O(1) rebalancing needs) in the leaves, which hold the entries;
+    /// inner nodes have MAX_ARITY `2 * min_arity`.
     pub fn with_arity(m: M, min_arity: usize, max_arity: usize) -> Self {
         assert!(min_arity >= 2, "min_arity must be at least 2");
         assert!(
@@ -198,6 +208,7 @@ impl<M: Monoid> FiBA<M> {
             combines: AtomicU64::new(0),
             dirty: Vec::new(),
             heap: BinaryHeap::new(),
+            spines: [Vec::new(), Vec::new()],
         };
         tree.reset();
         tree
@@ -206,6 +217,9 @@ impl<M: Monoid> FiBA<M> {
     fn reset(&mut self) {
         self.nodes.clear();
         self.free.clear();
+        for c in self.spines.iter_mut().flatten() {
+            c.owner = NIL;
+        }
         let root = self.alloc(0);
         self.root = root;
         self.lf = root;
@@ -237,8 +251,14 @@ impl<M: Monoid> FiBA<M> {
         self.combines.store(0, Relaxed);
     }
 
-    fn max_entries(&self) -> usize {
-        self.max_arity - 1
+    /// The most entries of a node at `height`: MAX_ARITY - 1 in a leaf, 2 * MIN_ARITY - 1
+    /// in an inner node (whose aggregate a change below refolds: O(arity) combines).
+    fn max_entries(&self, height: u32) -> usize {
+        if height == 0 {
+            self.max_arity - 1
+        } else {
+            2 * self.min_arity - 1
+        }
     }
 
     fn min_entries(&self) -> usize {
@@ -257,6 +277,7 @@ impl<M: Monoid> FiBA<M> {
     fn alloc(&mut self, height: u32) -> Idx {
         let identity = self.m.identity_stored();
         if let Some(idx) = self.free.pop() {
+            self.invalidate(idx);
             let kids = std::mem::take(&mut self.nodes[idx as usize].kids);
             self.free.extend(kids.iter().copied());
             let node = &mut self.nodes[idx as usize];
@@ -265,34 +286,31 @@ impl<M: Monoid> FiBA<M> {
             node.vals.clear();
             node.kids = kids;
             node.kids.clear();
-            node.local = identity.clone();
             node.agg = identity;
             node.cnt = 0;
-            node.local_cnt = 0;
             node.height = height;
             node.left = false;
             node.right = false;
             node.alive = true;
             node.mark = false;
-            node.stale = true;
             return idx;
+        }
+        if self.nodes.len() == self.nodes.capacity() {
+            // grow by an eighth, not double: the arena's spare slots are whole node structs
+            self.nodes.reserve_exact((self.nodes.len() / 8).max(4));
         }
         self.nodes.push(Node {
             parent: NIL,
             times: Vec::new(),
             vals: Vec::new(),
             kids: Vec::new(),
-            suffix: Vec::new(),
-            local: identity.clone(),
             agg: identity,
             cnt: 0,
-            local_cnt: 0,
             height,
             left: false,
             right: false,
             alive: true,
             mark: false,
-            stale: true,
         });
         (self.nodes.len() - 1) as Idx
     }
@@ -309,6 +327,60 @@ impl<M: Monoid> FiBA<M> {
 
     fn nm(&mut self, idx: Idx) -> &mut Node<M::S> {
         &mut self.nodes[idx as usize]
+    }
+
+    /// Spine node `idx`'s side (0 left, 1 right; None: the root or no spine node).
+    fn side(&self, idx: Idx) -> Option<usize> {
+        let node = self.n(idx);
+        if node.parent == NIL {
+            None
+        } else if node.left {
+            Some(0)
+        } else if node.right {
+            Some(1)
+        } else {
+            None
+        }
+    }
+
+    /// Spine node `idx`'s caches, if up to date.
+    fn cache(&self, idx: Idx) -> Option<&Spine<M::S>> {
+        let side = self.side(idx)?;
+        let height = self.n(idx).height as usize;
+        self.spines[side].get(height).filter(|c| c.owner == idx)
+    }
+
+    /// Spine node `idx`'s caches, if up to date, to change.
+    fn cache_mut(&mut self, idx: Idx) -> Option<&mut Spine<M::S>> {
+        let side = self.side(idx)?;
+        let height = self.n(idx).height as usize;
+        self.spines[side].get_mut(height).filter(|c| c.owner == idx)
+    }
+
+    /// Mark the caches `idx` owns out of date.
+    fn invalidate(&mut self, idx: Idx) {
+        let height = self.n(idx).height as usize;
+        for side in &mut self.spines {
+            if let Some(c) = side.get_mut(height).filter(|c| c.owner == idx) {
+                c.owner = NIL;
+            }
+        }
+    }
+
+    /// The slot of spine node `idx`'s caches (made if new), whatever it holds.
+    fn slot(&mut self, idx: Idx) -> &mut Spine<M::S> {
+        let side = self.side(idx).expect("a spine node below the root");
+        let height = self.n(idx).height as usize;
+        while self.spines[side].len() <= height {
+            let local = self.m.identity_stored();
+            self.spines[side].push(Spine {
+                owner: NIL,
+                local,
+                local_cnt: 0,
+                suffix: Vec::new(),
+            });
+        }
+        &mut self.spines[side][height]
     }
 
     fn is_leaf(&self, idx: Idx) -> bool {
@@ -552,25 +624,25 @@ impl<M: Monoid> FiBA<M> {
             node.cnt = cnt;
             return;
         }
-        let buffer = std::mem::take(&mut self.nm(idx).suffix);
+        let buffer = std::mem::take(&mut self.slot(idx).suffix);
         let (local, local_cnt, suffix) = self.spine_local(idx, buffer);
         let (agg, cnt) = self.with_parent(idx, &local, local_cnt);
         let node = self.nm(idx);
-        node.suffix = suffix.unwrap_or_default();
-        node.local = local;
-        node.local_cnt = local_cnt;
         node.agg = agg;
         node.cnt = cnt;
-        node.stale = false;
+        let slot = self.slot(idx);
+        slot.owner = idx;
+        slot.suffix = suffix.unwrap_or_default();
+        slot.local = local;
+        slot.local_cnt = local_cnt;
     }
 
     /// A spine node whose parent's aggregate changed, its own fold not: one combine.
     fn refresh(&mut self, idx: Idx) {
-        if self.n(idx).stale {
+        let Some(c) = self.cache(idx) else {
             return self.recalc(idx);
-        }
-        let node = self.n(idx);
-        let (agg, cnt) = self.with_parent(idx, &node.local, node.local_cnt);
+        };
+        let (agg, cnt) = self.with_parent(idx, &c.local, c.local_cnt);
         let node = self.nm(idx);
         node.agg = agg;
         node.cnt = cnt;
@@ -602,10 +674,10 @@ impl<M: Monoid> FiBA<M> {
                 root_dirty = true;
             } else if node.left {
                 left_top = Some(idx); // heights only grow: the last one is the highest
-                self.nm(idx).stale = true;
+                self.invalidate(idx);
             } else if node.right {
                 right_top = Some(idx);
-                self.nm(idx).stale = true;
+                self.invalidate(idx);
             } else {
                 let parent = node.parent;
                 self.recalc(idx);
@@ -709,7 +781,7 @@ impl<M: Monoid> FiBA<M> {
 
     /// Split overflowing nodes from `idx` upwards (amortized O(1) per insert).
     fn split_up(&mut self, mut idx: Idx) {
-        while self.n(idx).times.len() > self.max_entries() {
+        while self.n(idx).times.len() > self.max_entries(self.n(idx).height) {
             let height = self.n(idx).height;
             let z = self.alloc(height);
             let (sep_t, sep_v) = self.cut(idx, z);
@@ -760,7 +832,9 @@ impl<M: Monoid> FiBA<M> {
         }
         let p = self.n(parent);
         let root = p.parent == NIL;
-        if p.times.len() >= self.max_entries() || !(root || (p.right && !p.stale)) {
+        if p.times.len() >= self.max_entries(p.height)
+            || !(root || (p.right && self.cache(parent).is_some()))
+        {
             return false;
         }
         let z = self.alloc(0);
@@ -774,11 +848,9 @@ impl<M: Monoid> FiBA<M> {
             ln.agg = up.clone();
             ln.cnt = up_cnt;
         }
-        let p = self.n(parent);
-        let (own, own_cnt) = if root {
-            (&p.agg, p.cnt)
-        } else {
-            (&p.local, p.local_cnt)
+        let (own, own_cnt) = match self.cache(parent) {
+            Some(c) if !root => (&c.local, c.local_cnt),
+            _ => (&self.n(parent).agg, self.n(parent).cnt),
         };
         let own = self.comb(&self.comb(own, &up), &sep_v);
         let own_cnt = own_cnt + up_cnt + 1;
@@ -792,10 +864,11 @@ impl<M: Monoid> FiBA<M> {
         } else {
             let (agg, cnt) = self.with_parent(parent, &own, own_cnt);
             let pn = self.nm(parent);
-            pn.local = own;
-            pn.local_cnt = own_cnt;
             pn.agg = agg;
             pn.cnt = cnt;
+            let c = self.cache_mut(parent).expect("up to date");
+            c.local = own;
+            c.local_cnt = own_cnt;
         }
         self.recalc(z);
         true
@@ -822,7 +895,7 @@ impl<M: Monoid> FiBA<M> {
                 (self.n(parent).kids[j - 1], idx, j - 1)
             };
             let (la, lb) = (self.n(a).times.len(), self.n(b).times.len());
-            if la + 1 + lb <= self.max_entries() {
+            if la + 1 + lb <= self.max_entries(self.n(a).height) {
                 self.merge(parent, a, b, si);
             } else if a == idx {
                 self.move_left(parent, a, b, si, self.min_entries() - la);
@@ -994,8 +1067,9 @@ impl<M: Monoid> FiBA<M> {
                 node.vals.push(p);
                 node.agg = agg;
                 node.cnt += 1;
-                node.stale = true;
-                if node.times.len() > self.max_entries() && !self.split_right_finger() {
+                let overflow = node.times.len() > self.max_entries(0);
+                self.invalidate(rf);
+                if overflow && !self.split_right_finger() {
                     self.split_up(rf);
                     self.repair();
                 }
@@ -1008,8 +1082,9 @@ impl<M: Monoid> FiBA<M> {
                 node.vals.insert(0, p);
                 node.agg = agg;
                 node.cnt += 1;
-                node.stale = true;
-                if node.times.len() > self.max_entries() {
+                let overflow = node.times.len() > self.max_entries(0);
+                self.invalidate(lf);
+                if overflow {
                     self.split_up(lf);
                     self.repair();
                 }
@@ -1048,15 +1123,15 @@ impl<M: Monoid> FiBA<M> {
             let node = self.nm(lf);
             node.times.remove(0);
             node.vals.remove(0);
-            let (stale, left) = (node.stale, node.times.len());
-            if lf != root && !stale && left >= min_entries {
-                let suffix = &mut self.nm(lf).suffix;
-                suffix.pop();
-                let local = suffix.last().expect("entries left").clone();
+            let left = node.times.len();
+            if lf != root && left >= min_entries && self.cache(lf).is_some() {
+                let c = self.cache_mut(lf).expect("up to date");
+                c.suffix.pop();
+                let local = c.suffix.last().expect("entries left").clone();
+                c.local = local.clone();
+                c.local_cnt = left;
                 let (agg, cnt) = self.with_parent(lf, &local, left);
                 let node = self.nm(lf);
-                node.local = local;
-                node.local_cnt = left;
                 node.agg = agg;
                 node.cnt = cnt;
                 self.debug_check();
@@ -1118,24 +1193,27 @@ impl<M: Monoid> FiBA<M> {
             return false;
         }
         let p = self.n(parent);
-        if p.parent == NIL || p.stale || !p.left || p.times.len() <= self.min_entries() {
+        if p.parent == NIL || !p.left || p.times.len() <= self.min_entries() {
+            return false;
+        }
+        if self.cache(parent).is_none() {
             return false;
         }
         let b = p.kids[1];
         let (la, bn) = (self.n(lf).times.len(), self.n(b));
-        if la + 1 + bn.times.len() > self.max_entries() {
+        if la + 1 + bn.times.len() > self.max_entries(0) {
             return false;
         }
         let gone = bn.cnt + 1; // the sibling's entries and the separator leave the parent's fold
         self.merge(parent, lf, b, 0);
-        let pn = self.nm(parent);
-        pn.suffix.pop();
-        let own = pn.suffix.last().expect("entries left").clone();
-        let own_cnt = pn.local_cnt - gone;
+        let c = self.cache_mut(parent).expect("up to date");
+        c.suffix.pop();
+        let own = c.suffix.last().expect("entries left").clone();
+        c.local = own.clone();
+        c.local_cnt -= gone;
+        let own_cnt = c.local_cnt;
         let (agg, cnt) = self.with_parent(parent, &own, own_cnt);
         let pn = self.nm(parent);
-        pn.local = own;
-        pn.local_cnt = own_cnt;
         pn.agg = agg;
         pn.cnt = cnt;
         self.recalc(lf);
@@ -1342,16 +1420,22 @@ impl<M: Monoid> FiBA<M> {
             f.entry_bytes += node.times.capacity() * std::mem::size_of::<Time>()
                 + node.vals.capacity() * std::mem::size_of::<M::S>();
             f.kid_bytes += node.kids.capacity() * std::mem::size_of::<Idx>();
-            f.cache_bytes += node.suffix.capacity() * std::mem::size_of::<M::S>();
             let blocks = [
                 node.times.capacity(),
                 node.vals.capacity(),
                 node.kids.capacity(),
-                node.suffix.capacity(),
             ];
             f.blocks += blocks.iter().filter(|&&c| c > 0).count();
         }
         f.kid_bytes += (self.free.capacity() + self.dirty.capacity()) * std::mem::size_of::<Idx>();
+        for side in &self.spines {
+            f.cache_bytes += side.capacity() * std::mem::size_of::<Spine<M::S>>();
+            for c in side {
+                f.cache_bytes += c.suffix.capacity() * std::mem::size_of::<M::S>();
+                f.blocks += usize::from(c.suffix.capacity() > 0);
+            }
+            f.blocks += usize::from(side.capacity() > 0);
+        }
         f
     }
 
@@ -1425,10 +1509,11 @@ impl<M: Monoid> FiBA<M> {
             }
         }
         let k = node.times.len();
-        if node.parent != NIL && (k < self.min_entries() || k > self.max_entries()) {
+        let max_entries = self.max_entries(node.height);
+        if node.parent != NIL && (k < self.min_entries() || k > max_entries) {
             return Err(format!("arity: node {idx} has {k} entries"));
         }
-        if node.parent == NIL && k > self.max_entries() {
+        if node.parent == NIL && k > max_entries {
             return Err(format!("arity: the root has {k} entries"));
         }
         if node.kids.is_empty() {
@@ -1472,13 +1557,13 @@ impl<M: Monoid> FiBA<M> {
         if !self.m.same_stored(&agg, &node.agg) {
             return Err(format!("aggregates: node {idx} has a stale aggregate"));
         }
-        if node.parent != NIL && (node.left || node.right) && !node.stale {
+        if let Some(c) = self.cache(idx) {
             let (local, local_cnt, suffix) = self.spine_local(idx, Vec::new());
-            if local_cnt != node.local_cnt || !self.m.same_stored(&local, &node.local) {
+            if local_cnt != c.local_cnt || !self.m.same_stored(&local, &c.local) {
                 return Err(format!("aggregates: spine node {idx} has a stale own fold"));
             }
             if let Some(suffix) = suffix {
-                let cached = &node.suffix;
+                let cached = &c.suffix;
                 if suffix.len() != cached.len()
                     || !suffix
                         .iter()
