@@ -295,10 +295,6 @@ impl<M: Monoid> FiBA<M> {
             node.mark = false;
             return idx;
         }
-        if self.nodes.len() == self.nodes.capacity() {
-            // grow by an eighth, not double: the arena's spare slots are whole node structs
-            self.nodes.reserve_exact((self.nodes.len() / 8).max(4));
-        }
         self.nodes.push(Node {
             parent: NIL,
             times: Vec::new(),
@@ -381,6 +377,22 @@ impl<M: Monoid> FiBA<M> {
             });
         }
         &mut self.spines[side][height]
+    }
+
+    /// Room for one more entry (and child) in `idx`: a full buffer of exact size (what an
+    /// in-order split leaves) grows by a quarter, not double.
+    fn room(&mut self, idx: Idx) {
+        let node = self.nm(idx);
+        let extra = (node.times.len() / 4).max(1);
+        if node.times.len() == node.times.capacity() {
+            node.times.reserve_exact(extra);
+        }
+        if node.vals.len() == node.vals.capacity() {
+            node.vals.reserve_exact(extra);
+        }
+        if !node.kids.is_empty() && node.kids.len() == node.kids.capacity() {
+            node.kids.reserve_exact(extra);
+        }
     }
 
     fn is_leaf(&self, idx: Idx) -> bool {
@@ -807,6 +819,7 @@ impl<M: Monoid> FiBA<M> {
                 return;
             }
             let j = self.child_index(parent, idx);
+            self.room(parent);
             {
                 let pn = self.nm(parent);
                 pn.times.insert(j, sep_t);
@@ -1096,6 +1109,7 @@ impl<M: Monoid> FiBA<M> {
                     self.nm(idx).vals[i] = merged;
                     self.dirty.push(idx);
                 } else {
+                    self.room(idx);
                     let node = self.nm(idx);
                     node.times.insert(i, t);
                     node.vals.insert(i, p);
@@ -1300,6 +1314,7 @@ impl<M: Monoid> FiBA<M> {
                 let merged = self.comb(&self.n(idx).vals[i], &p);
                 self.nm(idx).vals[i] = merged;
             } else {
+                self.room(idx);
                 let node = self.nm(idx);
                 node.times.insert(i, t);
                 node.vals.insert(i, p);
@@ -1799,7 +1814,19 @@ mod tests {
         }
         let mut loaded = FiBA::new(scm(), 4);
         loaded.bulk_insert((0..n).map(|t| (t, p)).collect());
-        for (name, tree) in [("stream", &streamed), ("restore", &loaded)] {
+        // one event in five up to 16 entries late, as the interleaved keys of a partition
+        let mut rng = Rng(7);
+        let mut late = FiBA::new(scm(), 4);
+        for i in 0..n {
+            let back = if rng.below(5) == 0 {
+                rng.below(16) as i64
+            } else {
+                0
+            };
+            late.insert(4 * (i - back) + 1 + 2 * i64::from(back > 0), p);
+        }
+        let trees = [("stream", &streamed), ("restore", &loaded), ("late", &late)];
+        for (name, tree) in trees {
             let f = tree.footprint();
             let per = |b: usize| b as f64 / f.entries as f64;
             eprintln!(
@@ -1815,6 +1842,7 @@ mod tests {
                 f.nodes,
                 f.leaves
             );
+            assert!(f.bytes() <= 64 * f.entries, "{name}: {f:?}");
         }
     }
 
