@@ -1825,7 +1825,20 @@ mod tests {
             };
             late.insert(4 * (i - back) + 1 + 2 * i64::from(back > 0), p);
         }
-        let trees = [("stream", &streamed), ("restore", &loaded), ("late", &late)];
+        // a sliding window in its steady state: as many evicted at the old end as appended
+        let mut slid = FiBA::new(scm(), 4);
+        for t in 0..3 * n {
+            slid.insert(t, p);
+            if t >= n {
+                slid.evict(t - n);
+            }
+        }
+        let trees = [
+            ("stream", &streamed),
+            ("restore", &loaded),
+            ("late", &late),
+            ("slid", &slid),
+        ];
         for (name, tree) in trees {
             let f = tree.footprint();
             let per = |b: usize| b as f64 / f.entries as f64;
