@@ -1,17 +1,17 @@
-"""Memory per retained window entry of the worker's windows state (count, sum, max), per build.
+"""Memory per retained window entry of the worker's windows state (count, sum, max), per kernel.
 
-``python -m bench.memory_per_entry [--entries 1000000] [--keys 1000] [--paths stream,restore]``
-fills, in a fresh interpreter per path, one partition's windows as the worker makes them
-(``new_key_windows``: the native kernel when it is installed; count/sum/max, three
-windows, a retention that keeps every entry) with ``entries`` entries over ``keys`` keys, as
-the worker does: ``stream`` through ``accept_batch`` (``emit=batch``, 1,000 events per batch,
-every entry at a distinct time, 20% out of order), ``restore`` through ``load`` (one O(n)
-bulk build per key, as a restore). It reads the interpreter's resident memory (``/proc``) empty,
-half full and full: bytes per entry are the growth over the entries (per-key costs
-included), and the second half's growth alone (the marginal cost); then the Python heap alone
-(``tracemalloc``, a second fill). The build (``stores.build()``) is recorded, so that the run
-measures whichever core is installed. Writes ``bench/results/memory_per_entry_<build>.json``
-(``quick/`` for fewer than 10^6 entries). Goal (issue 29): at most 64 bytes per entry.
+``python -m bench.memory_per_entry [--entries 1000000] [--keys 1000] [--paths stream,restore]
+[--kernels native,python] [--min-arities 4]`` fills, in a fresh interpreter per path, kernel
+and MIN_ARITY, one partition's windows as the worker makes them (count/sum/max, three windows, a
+retention that keeps every entry; ``native``: the native kernel, ``python``: ``KeyWindows``;
+the default: both when the native core is installed) with ``entries`` entries over ``keys``
+keys: ``stream`` through ``accept_batch`` (``emit=batch``, 1,000 events per batch, distinct
+times, 20% out of order), ``restore`` through ``load`` (one bulk build per key). It reads the
+resident memory (``/proc``) empty, half full and full: bytes per entry are the growth over the
+entries (per-key costs included), and the second half's alone (the marginal cost); then the
+Python heap alone (``tracemalloc``, a second fill). Writes
+``bench/results/memory_per_entry_<build>.json`` (``quick/`` below 10^6 entries). Goal (issue
+29): at most 64 bytes per entry.
 """
 
 from __future__ import annotations
@@ -38,15 +38,19 @@ BATCH = 1000
 FULL_RUN = 1_000_000
 
 
-def filled_windows(entries: int, keys: int, path: str, at: Any) -> Any:
-    """The worker's windows of one partition (``new_key_windows``) filled with ``entries``
-    entries over ``keys`` keys along ``path``, calling ``at(filled)`` at the start and after
-    every batch (stream) or key (restore)."""
+def filled_windows(
+    entries: int, keys: int, path: str, at: Any, kernel: str | None = None, min_arity: int = 4
+) -> Any:
+    """One partition's windows on ``kernel`` (``native``: ``NativeKeyWindows`` at
+    ``min_arity``; ``python``: ``KeyWindows``; None: the native kernel when it is installed)
+    filled with ``entries`` entries over ``keys``
+    keys along ``path``, calling ``at(filled)`` at the start and after every batch (stream) or
+    key (restore)."""
     from app.settings import Settings, WindowSpec
     from stores.durations import format_duration
     from stores.gc_pause import paused_gc
-    from stores.key_windows import WindowConfig
-    from stores.native_windows import new_key_windows
+    from stores.key_windows import KeyWindows, WindowConfig
+    from stores.native_windows import NativeKeyWindows
 
     retention = 2 * entries + 10_000
     sizes = (retention // 100, retention // 10, retention)
@@ -58,7 +62,11 @@ def filled_windows(entries: int, keys: int, path: str, at: Any) -> Any:
         max_wall_clock_skew=None,
     )
     config = WindowConfig.from_settings(settings)
-    windows = new_key_windows(config, emit="batch")
+    windows: Any = (
+        NativeKeyWindows(config, emit="batch", min_arity=min_arity)
+        if resolved_kernel(kernel) == "native"
+        else KeyWindows(config, emit="batch")
+    )
     rng = random.Random(1)
     at(0)
     if path == "stream":
@@ -81,11 +89,21 @@ def filled_windows(entries: int, keys: int, path: str, at: Any) -> Any:
     return windows
 
 
-def measure(entries: int, keys: int, path: str) -> dict[str, Any]:
-    """In this interpreter: resident bytes empty, half full and full along ``path``, then the
-    traced Python heap of a second fill."""
+def resolved_kernel(kernel: str | None) -> str:
+    """``kernel``, or when None the one the worker runs on: ``native`` when it is installed."""
     import stores
 
+    return kernel or ("native" if stores.native() is not None else "python")
+
+
+def measure(
+    entries: int, keys: int, path: str, kernel: str | None = None, min_arity: int = 4
+) -> dict[str, Any]:
+    """In this interpreter: resident bytes empty, half full and full along ``path`` on
+    ``kernel``, then the traced Python heap of a second fill."""
+    import stores
+
+    kernel = resolved_kernel(kernel)
     marks: dict[str, int] = {}
 
     def at_rss(filled: int) -> None:
@@ -96,10 +114,9 @@ def measure(entries: int, keys: int, path: str) -> dict[str, Any]:
             gc.collect()
             marks["half"], marks["half_entries"] = resident_bytes_self(), filled
 
-    windows = filled_windows(entries, keys, path, at_rss)
+    windows = filled_windows(entries, keys, path, at_rss, kernel, min_arity)
     gc.collect()
     held = windows.entry_count()
-    kernel = type(windows).__name__
     full = resident_bytes_self()
     windows.clear()
     del windows
@@ -112,7 +129,7 @@ def measure(entries: int, keys: int, path: str) -> dict[str, Any]:
             if filled == 0:
                 traced.append(tracemalloc.get_traced_memory()[0])
 
-        windows = filled_windows(entries, keys, path, at_traced)
+        windows = filled_windows(entries, keys, path, at_traced, kernel, min_arity)
         gc.collect()
         traced.append(tracemalloc.get_traced_memory()[0])
         windows.clear()
@@ -122,6 +139,7 @@ def measure(entries: int, keys: int, path: str) -> dict[str, Any]:
         "path": path,
         "build": stores.build(),
         "kernel": kernel,
+        "min_arity": min_arity if kernel == "native" else None,
         "entries": held,
         "keys": keys,
         "aggregations": list(AGGREGATIONS),
@@ -137,11 +155,21 @@ def resident_bytes_self() -> int:
     return resident_bytes(os.getpid())
 
 
-def run_child(entries: int, keys: int, path: str) -> dict[str, Any]:
+def run_child(
+    entries: int, keys: int, path: str, kernel: str | None = None, min_arity: int = 4
+) -> dict[str, Any]:
     """``measure`` in a fresh interpreter (this module's ``--child``), so that no earlier
     allocation is reused by the state measured."""
     command = [sys.executable, "-m", "bench.memory_per_entry", "--child", path]
-    command += ["--entries", str(entries), "--keys", str(keys)]
+    command += [
+        "--entries",
+        str(entries),
+        "--keys",
+        str(keys),
+        "--kernels",
+        resolved_kernel(kernel),
+    ]
+    command += ["--min-arities", str(min_arity)]
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
@@ -154,13 +182,15 @@ def results_name(build: str) -> str:
 
 def report(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| path | build | entries | keys | bytes/entry (RSS) | marginal | Python heap | goal |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| path | kernel | MIN_ARITY | build | entries | keys | bytes/entry (RSS) | marginal "
+        "| Python heap | goal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         met = "met" if r["bytes_per_entry"] <= GOAL_BYTES else "not met"
         lines.append(
-            f"| {r['path']} | {r['build']} | {r['entries']:,} | {r['keys']:,} "
+            f"| {r['path']} | {r['kernel']} | {r['min_arity'] or ''} | {r['build']} "
+            f"| {r['entries']:,} | {r['keys']:,} "
             f"| {r['bytes_per_entry']:.0f} | {r['marginal_bytes_per_entry']:.0f} "
             f"| {r['python_heap_bytes_per_entry']:.0f} | <= {GOAL_BYTES}: {met} |"
         )
@@ -172,18 +202,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--entries", type=int, default=FULL_RUN)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--paths", default="stream,restore")
+    parser.add_argument("--kernels", default=None, help="native,python (default: installed)")
+    parser.add_argument("--min-arities", default="4", help="the native kernel's, e.g. 2,4,8")
     parser.add_argument("--child", choices=("stream", "restore"), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help="results file")
     args = parser.parse_args(argv)
+    arities = [int(a) for a in args.min_arities.split(",")]
     if args.child:
-        print(json.dumps(measure(args.entries, args.keys, args.child)))
+        figures = measure(args.entries, args.keys, args.child, args.kernels, arities[0])
+        print(json.dumps(figures))
         return
+    kernels = (args.kernels or f"{resolved_kernel(None)},python").split(",")
+    kernels = list(dict.fromkeys(kernels))
     facts = announce_run("bench.memory_per_entry")
     results = []
-    for path in args.paths.split(","):
-        result = run_child(args.entries, args.keys, path)
-        print(json.dumps(result), flush=True)
-        results.append(result)
+    for kernel in kernels:
+        for min_arity in arities if kernel == "native" else [4]:
+            for path in args.paths.split(","):
+                result = run_child(args.entries, args.keys, path, kernel, min_arity)
+                print(json.dumps(result), flush=True)
+                results.append(result)
     out = args.out or (
         RESULTS / ("quick" if args.entries < FULL_RUN else "") / results_name(results[0]["build"])
     )

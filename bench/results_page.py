@@ -925,13 +925,15 @@ def memory_section() -> list[str]:
     ]
     for name in files:
         lines += run_provenance(run_facts(name), [name])
-    header = ["path", "build", "entries", "keys", "bytes/entry", "marginal bytes/entry"]
-    header += ["Python heap bytes/entry", "goal <= 64"]
+    header = ["path", "kernel", "MIN_ARITY", "build", "entries", "keys", "bytes/entry"]
+    header += ["marginal bytes/entry", "Python heap bytes/entry", "goal <= 64"]
     lines += table(
         header,
         (
             [
                 f"`{r['path']}`",
+                r.get("kernel", "python"),
+                str(r.get("min_arity") or ""),
                 f"`{r['build']}`",
                 number(r["entries"], 9),
                 number(r["keys"], 7),

@@ -558,13 +558,16 @@ def test_worker_restore_times_every_phase_of_each_implementation(
         assert r["ready_from_changelog_s"] >= r["restore_changelog_s"] > 0
 
 
-@pytest.mark.parametrize("kernel", ["python", "native"])
-def test_windows_memory_counts_the_entries_it_measures(kernel: str) -> None:
-    """``bench.windows_memory`` builds the partition it measures: every entry retained."""
+@pytest.mark.parametrize(("kernel", "min_arity"), [("python", 4), ("native", 4), ("native", 2)])
+def test_the_memory_bench_measures_the_kernel_and_min_arity_it_is_asked(
+    kernel: str, min_arity: int
+) -> None:
+    """``bench.memory_per_entry`` builds the partition it measures on the asked kernel."""
     import stores
-    from bench.windows_memory import measure
+    from bench.memory_per_entry import filled_windows
 
     if kernel == "native" and stores.native() is None:
         pytest.skip("no native core in this build")
-    figures = measure(kernel, keys=3, entries=200, min_arity=4)
-    assert (figures["kernel"], figures["keys"], figures["entries"]) == (kernel, 3, 600)
+    windows = filled_windows(600, 3, "restore", lambda _filled: None, kernel, min_arity)
+    expected = "NativeKeyWindows" if kernel == "native" else "KeyWindows"
+    assert (type(windows).__name__, windows.entry_count(), len(windows)) == (expected, 600, 3)

@@ -1,6 +1,7 @@
 //! In-order rounds of the native FiBA with the sum monoid, without Python:
-//! `cargo run --release --no-default-features --example rounds [n] [rounds] [min_arity]`.
-use fiba_native::fiba::FiBA;
+//! `cargo run --release --no-default-features --example rounds [n] [rounds] [min_arity]
+//! [leaf max_arity]` (default: `MAX_PER_MIN` times MIN_ARITY).
+use fiba_native::fiba::{FiBA, MAX_PER_MIN};
 use fiba_native::monoids::{AddOne, Val};
 use std::time::Instant;
 
@@ -12,7 +13,8 @@ fn main() {
     let n = args.first().copied().unwrap_or(1 << 16);
     let rounds = args.get(1).copied().unwrap_or(5_000_000);
     let min_arity = args.get(2).copied().unwrap_or(4) as usize;
-    let mut tree = FiBA::new(AddOne, min_arity);
+    let max_arity = args.get(3).map_or(MAX_PER_MIN * min_arity, |&a| a as usize);
+    let mut tree = FiBA::with_arity(AddOne, min_arity, max_arity);
     let one = [Val::Int(1)];
     for t in 0..n {
         tree.insert(t, one);

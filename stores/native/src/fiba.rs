@@ -8,7 +8,8 @@
 //!
 //! Nodes live in one arena (`Vec<Node>`, `u32` indices) with parent links; the tree keeps
 //! fingers to the leftmost (`lf`) and rightmost (`rf`) leaf. Arity (entries + 1) of a non-root
-//! node is in `MIN_ARITY..=MAX_ARITY`, `MAX_ARITY = 2 * MIN_ARITY`; rebalancing happens after
+//! node is in `MIN_ARITY..=MAX_ARITY`, `MAX_ARITY = 2 * MIN_ARITY` for inner nodes and
+//! `MAX_PER_MIN * MIN_ARITY` (or `with_arity`'s) for leaves; rebalancing happens after
 //! the fact (split on overflow, merge or move on underflow). Each node stores the paper's
 //! position-aware partial aggregate (`c_i` children, `v_i` entries, `up` = whole subtree):
 //!
@@ -39,16 +40,83 @@ pub type Time = i64;
 type Idx = u32;
 const NIL: Idx = u32::MAX;
 
+/// A leaf's MAX_ARITY over MIN_ARITY in `FiBA::new` (inner nodes: 2). At 4, a right-spine
+/// leaf that overflows keeps `MAX_ARITY - MIN_ARITY` entries (12 of 15 at MIN_ARITY 4) when
+/// in-order appends split it (`cut`), so a tree filled in order has its leaves 80 % full,
+/// where 2 leaves them half full; inner nodes stay small because a change below refolds them.
+pub const MAX_PER_MIN: usize = 4;
+
+/// The capacity the repair's work lists keep between operations.
+const SCRATCH: usize = 64;
+
 /// An associative operation with a neutral element (lift and lower live outside the tree).
+///
+/// The tree stores partials in the monoid's stored form `S` (a compact encoding of `P`, or
+/// `P` itself) and combines them there; `P` is what its API takes and returns.
 pub trait Monoid {
     /// The partial aggregate.
     type P: Clone;
+    /// The form the tree stores a partial in.
+    type S: Clone;
     /// The partial of the empty window.
     fn identity(&self) -> Self::P;
     /// The partial of window `a` followed by window `b`.
     fn combine(&self, a: &Self::P, b: &Self::P) -> Self::P;
     /// Whether two partials are the same value (floats: the same bits), for the checker.
     fn same(&self, a: &Self::P, b: &Self::P) -> bool;
+    /// `p` in stored form.
+    fn pack(&self, p: &Self::P) -> Self::S;
+    /// The partial a stored form holds: `unpack(pack(p))` is `p`.
+    fn unpack(&self, s: &Self::S) -> Self::P;
+    /// `combine` in stored form.
+    fn combine_stored(&self, a: &Self::S, b: &Self::S) -> Self::S {
+        self.pack(&self.combine(&self.unpack(a), &self.unpack(b)))
+    }
+    /// `identity` in stored form.
+    fn identity_stored(&self) -> Self::S {
+        self.pack(&self.identity())
+    }
+    /// `same` in stored form.
+    fn same_stored(&self, a: &Self::S, b: &Self::S) -> bool {
+        self.same(&self.unpack(a), &self.unpack(b))
+    }
+}
+
+/// A tree's memory by kind (`FiBA::footprint`): what the heap holds for it, not counting the
+/// allocator's own headers (`blocks` heap blocks, 8-16 bytes each with glibc).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Footprint {
+    /// Entries held.
+    pub entries: usize,
+    /// Live nodes, and of those leaves.
+    pub nodes: usize,
+    pub leaves: usize,
+    /// Entry slots reserved in the nodes (entries + separators + spare capacity).
+    pub slots: usize,
+    /// The tree's own struct.
+    pub tree: usize,
+    /// The node arena (every node struct, live, free or spare capacity).
+    pub arena: usize,
+    /// Times and partials of the slots reserved.
+    pub entry_bytes: usize,
+    /// Child links and the free and dirty lists.
+    pub kid_bytes: usize,
+    /// Spine caches outside the node structs (suffix folds).
+    pub cache_bytes: usize,
+    /// Heap blocks.
+    pub blocks: usize,
+}
+
+impl Footprint {
+    /// Bytes in all, allocator headers counted as 16 bytes per block.
+    pub fn bytes(&self) -> usize {
+        self.tree
+            + self.arena
+            + self.entry_bytes
+            + self.kid_bytes
+            + self.cache_bytes
+            + 16 * self.blocks
+    }
 }
 
 struct Node<P> {
@@ -58,7 +126,19 @@ struct Node<P> {
     kids: Vec<Idx>,
     agg: P,
     cnt: usize,
-    /// A spine node's own sequence folded (without the parent's term) and its count.
+    height: u32,
+    left: bool,
+    right: bool,
+    alive: bool,
+    mark: bool,
+}
+
+/// The caches of the spine node below the root at one side and height (there is one such
+/// node at a time): kept by the tree, not in every node, since only O(log n) nodes need them.
+struct Spine<P> {
+    /// The node they are up to date for; another node (or NIL) means out of date.
+    owner: Idx,
+    /// The node's own sequence folded (without the parent's term) and its count.
     local: P,
     local_cnt: usize,
     /// A left-spine node's suffix folds, youngest first: for the left finger
@@ -66,27 +146,23 @@ struct Node<P> {
     /// `suffix[k - 1 - i]` is `v_i up(c_{i+1}) ... v_{k-1} up(c_k)`. So dropping the oldest
     /// entry (and the child after it) pops the last fold, and the next is the new own fold.
     suffix: Vec<P>,
-    height: u32,
-    left: bool,
-    right: bool,
-    alive: bool,
-    mark: bool,
-    /// A spine node whose `local` (the left finger: also its suffix folds) is out of date.
-    stale: bool,
 }
 
 /// The finger B-tree aggregator over monoid `M`.
 pub struct FiBA<M: Monoid> {
     m: M,
-    nodes: Vec<Node<M::P>>,
+    nodes: Vec<Node<M::S>>,
     free: Vec<Idx>,
     root: Idx,
     lf: Idx,
     rf: Idx,
     min_arity: usize,
+    max_arity: usize,
     combines: AtomicU64,
     dirty: Vec<Idx>,
     heap: BinaryHeap<Reverse<(u32, Idx)>>,
+    /// The spine caches, left and right, by height.
+    spines: [Vec<Spine<M::S>>; 2],
 }
 
 fn kn_first<P>(nodes: &[Node<P>], idx: Idx) -> Option<&Idx> {
@@ -106,9 +182,20 @@ fn upper_bound(times: &[Time], t: Time) -> usize {
 }
 
 impl<M: Monoid> FiBA<M> {
-    /// An empty window; `min_arity` >= 2 (MAX_ARITY is twice that).
+    /// An empty window; `min_arity` >= 2; leaves up to `MAX_PER_MIN` times that.
     pub fn new(m: M, min_arity: usize) -> Self {
+        Self::with_arity(m, min_arity, MAX_PER_MIN * min_arity)
+    }
+
+    /// An empty window with MIN_ARITY `min_arity` >= 2 and MAX_ARITY `max_arity` >= twice
+    /// that (what amortized O(1) rebalancing needs) in the leaves, which hold the entries;
+    /// inner nodes have MAX_ARITY `2 * min_arity`.
+    pub fn with_arity(m: M, min_arity: usize, max_arity: usize) -> Self {
         assert!(min_arity >= 2, "min_arity must be at least 2");
+        assert!(
+            max_arity >= 2 * min_arity,
+            "max_arity must be at least 2 * min_arity"
+        );
         let mut tree = FiBA {
             m,
             nodes: Vec::new(),
@@ -117,9 +204,11 @@ impl<M: Monoid> FiBA<M> {
             lf: NIL,
             rf: NIL,
             min_arity,
+            max_arity,
             combines: AtomicU64::new(0),
             dirty: Vec::new(),
             heap: BinaryHeap::new(),
+            spines: [Vec::new(), Vec::new()],
         };
         tree.reset();
         tree
@@ -128,6 +217,9 @@ impl<M: Monoid> FiBA<M> {
     fn reset(&mut self) {
         self.nodes.clear();
         self.free.clear();
+        for c in self.spines.iter_mut().flatten() {
+            c.owner = NIL;
+        }
         let root = self.alloc(0);
         self.root = root;
         self.lf = root;
@@ -144,6 +236,11 @@ impl<M: Monoid> FiBA<M> {
         self.min_arity
     }
 
+    /// MAX_ARITY.
+    pub fn max_arity(&self) -> usize {
+        self.max_arity
+    }
+
     /// Combines performed since creation or the last `reset_combines`.
     pub fn combines(&self) -> u64 {
         self.combines.load(Relaxed)
@@ -154,26 +251,33 @@ impl<M: Monoid> FiBA<M> {
         self.combines.store(0, Relaxed);
     }
 
-    fn max_entries(&self) -> usize {
-        2 * self.min_arity - 1
+    /// The most entries of a node at `height`: MAX_ARITY - 1 in a leaf, 2 * MIN_ARITY - 1
+    /// in an inner node (whose aggregate a change below refolds: O(arity) combines).
+    fn max_entries(&self, height: u32) -> usize {
+        if height == 0 {
+            self.max_arity - 1
+        } else {
+            2 * self.min_arity - 1
+        }
     }
 
     fn min_entries(&self) -> usize {
         self.min_arity - 1
     }
 
-    fn comb(&self, a: &M::P, b: &M::P) -> M::P {
+    fn comb(&self, a: &M::S, b: &M::S) -> M::S {
         // a load and a store, not an atomic add: one thread mutates a tree at a time
         self.combines
             .store(self.combines.load(Relaxed) + 1, Relaxed);
-        self.m.combine(a, b)
+        self.m.combine_stored(a, b)
     }
 
     /// A fresh node; reuses a node of the deferred free list, whose children (a subtree cut
     /// off by a bulk eviction) join the list: O(1) per allocation.
     fn alloc(&mut self, height: u32) -> Idx {
-        let identity = self.m.identity();
+        let identity = self.m.identity_stored();
         if let Some(idx) = self.free.pop() {
+            self.invalidate(idx);
             let kids = std::mem::take(&mut self.nodes[idx as usize].kids);
             self.free.extend(kids.iter().copied());
             let node = &mut self.nodes[idx as usize];
@@ -182,35 +286,27 @@ impl<M: Monoid> FiBA<M> {
             node.vals.clear();
             node.kids = kids;
             node.kids.clear();
-            node.local = identity.clone();
             node.agg = identity;
             node.cnt = 0;
-            node.local_cnt = 0;
             node.height = height;
             node.left = false;
             node.right = false;
             node.alive = true;
             node.mark = false;
-            node.stale = true;
             return idx;
         }
-        let capacity = 2 * self.min_arity;
         self.nodes.push(Node {
             parent: NIL,
-            times: Vec::with_capacity(capacity),
-            vals: Vec::with_capacity(capacity),
+            times: Vec::new(),
+            vals: Vec::new(),
             kids: Vec::new(),
-            suffix: Vec::new(),
-            local: identity.clone(),
             agg: identity,
             cnt: 0,
-            local_cnt: 0,
             height,
             left: false,
             right: false,
             alive: true,
             mark: false,
-            stale: true,
         });
         (self.nodes.len() - 1) as Idx
     }
@@ -221,12 +317,82 @@ impl<M: Monoid> FiBA<M> {
         self.free.push(idx);
     }
 
-    fn n(&self, idx: Idx) -> &Node<M::P> {
+    fn n(&self, idx: Idx) -> &Node<M::S> {
         &self.nodes[idx as usize]
     }
 
-    fn nm(&mut self, idx: Idx) -> &mut Node<M::P> {
+    fn nm(&mut self, idx: Idx) -> &mut Node<M::S> {
         &mut self.nodes[idx as usize]
+    }
+
+    /// Spine node `idx`'s side (0 left, 1 right; None: the root or no spine node).
+    fn side(&self, idx: Idx) -> Option<usize> {
+        let node = self.n(idx);
+        if node.parent == NIL {
+            None
+        } else if node.left {
+            Some(0)
+        } else if node.right {
+            Some(1)
+        } else {
+            None
+        }
+    }
+
+    /// Spine node `idx`'s caches, if up to date.
+    fn cache(&self, idx: Idx) -> Option<&Spine<M::S>> {
+        let side = self.side(idx)?;
+        let height = self.n(idx).height as usize;
+        self.spines[side].get(height).filter(|c| c.owner == idx)
+    }
+
+    /// Spine node `idx`'s caches, if up to date, to change.
+    fn cache_mut(&mut self, idx: Idx) -> Option<&mut Spine<M::S>> {
+        let side = self.side(idx)?;
+        let height = self.n(idx).height as usize;
+        self.spines[side].get_mut(height).filter(|c| c.owner == idx)
+    }
+
+    /// Mark the caches `idx` owns out of date.
+    fn invalidate(&mut self, idx: Idx) {
+        let height = self.n(idx).height as usize;
+        for side in &mut self.spines {
+            if let Some(c) = side.get_mut(height).filter(|c| c.owner == idx) {
+                c.owner = NIL;
+            }
+        }
+    }
+
+    /// The slot of spine node `idx`'s caches (made if new), whatever it holds.
+    fn slot(&mut self, idx: Idx) -> &mut Spine<M::S> {
+        let side = self.side(idx).expect("a spine node below the root");
+        let height = self.n(idx).height as usize;
+        while self.spines[side].len() <= height {
+            let local = self.m.identity_stored();
+            self.spines[side].push(Spine {
+                owner: NIL,
+                local,
+                local_cnt: 0,
+                suffix: Vec::new(),
+            });
+        }
+        &mut self.spines[side][height]
+    }
+
+    /// Room for one more entry (and child) in `idx`: a full buffer of exact size (what an
+    /// in-order split leaves) grows by a quarter, not double.
+    fn room(&mut self, idx: Idx) {
+        let node = self.nm(idx);
+        let extra = (node.times.len() / 4).max(1);
+        if node.times.len() == node.times.capacity() {
+            node.times.reserve_exact(extra);
+        }
+        if node.vals.len() == node.vals.capacity() {
+            node.vals.reserve_exact(extra);
+        }
+        if !node.kids.is_empty() && node.kids.len() == node.kids.capacity() {
+            node.kids.reserve_exact(extra);
+        }
     }
 
     fn is_leaf(&self, idx: Idx) -> bool {
@@ -264,10 +430,10 @@ impl<M: Monoid> FiBA<M> {
     pub fn query(&self) -> M::P {
         let root = self.n(self.root);
         if root.kids.is_empty() {
-            return root.agg.clone();
+            return self.m.unpack(&root.agg);
         }
         let left = self.comb(&self.n(self.lf).agg, &root.agg);
-        self.comb(&left, &self.n(self.rf).agg)
+        self.m.unpack(&self.comb(&left, &self.n(self.rf).agg))
     }
 
     /// The partial stored at `t`, if any. O(log d).
@@ -276,7 +442,7 @@ impl<M: Monoid> FiBA<M> {
             return None;
         }
         let (node, i, found) = self.search(t);
-        found.then(|| self.n(node).vals[i].clone())
+        found.then(|| self.m.unpack(&self.n(node).vals[i]))
     }
 
     /// All `(t, partial)` entries in time order. O(n).
@@ -316,7 +482,7 @@ impl<M: Monoid> FiBA<M> {
             if !node.kids.is_empty() {
                 self.walk(node.kids[i], out);
             }
-            out.push((t, v.clone()));
+            out.push((t, self.m.unpack(v)));
         }
         if let Some(&last) = node.kids.last() {
             self.walk(last, out);
@@ -366,12 +532,12 @@ impl<M: Monoid> FiBA<M> {
     // --- aggregates -------------------------------------------------------------------------
 
     /// `[c_0] v_0 c_1 ... v_{k-1} [c_k]` folded, with the count it covers.
-    fn fold_node(&self, idx: Idx, skip_first: bool, skip_last: bool) -> (Option<M::P>, usize) {
+    fn fold_node(&self, idx: Idx, skip_first: bool, skip_last: bool) -> (Option<M::S>, usize) {
         let node = self.n(idx);
         let k = node.times.len();
-        let mut acc: Option<M::P> = None;
+        let mut acc: Option<M::S> = None;
         let mut cnt = k;
-        let push = |acc: &mut Option<M::P>, x: &M::P| {
+        let push = |acc: &mut Option<M::S>, x: &M::S| {
             *acc = Some(match acc.take() {
                 None => x.clone(),
                 Some(a) => self.comb(&a, x),
@@ -398,14 +564,14 @@ impl<M: Monoid> FiBA<M> {
 
     /// The own sequence of spine node `idx` folded (without the parent's term) with its
     /// count; for the left finger (a leaf below the root) from the right, with every suffix.
-    fn spine_local(&self, idx: Idx, buffer: Vec<M::P>) -> (M::P, usize, Option<Vec<M::P>>) {
+    fn spine_local(&self, idx: Idx, buffer: Vec<M::S>) -> (M::S, usize, Option<Vec<M::S>>) {
         let node = self.n(idx);
         if node.left {
             let k = node.vals.len();
             let mut suffix = buffer;
             suffix.clear();
             let mut cnt = k;
-            let mut acc: Option<M::P> = None;
+            let mut acc: Option<M::S> = None;
             for i in (0..k).rev() {
                 if let Some(&kid) = node.kids.get(i + 1) {
                     let kn = self.n(kid);
@@ -423,15 +589,15 @@ impl<M: Monoid> FiBA<M> {
                 suffix.push(folded.clone());
                 acc = Some(folded);
             }
-            let local = acc.unwrap_or_else(|| self.m.identity());
+            let local = acc.unwrap_or_else(|| self.m.identity_stored());
             return (local, cnt, Some(suffix));
         }
         let (local, cnt) = self.fold_node(idx, node.left, node.right && !node.left);
-        (local.unwrap_or_else(|| self.m.identity()), cnt, None)
+        (local.unwrap_or_else(|| self.m.identity_stored()), cnt, None)
     }
 
     /// A spine node's aggregate from its own fold and its parent's aggregate.
-    fn with_parent(&self, idx: Idx, local: &M::P, cnt: usize) -> (M::P, usize) {
+    fn with_parent(&self, idx: Idx, local: &M::S, cnt: usize) -> (M::S, usize) {
         let node = self.n(idx);
         let p = self.n(node.parent);
         if p.parent == NIL {
@@ -446,15 +612,15 @@ impl<M: Monoid> FiBA<M> {
     /// The position-aware aggregate of `idx` recomputed from its entries, its children's
     /// and (on a spine below the root's children) its parent's aggregate: what the checker
     /// expects, and what a repair stores.
-    fn expected(&self, idx: Idx) -> (M::P, usize) {
+    fn expected(&self, idx: Idx) -> (M::S, usize) {
         let node = self.n(idx);
         if node.parent == NIL {
             let (agg, cnt) = self.fold_node(idx, true, true);
-            return (agg.unwrap_or_else(|| self.m.identity()), cnt);
+            return (agg.unwrap_or_else(|| self.m.identity_stored()), cnt);
         }
         if !(node.left || node.right) {
             let (agg, cnt) = self.fold_node(idx, false, false);
-            return (agg.unwrap_or_else(|| self.m.identity()), cnt);
+            return (agg.unwrap_or_else(|| self.m.identity_stored()), cnt);
         }
         let (local, cnt, _) = self.spine_local(idx, Vec::new());
         self.with_parent(idx, &local, cnt)
@@ -470,25 +636,25 @@ impl<M: Monoid> FiBA<M> {
             node.cnt = cnt;
             return;
         }
-        let buffer = std::mem::take(&mut self.nm(idx).suffix);
+        let buffer = std::mem::take(&mut self.slot(idx).suffix);
         let (local, local_cnt, suffix) = self.spine_local(idx, buffer);
         let (agg, cnt) = self.with_parent(idx, &local, local_cnt);
         let node = self.nm(idx);
-        node.suffix = suffix.unwrap_or_default();
-        node.local = local;
-        node.local_cnt = local_cnt;
         node.agg = agg;
         node.cnt = cnt;
-        node.stale = false;
+        let slot = self.slot(idx);
+        slot.owner = idx;
+        slot.suffix = suffix.unwrap_or_default();
+        slot.local = local;
+        slot.local_cnt = local_cnt;
     }
 
     /// A spine node whose parent's aggregate changed, its own fold not: one combine.
     fn refresh(&mut self, idx: Idx) {
-        if self.n(idx).stale {
+        let Some(c) = self.cache(idx) else {
             return self.recalc(idx);
-        }
-        let node = self.n(idx);
-        let (agg, cnt) = self.with_parent(idx, &node.local, node.local_cnt);
+        };
+        let (agg, cnt) = self.with_parent(idx, &c.local, c.local_cnt);
         let node = self.nm(idx);
         node.agg = agg;
         node.cnt = cnt;
@@ -508,6 +674,7 @@ impl<M: Monoid> FiBA<M> {
             }
         }
         dirty.clear();
+        dirty.shrink_to(SCRATCH); // a bulk insert's list would stay with the tree
         self.dirty = dirty;
         let mut left_top: Option<Idx> = None;
         let mut right_top: Option<Idx> = None;
@@ -519,10 +686,10 @@ impl<M: Monoid> FiBA<M> {
                 root_dirty = true;
             } else if node.left {
                 left_top = Some(idx); // heights only grow: the last one is the highest
-                self.nm(idx).stale = true;
+                self.invalidate(idx);
             } else if node.right {
                 right_top = Some(idx);
-                self.nm(idx).stale = true;
+                self.invalidate(idx);
             } else {
                 let parent = node.parent;
                 self.recalc(idx);
@@ -533,6 +700,7 @@ impl<M: Monoid> FiBA<M> {
                 }
             }
         }
+        heap.shrink_to(SCRATCH);
         self.heap = heap;
         if root_dirty {
             self.recalc(self.root);
@@ -567,41 +735,69 @@ impl<M: Monoid> FiBA<M> {
             .expect("a child is among its parent's children")
     }
 
-    /// Split overflowing nodes from `idx` upwards (amortized O(1) per insert).
-    fn split_up(&mut self, mut idx: Idx) {
-        while self.n(idx).times.len() > self.max_entries() {
-            let height = self.n(idx).height;
-            let z = self.alloc(height);
-            let (mut times, mut vals, mut kids) = {
-                let zn = self.nm(z);
-                (
-                    std::mem::take(&mut zn.times),
-                    std::mem::take(&mut zn.vals),
-                    std::mem::take(&mut zn.kids),
-                )
+    /// Cut the overflowing node `idx` in two around a separator, which it returns: the
+    /// entries (and children) before it stay in `idx`, those after it move to the fresh node
+    /// `z` (whose parent links follow). A right-spine node (in-order appends overflow it) keeps
+    /// all but `min_entries` and leaves the spine nearly full: its buffers, sized for growth, go
+    /// to `z`, the new spine node, and its own part moves to buffers of its exact size; any
+    /// other node is cut in the middle.
+    fn cut(&mut self, idx: Idx, z: Idx) -> (Time, M::S) {
+        let min_entries = self.min_entries();
+        let node = self.nm(idx);
+        let len = node.times.len();
+        let inner = !node.kids.is_empty();
+        let (sep_t, sep_v, times, vals, kids) = if node.right {
+            let mid = len - 1 - min_entries;
+            let older_t = node.times[..mid].to_vec();
+            let older_v = node.vals[..mid].to_vec();
+            let older_k = if inner {
+                node.kids[..=mid].to_vec()
+            } else {
+                Vec::new()
             };
-            let node = self.nm(idx);
-            let mid = node.times.len() / 2;
-            times.extend(node.times.drain(mid + 1..));
-            vals.extend(node.vals.drain(mid + 1..));
+            let (sep_t, sep_v) = (node.times[mid], node.vals[mid].clone());
+            node.times.drain(..=mid);
+            node.vals.drain(..=mid);
+            if inner {
+                node.kids.drain(..=mid);
+            }
+            let times = std::mem::replace(&mut node.times, older_t);
+            let vals = std::mem::replace(&mut node.vals, older_v);
+            let kids = std::mem::replace(&mut node.kids, older_k);
+            (sep_t, sep_v, times, vals, kids)
+        } else {
+            let mid = len / 2;
+            let times: Vec<Time> = node.times.drain(mid + 1..).collect();
+            let vals: Vec<M::S> = node.vals.drain(mid + 1..).collect();
+            let kids: Vec<Idx> = if inner {
+                node.kids.drain(mid + 1..).collect()
+            } else {
+                Vec::new()
+            };
             let sep_t = node.times.pop().expect("mid entry");
             let sep_v = node.vals.pop().expect("mid entry");
-            if !node.kids.is_empty() {
-                kids.extend(node.kids.drain(mid + 1..));
-            }
-            let right = node.right;
-            node.right = false;
-            let parent = node.parent;
-            for &kid in &kids {
-                self.nm(kid).parent = z;
-            }
-            {
-                let zn = self.nm(z);
-                zn.times = times;
-                zn.vals = vals;
-                zn.kids = kids;
-                zn.right = right;
-            }
+            (sep_t, sep_v, times, vals, kids)
+        };
+        let right = node.right;
+        node.right = false;
+        for &kid in &kids {
+            self.nm(kid).parent = z;
+        }
+        let zn = self.nm(z);
+        zn.times = times;
+        zn.vals = vals;
+        zn.kids = kids;
+        zn.right = right;
+        (sep_t, sep_v)
+    }
+
+    /// Split overflowing nodes from `idx` upwards (amortized O(1) per insert).
+    fn split_up(&mut self, mut idx: Idx) {
+        while self.n(idx).times.len() > self.max_entries(self.n(idx).height) {
+            let height = self.n(idx).height;
+            let z = self.alloc(height);
+            let (sep_t, sep_v) = self.cut(idx, z);
+            let parent = self.n(idx).parent;
             if self.rf == idx {
                 self.rf = z;
             }
@@ -623,6 +819,7 @@ impl<M: Monoid> FiBA<M> {
                 return;
             }
             let j = self.child_index(parent, idx);
+            self.room(parent);
             {
                 let pn = self.nm(parent);
                 pn.times.insert(j, sep_t);
@@ -648,28 +845,14 @@ impl<M: Monoid> FiBA<M> {
         }
         let p = self.n(parent);
         let root = p.parent == NIL;
-        if p.times.len() >= self.max_entries() || !(root || (p.right && !p.stale)) {
+        if p.times.len() >= self.max_entries(p.height)
+            || !(root || (p.right && self.cache(parent).is_some()))
+        {
             return false;
         }
         let z = self.alloc(0);
-        let (mut times, mut vals) = {
-            let zn = self.nm(z);
-            (std::mem::take(&mut zn.times), std::mem::take(&mut zn.vals))
-        };
-        let node = self.nm(l);
-        let mid = node.times.len() / 2;
-        times.extend(node.times.drain(mid + 1..));
-        vals.extend(node.vals.drain(mid + 1..));
-        let sep_t = node.times.pop().expect("mid entry");
-        let sep_v = node.vals.pop().expect("mid entry");
-        node.right = false;
-        {
-            let zn = self.nm(z);
-            zn.times = times;
-            zn.vals = vals;
-            zn.right = true;
-            zn.parent = parent;
-        }
+        let (sep_t, sep_v) = self.cut(l, z);
+        self.nm(z).parent = parent;
         self.rf = z;
         let (up, up_cnt) = self.fold_node(l, false, false);
         let up = up.expect("a split half has entries");
@@ -678,11 +861,9 @@ impl<M: Monoid> FiBA<M> {
             ln.agg = up.clone();
             ln.cnt = up_cnt;
         }
-        let p = self.n(parent);
-        let (own, own_cnt) = if root {
-            (&p.agg, p.cnt)
-        } else {
-            (&p.local, p.local_cnt)
+        let (own, own_cnt) = match self.cache(parent) {
+            Some(c) if !root => (&c.local, c.local_cnt),
+            _ => (&self.n(parent).agg, self.n(parent).cnt),
         };
         let own = self.comb(&self.comb(own, &up), &sep_v);
         let own_cnt = own_cnt + up_cnt + 1;
@@ -696,10 +877,11 @@ impl<M: Monoid> FiBA<M> {
         } else {
             let (agg, cnt) = self.with_parent(parent, &own, own_cnt);
             let pn = self.nm(parent);
-            pn.local = own;
-            pn.local_cnt = own_cnt;
             pn.agg = agg;
             pn.cnt = cnt;
+            let c = self.cache_mut(parent).expect("up to date");
+            c.local = own;
+            c.local_cnt = own_cnt;
         }
         self.recalc(z);
         true
@@ -726,7 +908,7 @@ impl<M: Monoid> FiBA<M> {
                 (self.n(parent).kids[j - 1], idx, j - 1)
             };
             let (la, lb) = (self.n(a).times.len(), self.n(b).times.len());
-            if la + 1 + lb <= self.max_entries() {
+            if la + 1 + lb <= self.max_entries(self.n(a).height) {
                 self.merge(parent, a, b, si);
             } else if a == idx {
                 self.move_left(parent, a, b, si, self.min_entries() - la);
@@ -779,7 +961,7 @@ impl<M: Monoid> FiBA<M> {
         let (mut times, mut vals, kids) = {
             let bn = self.nm(b);
             let times: Vec<Time> = bn.times.drain(..count).collect();
-            let vals: Vec<M::P> = bn.vals.drain(..count).collect();
+            let vals: Vec<M::S> = bn.vals.drain(..count).collect();
             let kids: Vec<Idx> = if bn.kids.is_empty() {
                 Vec::new()
             } else {
@@ -814,7 +996,7 @@ impl<M: Monoid> FiBA<M> {
             let an = self.nm(a);
             let from = an.times.len() - count;
             let times: Vec<Time> = an.times.drain(from..).collect();
-            let vals: Vec<M::P> = an.vals.drain(from..).collect();
+            let vals: Vec<M::S> = an.vals.drain(from..).collect();
             let kids: Vec<Idx> = if an.kids.is_empty() {
                 Vec::new()
             } else {
@@ -879,6 +1061,7 @@ impl<M: Monoid> FiBA<M> {
     /// Add `p` at time `t` (combined after an existing entry at `t`). Amortized O(log d); one
     /// combine at the young end (in order), one at the old end.
     pub fn insert(&mut self, t: Time, p: M::P) {
+        let p = self.m.pack(&p);
         let rf = self.rf;
         let root = self.root;
         let young = self.n(rf).times.last().copied();
@@ -897,8 +1080,9 @@ impl<M: Monoid> FiBA<M> {
                 node.vals.push(p);
                 node.agg = agg;
                 node.cnt += 1;
-                node.stale = true;
-                if node.times.len() > self.max_entries() && !self.split_right_finger() {
+                let overflow = node.times.len() > self.max_entries(0);
+                self.invalidate(rf);
+                if overflow && !self.split_right_finger() {
                     self.split_up(rf);
                     self.repair();
                 }
@@ -911,8 +1095,9 @@ impl<M: Monoid> FiBA<M> {
                 node.vals.insert(0, p);
                 node.agg = agg;
                 node.cnt += 1;
-                node.stale = true;
-                if node.times.len() > self.max_entries() {
+                let overflow = node.times.len() > self.max_entries(0);
+                self.invalidate(lf);
+                if overflow {
                     self.split_up(lf);
                     self.repair();
                 }
@@ -924,6 +1109,7 @@ impl<M: Monoid> FiBA<M> {
                     self.nm(idx).vals[i] = merged;
                     self.dirty.push(idx);
                 } else {
+                    self.room(idx);
                     let node = self.nm(idx);
                     node.times.insert(i, t);
                     node.vals.insert(i, p);
@@ -951,15 +1137,15 @@ impl<M: Monoid> FiBA<M> {
             let node = self.nm(lf);
             node.times.remove(0);
             node.vals.remove(0);
-            let (stale, left) = (node.stale, node.times.len());
-            if lf != root && !stale && left >= min_entries {
-                let suffix = &mut self.nm(lf).suffix;
-                suffix.pop();
-                let local = suffix.last().expect("entries left").clone();
+            let left = node.times.len();
+            if lf != root && left >= min_entries && self.cache(lf).is_some() {
+                let c = self.cache_mut(lf).expect("up to date");
+                c.suffix.pop();
+                let local = c.suffix.last().expect("entries left").clone();
+                c.local = local.clone();
+                c.local_cnt = left;
                 let (agg, cnt) = self.with_parent(lf, &local, left);
                 let node = self.nm(lf);
-                node.local = local;
-                node.local_cnt = left;
                 node.agg = agg;
                 node.cnt = cnt;
                 self.debug_check();
@@ -1021,24 +1207,27 @@ impl<M: Monoid> FiBA<M> {
             return false;
         }
         let p = self.n(parent);
-        if p.parent == NIL || p.stale || !p.left || p.times.len() <= self.min_entries() {
+        if p.parent == NIL || !p.left || p.times.len() <= self.min_entries() {
+            return false;
+        }
+        if self.cache(parent).is_none() {
             return false;
         }
         let b = p.kids[1];
         let (la, bn) = (self.n(lf).times.len(), self.n(b));
-        if la + 1 + bn.times.len() > self.max_entries() {
+        if la + 1 + bn.times.len() > self.max_entries(0) {
             return false;
         }
         let gone = bn.cnt + 1; // the sibling's entries and the separator leave the parent's fold
         self.merge(parent, lf, b, 0);
-        let pn = self.nm(parent);
-        pn.suffix.pop();
-        let own = pn.suffix.last().expect("entries left").clone();
-        let own_cnt = pn.local_cnt - gone;
+        let c = self.cache_mut(parent).expect("up to date");
+        c.suffix.pop();
+        let own = c.suffix.last().expect("entries left").clone();
+        c.local = own.clone();
+        c.local_cnt -= gone;
+        let own_cnt = c.local_cnt;
         let (agg, cnt) = self.with_parent(parent, &own, own_cnt);
         let pn = self.nm(parent);
-        pn.local = own;
-        pn.local_cnt = own_cnt;
         pn.agg = agg;
         pn.cnt = cnt;
         self.recalc(lf);
@@ -1119,17 +1308,21 @@ impl<M: Monoid> FiBA<M> {
             return;
         }
         for (t, p) in pairs {
+            let p = self.m.pack(&p);
             let (idx, i, found) = self.search(t);
             if found {
                 let merged = self.comb(&self.n(idx).vals[i], &p);
                 self.nm(idx).vals[i] = merged;
             } else {
+                self.room(idx);
                 let node = self.nm(idx);
                 node.times.insert(i, t);
                 node.vals.insert(i, p);
                 self.split_up(idx);
             }
-            self.dirty.push(idx);
+            if self.dirty.last() != Some(&idx) {
+                self.dirty.push(idx);
+            }
         }
         self.repair();
         self.debug_check();
@@ -1148,11 +1341,11 @@ impl<M: Monoid> FiBA<M> {
     /// at a finger's spine (`range_top`): O(log d); another range starts at the root:
     /// O(log n).
     pub fn query_range(&self, lo: Time, hi: Time) -> M::P {
-        let mut acc: Option<M::P> = None;
+        let mut acc: Option<M::S> = None;
         if hi >= lo && !self.is_empty() {
             self.range(self.range_top(lo, hi), lo, hi, false, false, &mut acc);
         }
-        acc.unwrap_or_else(|| self.m.identity())
+        acc.map_or_else(|| self.m.identity(), |p| self.m.unpack(&p))
     }
 
     /// Where a range query starts: for a suffix of the window (`hi` at or past the youngest
@@ -1188,10 +1381,10 @@ impl<M: Monoid> FiBA<M> {
         hi: Time,
         lo_in: bool,
         hi_in: bool,
-        acc: &mut Option<M::P>,
+        acc: &mut Option<M::S>,
     ) {
         let node = self.n(idx);
-        let push = |acc: &mut Option<M::P>, x: &M::P| {
+        let push = |acc: &mut Option<M::S>, x: &M::S| {
             *acc = Some(match acc.take() {
                 None => x.clone(),
                 Some(a) => self.comb(&a, x),
@@ -1223,6 +1416,42 @@ impl<M: Monoid> FiBA<M> {
                 push(acc, &node.vals[j]);
             }
         }
+    }
+
+    // --- memory -------------------------------------------------------------------------------
+
+    /// Where this tree's bytes go (see `Footprint`). O(n / MIN_ARITY).
+    pub fn footprint(&self) -> Footprint {
+        let mut f = Footprint {
+            entries: self.len(),
+            tree: std::mem::size_of::<Self>(),
+            arena: self.nodes.capacity() * std::mem::size_of::<Node<M::S>>(),
+            ..Footprint::default()
+        };
+        for node in &self.nodes {
+            f.nodes += usize::from(node.alive);
+            f.leaves += usize::from(node.alive && node.kids.is_empty());
+            f.slots += node.times.capacity();
+            f.entry_bytes += node.times.capacity() * std::mem::size_of::<Time>()
+                + node.vals.capacity() * std::mem::size_of::<M::S>();
+            f.kid_bytes += node.kids.capacity() * std::mem::size_of::<Idx>();
+            let blocks = [
+                node.times.capacity(),
+                node.vals.capacity(),
+                node.kids.capacity(),
+            ];
+            f.blocks += blocks.iter().filter(|&&c| c > 0).count();
+        }
+        f.kid_bytes += (self.free.capacity() + self.dirty.capacity()) * std::mem::size_of::<Idx>();
+        for side in &self.spines {
+            f.cache_bytes += side.capacity() * std::mem::size_of::<Spine<M::S>>();
+            for c in side {
+                f.cache_bytes += c.suffix.capacity() * std::mem::size_of::<M::S>();
+                f.blocks += usize::from(c.suffix.capacity() > 0);
+            }
+            f.blocks += usize::from(side.capacity() > 0);
+        }
+        f
     }
 
     // --- invariants ---------------------------------------------------------------------------
@@ -1295,10 +1524,11 @@ impl<M: Monoid> FiBA<M> {
             }
         }
         let k = node.times.len();
-        if node.parent != NIL && (k < self.min_entries() || k > self.max_entries()) {
+        let max_entries = self.max_entries(node.height);
+        if node.parent != NIL && (k < self.min_entries() || k > max_entries) {
             return Err(format!("arity: node {idx} has {k} entries"));
         }
-        if node.parent == NIL && k > self.max_entries() {
+        if node.parent == NIL && k > max_entries {
             return Err(format!("arity: the root has {k} entries"));
         }
         if node.kids.is_empty() {
@@ -1339,18 +1569,21 @@ impl<M: Monoid> FiBA<M> {
                 node.parent == NIL
             ));
         }
-        if !self.m.same(&agg, &node.agg) {
+        if !self.m.same_stored(&agg, &node.agg) {
             return Err(format!("aggregates: node {idx} has a stale aggregate"));
         }
-        if node.parent != NIL && (node.left || node.right) && !node.stale {
+        if let Some(c) = self.cache(idx) {
             let (local, local_cnt, suffix) = self.spine_local(idx, Vec::new());
-            if local_cnt != node.local_cnt || !self.m.same(&local, &node.local) {
+            if local_cnt != c.local_cnt || !self.m.same_stored(&local, &c.local) {
                 return Err(format!("aggregates: spine node {idx} has a stale own fold"));
             }
             if let Some(suffix) = suffix {
-                let cached = &node.suffix;
+                let cached = &c.suffix;
                 if suffix.len() != cached.len()
-                    || !suffix.iter().zip(cached).all(|(a, b)| self.m.same(a, b))
+                    || !suffix
+                        .iter()
+                        .zip(cached)
+                        .all(|(a, b)| self.m.same_stored(a, b))
                 {
                     return Err("aggregates: the left finger's suffix folds are stale".into());
                 }
@@ -1368,6 +1601,13 @@ mod tests {
     struct Sum;
     impl Monoid for Sum {
         type P = i64;
+        type S = i64;
+        fn pack(&self, p: &i64) -> i64 {
+            *p
+        }
+        fn unpack(&self, s: &i64) -> i64 {
+            *s
+        }
         fn identity(&self) -> i64 {
             0
         }
@@ -1383,6 +1623,13 @@ mod tests {
     struct Concat;
     impl Monoid for Concat {
         type P = String;
+        type S = String;
+        fn pack(&self, p: &String) -> String {
+            p.clone()
+        }
+        fn unpack(&self, s: &String) -> String {
+            s.clone()
+        }
         fn identity(&self) -> String {
             String::new()
         }
@@ -1424,7 +1671,8 @@ mod tests {
         for seed in 1..40u64 {
             let mut rng = Rng(seed * 7919);
             let min_arity = 2 + (seed % 3) as usize;
-            let mut tree = FiBA::new(Concat, min_arity);
+            let max_arity = min_arity * (2 + (seed / 3 % 3) as usize);
+            let mut tree = FiBA::with_arity(Concat, min_arity, max_arity);
             let mut model = std::collections::BTreeMap::<Time, String>::new();
             let mut next = 0i64;
             for _ in 0..400 {
@@ -1505,6 +1753,110 @@ mod tests {
     fn in_order_rounds_cost_the_same_at_any_size() {
         let (small, large) = (in_order_round_cost(1 << 6), in_order_round_cost(1 << 12));
         assert!(large <= small * 1.3, "{small} vs {large}");
+    }
+
+    /// `sum,count,max` as the worker's windows hold it.
+    fn scm() -> crate::monoids::Fields<3> {
+        use crate::monoids::{Fields, Kind, Spec};
+        Fields {
+            spec: std::sync::Arc::new(Spec::new(&[Kind::Count, Kind::Sum, Kind::Max])),
+        }
+    }
+
+    /// Entries of the leaves between the fingers, in order.
+    fn inner_leaf_sizes<M: Monoid>(tree: &FiBA<M>) -> Vec<usize> {
+        let mut sizes = Vec::new();
+        let mut stack = vec![tree.root];
+        while let Some(idx) = stack.pop() {
+            let node = tree.n(idx);
+            if node.kids.is_empty() {
+                if idx != tree.lf && idx != tree.rf {
+                    sizes.push(node.times.len());
+                }
+            } else {
+                stack.extend(node.kids.iter().rev());
+            }
+        }
+        sizes
+    }
+
+    #[test]
+    fn in_order_appends_leave_the_nodes_they_split_nearly_full() {
+        for (min_arity, max_arity) in [(2, 4), (3, 9), (4, 16), (8, 32)] {
+            let mut streamed = FiBA::with_arity(Sum, min_arity, max_arity);
+            for t in 0..3000 {
+                streamed.insert(t, 1);
+            }
+            let mut loaded = FiBA::with_arity(Sum, min_arity, max_arity);
+            loaded.bulk_insert((0..3000).map(|t| (t, 1)).collect());
+            for tree in [&streamed, &loaded] {
+                let sizes = inner_leaf_sizes(tree);
+                assert!(sizes.len() > 10);
+                // the right finger keeps MIN_ARITY - 1 entries of each split, the rest stay
+                let full = max_arity - min_arity;
+                assert!(
+                    sizes.iter().all(|&k| k == full),
+                    "{min_arity}/{max_arity}: {:?}",
+                    &sizes[..8]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn footprint_of_sum_count_max_per_entry() {
+        use crate::monoids::Val;
+        let p = [Val::Int(1), Val::Float(2.0), Val::Float(3.0)];
+        let n = 1000;
+        let mut streamed = FiBA::new(scm(), 4);
+        for t in 0..n {
+            streamed.insert(t, p);
+        }
+        let mut loaded = FiBA::new(scm(), 4);
+        loaded.bulk_insert((0..n).map(|t| (t, p)).collect());
+        // one event in five up to 16 entries late, as the interleaved keys of a partition
+        let mut rng = Rng(7);
+        let mut late = FiBA::new(scm(), 4);
+        for i in 0..n {
+            let back = if rng.below(5) == 0 {
+                rng.below(16) as i64
+            } else {
+                0
+            };
+            late.insert(4 * (i - back) + 1 + 2 * i64::from(back > 0), p);
+        }
+        // a sliding window in its steady state: as many evicted at the old end as appended
+        let mut slid = FiBA::new(scm(), 4);
+        for t in 0..3 * n {
+            slid.insert(t, p);
+            if t >= n {
+                slid.evict(t - n);
+            }
+        }
+        let trees = [
+            ("stream", &streamed),
+            ("restore", &loaded),
+            ("late", &late),
+            ("slid", &slid),
+        ];
+        for (name, tree) in trees {
+            let f = tree.footprint();
+            let per = |b: usize| b as f64 / f.entries as f64;
+            eprintln!(
+                "{name}: {:.1} B/entry: arena {:.1}, entries {:.1} ({} slots), kids {:.1}, caches {:.1}, \
+                 headers {:.1}; {} nodes, {} leaves",
+                per(f.bytes()),
+                per(f.arena),
+                per(f.entry_bytes),
+                f.slots,
+                per(f.kid_bytes),
+                per(f.cache_bytes),
+                per(16 * f.blocks),
+                f.nodes,
+                f.leaves
+            );
+            assert!(f.bytes() <= 64 * f.entries, "{name}: {f:?}");
+        }
     }
 
     #[test]

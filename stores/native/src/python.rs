@@ -253,7 +253,7 @@ impl PyFiBA {
         })
     }
 
-    /// MIN_ARITY of the tree (MAX_ARITY is twice that).
+    /// MIN_ARITY of the tree (MAX_ARITY is twice that in inner nodes, four times in leaves).
     #[getter]
     fn min_arity(&self) -> usize {
         dispatch!(&self.tree, t => t.min_arity())

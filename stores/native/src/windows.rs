@@ -536,6 +536,13 @@ mod tests {
 
     impl Monoid for Sum {
         type P = i64;
+        type S = i64;
+        fn pack(&self, p: &i64) -> i64 {
+            *p
+        }
+        fn unpack(&self, s: &i64) -> i64 {
+            *s
+        }
         fn identity(&self) -> i64 {
             0
         }
