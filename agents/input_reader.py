@@ -291,7 +291,7 @@ class InputReader:
         emit_batch = settings.emit == "batch"
         most = settings.batch_max_records if emit_batch else HANDOVER_RECORDS
         wait = settings.batch_max_wait / 1000 if emit_batch else HANDOVER_WAIT_S
-        chunk_records = min(FETCH_CHUNK, most)
+        chunk_records = min(FETCH_CHUNK, most) if emit_batch else FETCH_CHUNK
         pipeline = self.pipeline
         turns = pipeline.turns
         epochs = self._epochs
