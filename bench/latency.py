@@ -1,9 +1,10 @@
 """Event-to-aggregate latency of the worker at a steady fraction of its maximum rate.
 
 ``python -m bench.latency [--quick] [--modes event,batch] [--loads 0.25,0.5,0.9]
-[--broker-kind kafka|embedded] [--results FILE]`` starts a broker (default Apache Kafka) and
-per emit mode first measures the worker's maximum sustained rate (a pre-produced backlog, as
-``bench.worker_pipeline`` does), then per load runs a fresh worker (windows pre-filled to
+[--broker-kind kafka|embedded] [--rates MODE=N,...] [--results FILE]`` starts a broker
+(default Apache Kafka) and per emit mode first measures the worker's maximum sustained rate (a
+pre-produced backlog, as ``bench.worker_pipeline`` does, unless ``--rates`` gives it), then
+per load runs a fresh worker (windows pre-filled to
 ``--occupancy`` events per key) while ``bench.paced_producer`` feeds that fraction of the rate
 from its own process into an input topic with ``LogAppendTime``. Then it reads the input and
 aggregates topics back (both ``LogAppendTime``: one clock, the broker's) and, per input record
@@ -332,6 +333,12 @@ def main() -> None:
     parser.add_argument("--loads", default="0.25,0.5,0.9")
     parser.add_argument("--occupancy", type=int, default=1000)
     parser.add_argument(
+        "--rates",
+        default="",
+        help="given maximum rates, MODE=EVENTS_PER_S,... (no backlog run for those modes: "
+        "the loads are fractions of it, e.g. to pace two modes at the same rate)",
+    )
+    parser.add_argument(
         "--results",
         help="the results file in bench/results/ (_<kind> added for another broker than "
         "embedded; default latency.json, latency_quick.json with --quick)",
@@ -353,6 +360,7 @@ def main() -> None:
             backlog,
             seconds,
             Path(tmp),
+            {m: float(r) for m, r in (x.split("=") for x in args.rates.split(",") if x)},
         )
     path = RESULTS.with_name(args.results or ("latency_quick.json" if args.quick else RESULTS.name))
     write_results(results, path, args.broker_kind, facts)
