@@ -341,8 +341,9 @@ class WindowsPipeline:
         loaded partition its local writes and changelog records (``WindowStore.send_changes``):
         outputs before the state that makes a redelivery skip them (at-least-once output;
         exactly-once: per partition one transaction with both, ``use_transactions``). The
-        reader calls it after each fetched chunk, whatever its partitions: fewer, larger record
-        batches, and one wait for acknowledgements per chunk. Nothing after ``fail``.
+        reader calls it after one or more fetched chunks (``agents.input_reader``), whatever
+        their partitions: fewer, larger record batches, and one wait for acknowledgements per
+        call. Nothing after ``fail``.
 
         First, when due, a young collection of the cyclic collector (``PacedYoungCollections``):
         here it runs between two chunks, and the event loop gets its turn right after it."""

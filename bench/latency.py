@@ -1,9 +1,10 @@
 """Event-to-aggregate latency of the worker at a steady fraction of its maximum rate.
 
 ``python -m bench.latency [--quick] [--modes event,batch] [--loads 0.25,0.5,0.9]
-[--broker-kind kafka|embedded]`` starts a broker (default Apache Kafka) and per emit mode
-first measures the worker's maximum sustained rate (a pre-produced backlog, as
-``bench.worker_pipeline`` does), then per load runs a fresh worker (windows pre-filled to
+[--broker-kind kafka|embedded] [--rates MODE=N,...] [--results FILE]`` starts a broker
+(default Apache Kafka) and per emit mode first measures the worker's maximum sustained rate (a
+pre-produced backlog, as ``bench.worker_pipeline`` does, unless ``--rates`` gives it), then
+per load runs a fresh worker (windows pre-filled to
 ``--occupancy`` events per key) while ``bench.paced_producer`` feeds that fraction of the rate
 from its own process into an input topic with ``LogAppendTime``. Then it reads the input and
 aggregates topics back (both ``LogAppendTime``: one clock, the broker's) and, per input record
@@ -47,6 +48,7 @@ from bench.bench_broker import (
 )
 from bench.timing import percentile
 from bench.worker_harness import (
+    PER_CHUNK,
     backlogged_worker,
     child_process,
     cpu_seconds,
@@ -184,7 +186,10 @@ def paced_run(
     stopped, and its latency histogram's count and mean from ``/metrics`` (a worker's)."""
     warmup_s, measure_s = seconds
     settings = scenario_settings(
-        broker, occupancy, EMIT_OF.get(emit, emit), workdir / f"paced-{time.time_ns()}"
+        broker,
+        occupancy,
+        EMIT_OF.get(emit, emit.removesuffix(PER_CHUNK)),
+        workdir / f"paced-{time.time_ns()}",
     )
     asyncio.run(create_topics(settings, latency_topic_specs(settings)))
     events = int(rate * (warmup_s + measure_s))
@@ -322,10 +327,22 @@ def main() -> None:
         "--modes",
         default="emit-floor,event,batch",
         help="emit modes, and emit-floor: reading and producing one aggregate record per event "
-        "as emit=event does, without window work (the least latency emit=event can have)",
+        "as emit=event does, without window work (the least latency emit=event can have), "
+        "and event-per-chunk: emit=event handing over after every fetched chunk",
     )
     parser.add_argument("--loads", default="0.25,0.5,0.9")
     parser.add_argument("--occupancy", type=int, default=1000)
+    parser.add_argument(
+        "--rates",
+        default="",
+        help="given maximum rates, MODE=EVENTS_PER_S,... (no backlog run for those modes: "
+        "the loads are fractions of it, e.g. to pace two modes at the same rate)",
+    )
+    parser.add_argument(
+        "--results",
+        help="the results file in bench/results/ (_<kind> added for another broker than "
+        "embedded; default latency.json, latency_quick.json with --quick)",
+    )
     args = parser.parse_args()
     facts = announce_run("bench.latency")
     backlog, seconds = (20_000, (1.0, 3.0)) if args.quick else (90_000, (5.0, 20.0))
@@ -343,8 +360,9 @@ def main() -> None:
             backlog,
             seconds,
             Path(tmp),
+            {m: float(r) for m, r in (x.split("=") for x in args.rates.split(",") if x)},
         )
-    path = RESULTS.with_name("latency_quick.json") if args.quick else RESULTS
+    path = RESULTS.with_name(args.results or ("latency_quick.json" if args.quick else RESULTS.name))
     write_results(results, path, args.broker_kind, facts)
     print(markdown(results))
 

@@ -65,6 +65,11 @@ PYTHON_WINDOWS = "-python"
 """After a worker emit mode (``event-python``): the worker on the Python ``KeyWindows`` instead
 of the native kernel (``stores.native_windows``), for a comparison in one run."""
 
+PER_CHUNK = "-per-chunk"
+"""After ``event`` (``event-per-chunk``): the worker handing over after every fetched chunk
+(``agents.input_reader.HANDOVER_RECORDS`` = 1, the reader before it paced its hand-overs),
+for a comparison in one run."""
+
 
 def worker_settings(
     broker: BenchBroker, prefix: str, retention: int, emit: str, **options: Any
@@ -263,7 +268,8 @@ def backlogged_worker(
     guarantee: str = "at_least_once",
 ) -> Iterator[tuple[Settings, subprocess.Popen, Path]]:
     """Create the scenario's topics, pre-produce ``events`` input records, and run the child
-    ``child`` (a worker emit mode, ``-python`` after it for the Python windows, or
+    ``child`` (a worker emit mode, ``-python`` after it for the Python windows or
+    ``-per-chunk`` for a hand-over per chunk, or
     ``floor``/``bare``/``bare-batch``; ``aiokafka-`` before a mode or floor) in a
     subprocess on
     them for the ``with`` block: yields its settings, process and log file; terminates it
@@ -274,7 +280,10 @@ def backlogged_worker(
         "floor": "batch",
         "emit-floor": "event",
         "batch-floor": "batch",
-    }.get(child.removeprefix(AIOKAFKA_BATCHES), child.removesuffix(PYTHON_WINDOWS))
+    }.get(
+        child.removeprefix(AIOKAFKA_BATCHES),
+        child.removesuffix(PYTHON_WINDOWS).removesuffix(PER_CHUNK),
+    )
     emit = emit.removeprefix(AIOKAFKA_BATCHES)
     settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6], guarantee)
     asyncio.run(create_topics(settings))

@@ -410,9 +410,11 @@ WORKER_MODES = (
     "batch-python",
     "aiokafka-event",
     "aiokafka-batch",
+    "event-per-chunk",
 )
 """The worker scenarios: each emit mode on the kernel ``new_key_windows`` picks (the native
-one where it loads), on the Python ``KeyWindows``, and with aiokafka's record batches."""
+one where it loads), on the Python ``KeyWindows``, with aiokafka's record batches, and
+``event`` handing over after every fetched chunk."""
 
 FLOORS = (
     "floor",

@@ -5,7 +5,8 @@ variables.
 
 ``event``/``batch``: the real worker (``app.worker``, window store included) over windows
 pre-filled to ``OCCUPANCY`` events per key (``event-python``/``batch-python``: on the Python
-``KeyWindows`` instead of the native kernel); ``floor``, ``emit-floor`` and ``batch-floor``: the
+``KeyWindows`` instead of the native kernel; ``event-per-chunk``: handing over after every
+fetched chunk); ``floor``, ``emit-floor`` and ``batch-floor``: the
 input read (and, for the latter two, an output produced or a durable store written) with no
 window work (``aiokafka-`` before a floor or emit mode: the same with aiokafka's record
 batches); ``bare``/``bare-batch``: a Faust agent that only consumes the input. Each serves
@@ -26,6 +27,7 @@ from app.settings import Settings, load_settings
 from bench.worker_harness import (
     AIOKAFKA_BATCHES,
     KEYS,
+    PER_CHUNK,
     PYTHON_WINDOWS,
     SPACING_MS,
     T0,
@@ -325,6 +327,14 @@ def use_python_windows() -> None:
     agents.windows.new_key_windows = python_windows  # type: ignore[assignment]
 
 
+def hand_over_per_chunk() -> None:
+    """Make the worker's input reader hand over after every fetched chunk (the
+    ``event-per-chunk`` scenario: the reader before it paced its hand-overs)."""
+    import agents.input_reader
+
+    agents.input_reader.HANDOVER_RECORDS = 1
+
+
 def use_aiokafka_batches() -> None:
     """Make ``agents.batched_send`` queue output records in ``ListQueue``s and build their
     batches with aiokafka's ``BatchBuilder`` (the ``aiokafka-`` scenarios: the produce path
@@ -358,6 +368,8 @@ def main() -> None:
     else:
         if args.scenario.endswith(PYTHON_WINDOWS):
             use_python_windows()
+        if args.scenario.endswith(PER_CHUNK):
+            hand_over_per_chunk()
         run_prefilled_worker(settings, args.occupancy)
 
 

@@ -113,9 +113,11 @@ def inject_input_fault(worker: Worker, fault_partition: int, fault_offset: int) 
         if (partition, offset) == (fault_partition, fault_offset):
             fail(partition, offset)
 
-    def record_many_then_fail(partition: int, effects: Iterable[tuple[Any, ...]]) -> None:
+    def record_many_then_fail(
+        partition: int, effects: Iterable[tuple[Any, ...]], encoded: bool = False
+    ) -> None:
         effects = list(effects)
-        record_many(partition, effects)
+        record_many(partition, effects, encoded)
         if partition == fault_partition and any(e[0] == fault_offset for e in effects):
             fail(partition, fault_offset)
 

@@ -1,0 +1,101 @@
+"""How often a ``fiba worker`` with ``emit=event`` hands over (agents.input_reader): reading a
+backlog it applies each fetched chunk at once but hands over about every ``HANDOVER_RECORDS``
+records, not after every chunk of ``FETCH_CHUNK`` (each hand-over is a produce round per output
+partition and the changelog's, awaiting acknowledgements); caught up, it hands over as soon as a
+fetch finds nothing more. The worker is ``tests.counting_worker`` on a real broker, its time
+bound ``HANDOVER_WAIT_S`` lifted so that only the record bound and the end of the backlog count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from agents.clients import client_options
+from agents.input_reader import FETCH_CHUNK, HANDOVER_RECORDS
+from app.demo import log_tail, start_worker, stop_worker
+from app.settings import Settings
+from app.topics import create_topics
+from tests.test_crash_recovery import (
+    caught_up,
+    check_aggregates,
+    make_events,
+    wait_until,
+    worker_settings,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+
+BACKLOG = 3 * HANDOVER_RECORDS
+
+
+async def produce_backlog(settings: Settings, events: list[tuple[str, int, int]]) -> None:
+    """Send ``events`` in few large record batches (so that a fetch returns many chunks)."""
+    producer = AIOKafkaProducer(
+        **client_options(settings), linger_ms=200, max_batch_size=512 * 1024
+    )
+    await producer.start()
+    try:
+        deliveries = [
+            await producer.send(
+                settings.input_topic,
+                json.dumps({"ts": ts, "value": value}).encode(),
+                key=key.encode(),
+                partition=0,
+            )
+            for key, ts, value in events
+        ]
+        await asyncio.gather(*deliveries)
+    finally:
+        await producer.stop()
+
+
+def hand_overs(log: Path) -> list[int]:
+    """The applied offset of partition 0 at each noted hand-over (``tests.counting_worker``)."""
+    if not log.exists():
+        return []
+    return [json.loads(line).get("0", -1) for line in log.read_text().splitlines()]
+
+
+def test_a_backlog_is_handed_over_in_large_rounds_and_the_last_event_at_once(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    settings = replace(
+        worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", partitions=1),
+        emit="event",
+    )
+    asyncio.run(create_topics(settings))
+    events = make_events(BACKLOG + 1, seed=29)
+    asyncio.run(produce_backlog(settings, events[:BACKLOG]))
+    noted, worker_log = tmp_path / "hand-overs.jsonl", tmp_path / "worker.log"
+    worker = start_worker(
+        settings,
+        worker_log,
+        module=("tests.counting_worker",),
+        extra_env={"HANDOVER_LOG": str(noted), "HANDOVER_WAIT_S": "3600"},
+    )
+    try:
+        wait_until(
+            lambda: caught_up(settings, [worker], [worker_log], {0: BACKLOG - 1}),
+            120,
+            "the backlog applied",
+        )
+        wait_until(lambda: BACKLOG - 1 in hand_overs(noted), 60, "the backlog handed over")
+        backlog_rounds = hand_overs(noted)
+        # one round per chunk would be BACKLOG / FETCH_CHUNK = 30
+        assert len(backlog_rounds) <= BACKLOG // FETCH_CHUNK // 3, (
+            backlog_rounds,
+            log_tail(worker_log),
+        )
+        # caught up: the next event is handed over without waiting for more (the time bound
+        # is an hour here)
+        asyncio.run(produce_backlog(settings, events[BACKLOG:]))
+        wait_until(lambda: BACKLOG in hand_overs(noted), 60, "the last event handed over")
+        check_aggregates(settings, events)
+    finally:
+        stop_worker(worker)
