@@ -99,7 +99,7 @@ pub struct Footprint {
     pub arena: usize,
     /// Times and partials of the slots reserved.
     pub entry_bytes: usize,
-    /// Child links and the free and dirty lists.
+    /// Child links and the free and dirty lists and the repair's heap.
     pub kid_bytes: usize,
     /// Spine caches outside the node structs (suffix folds).
     pub cache_bytes: usize,
@@ -1442,7 +1442,16 @@ impl<M: Monoid> FiBA<M> {
             ];
             f.blocks += blocks.iter().filter(|&&c| c > 0).count();
         }
-        f.kid_bytes += (self.free.capacity() + self.dirty.capacity()) * std::mem::size_of::<Idx>();
+        f.kid_bytes += (self.free.capacity() + self.dirty.capacity()) * std::mem::size_of::<Idx>()
+            + self.heap.capacity() * std::mem::size_of::<Reverse<(u32, Idx)>>();
+        f.blocks += [
+            self.free.capacity(),
+            self.dirty.capacity(),
+            self.heap.capacity(),
+        ]
+        .iter()
+        .filter(|&&c| c > 0)
+        .count();
         for side in &self.spines {
             f.cache_bytes += side.capacity() * std::mem::size_of::<Spine<M::S>>();
             for c in side {

@@ -10,7 +10,7 @@
 //! path keeps a Two-Stacks suffix per window instead, `stores.window_suffixes`). Lift and
 //! lower stay outside (the Python front gives partials and lowers results).
 
-use crate::fiba::{FiBA, Monoid, Time};
+use crate::fiba::{FiBA, Footprint, Monoid, Time};
 use std::collections::{BTreeSet, HashMap};
 
 /// Expired entries of a key that lazy eviction removes one by one at the old end before it
@@ -145,6 +145,11 @@ impl<M: Monoid + Clone> Windows<M> {
     /// `key`'s time in the sweep index, if it is present.
     pub fn indexed(&self, key: &str) -> Option<i128> {
         self.keys.get(key).map(|s| s.indexed)
+    }
+
+    /// Each present key's tree's `footprint`. O(n / MIN_ARITY).
+    pub fn footprints(&self) -> impl Iterator<Item = Footprint> + '_ {
+        self.keys.values().map(|s| s.tree.footprint())
     }
 
     /// Combines of the present keys' trees since their creation or `reset_combines`.
