@@ -1,7 +1,7 @@
 //! Memory per entry and per key of one partition's windows (`Windows`, sum,count,max) filled
 //! in interleaved order as a partition's keys fill, without Python:
 //! `cargo run --release --no-default-features --example memory [entries] [entries per key,
-//! e.g. 10,100,1000] [late %] [min_arity] [leaf max_arity]`. Each entries-per-key figure runs
+//! e.g. 10,100,1000] [late %] [min_arity]`. Each entries-per-key figure runs
 //! in a fresh process (this example re-run). Prints resident bytes per entry (`/proc`), the
 //! heap's live bytes (a counting allocator: exact) per entry and per key, and where a key's
 //! bytes go: its trees' `footprint` by kind, the windows' own (map slot, sweep index, key
