@@ -1251,8 +1251,25 @@ impl<M: Monoid> FiBA<M> {
         self.mark_dirty(&[leaf]);
         self.fix_up(leaf);
         self.repair();
+        self.release_to_leaf_root();
         self.debug_check();
         true
+    }
+
+    /// When evictions left the root a leaf (the whole window in one node), give back the
+    /// arena's other nodes (free, or deferred subtrees), the free list and the spine caches:
+    /// a key that shrinks to a few entries holds one node again. O(nodes released), each
+    /// node released once after it was made: amortized O(1) per allocation.
+    fn release_to_leaf_root(&mut self) {
+        if !self.is_leaf(self.root) || self.nodes.len() == 1 {
+            return;
+        }
+        self.nodes.swap(0, self.root as usize);
+        self.nodes.truncate(1);
+        self.nodes.shrink_to_fit();
+        (self.root, self.lf, self.rf) = (0, 0, 0);
+        self.free = Vec::new();
+        self.spines = Vec::new();
     }
 
     /// The in-order refill of an underflowing left finger: it merges with its sibling when
@@ -1346,6 +1363,7 @@ impl<M: Monoid> FiBA<M> {
             }
         }
         self.repair();
+        self.release_to_leaf_root();
         self.debug_check();
         before - self.len()
     }
@@ -1919,6 +1937,33 @@ mod tests {
                 f.leaves
             );
             assert!(f.bytes() <= 64 * f.entries, "{name}: {f:?}");
+        }
+    }
+
+    #[test]
+    fn a_tree_evicted_down_to_one_leaf_gives_its_other_nodes_back() {
+        use crate::monoids::Val;
+        let p = [Val::Int(1), Val::Float(2.0), Val::Float(3.0)];
+        let (mut single, mut bulk) = (FiBA::new(scm(), 4), FiBA::new(scm(), 4));
+        for t in 0..1000 {
+            single.insert(t, p);
+            bulk.insert(t, p);
+        }
+        // 5 entries: fewer than two leaves of MIN_ARITY - 1 and a separator, so one leaf
+        for t in 0..995 {
+            single.evict(t);
+        }
+        bulk.bulk_evict(994);
+        for tree in [&mut single, &mut bulk] {
+            let f = tree.footprint();
+            assert_eq!((f.entries, f.nodes), (5, 1));
+            // one node struct, its 16 slots and the tree struct: 1,000 entries' arena is gone
+            assert!(f.bytes() <= 1000, "{f:?}");
+            for t in 1000..1100 {
+                tree.insert(t, p); // and it grows again
+            }
+            assert_eq!(tree.len(), 105);
+            assert!(tree.check_invariants().is_ok());
         }
     }
 
