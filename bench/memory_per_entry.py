@@ -1,17 +1,18 @@
 """Memory per retained window entry of the worker's windows state (count, sum, max), per kernel.
 
-``python -m bench.memory_per_entry [--entries 1000000] [--keys 1000] [--paths stream,restore]
-[--kernels native,python] [--min-arities 4]`` fills, in a fresh interpreter per path, kernel
-and MIN_ARITY, one partition's windows as the worker makes them (count/sum/max, three windows, a
-retention that keeps every entry; ``native``: the native kernel, ``python``: ``KeyWindows``;
-the default: both when the native core is installed) with ``entries`` entries over ``keys``
-keys: ``stream`` through ``accept_batch`` (``emit=batch``, 1,000 events per batch, distinct
-times, 20% out of order), ``restore`` through ``load`` (one bulk build per key). It reads the
-resident memory (``/proc``) empty, half full and full: bytes per entry are the growth over the
-entries (per-key costs included), and the second half's alone (the marginal cost); then the
-Python heap alone (``tracemalloc``, a second fill). Writes
-``bench/results/memory_per_entry_<build>.json`` (``quick/`` below 10^6 entries). Goal (issue
-29): at most 64 bytes per entry.
+``python -m bench.memory_per_entry [--entries 1000000] [--keys 1000 | --entries-per-key
+10,100,1000] [--paths stream,restore] [--kernels native,python] [--min-arities 4]`` fills, in
+a fresh interpreter per path, kernel, MIN_ARITY and key count, one partition's windows as the
+worker makes them (count/sum/max, three windows, a retention that keeps every entry;
+``native``: the native kernel, ``python``: ``KeyWindows``; the default: both when the native
+core is installed) with ``entries`` entries over ``keys`` keys (or ``entries / k`` keys for
+each ``k`` of ``--entries-per-key``): ``stream`` through ``accept_batch`` (``emit=batch``,
+1,000 events per batch, distinct times, 20% out of order), ``restore`` through ``load`` (one
+bulk build per key). It reads the resident memory (``/proc``) empty, half full and full: bytes
+per entry and per key are the growth over the entries and over the keys (per-key costs
+included), marginal the second half's alone; then the Python heap alone (``tracemalloc``, a
+second fill). Writes ``bench/results/memory_per_entry_<build>.json`` (``quick/`` below 10^6
+entries). Goal (issue 29): at most 64 bytes per entry.
 """
 
 from __future__ import annotations
@@ -145,7 +146,9 @@ def measure(
         "aggregations": list(AGGREGATIONS),
         "rss_empty_mb": marks["empty"] / 1e6,
         "rss_full_mb": full / 1e6,
+        "entries_per_key": held / keys,
         "bytes_per_entry": (full - marks["empty"]) / held,
+        "bytes_per_key": (full - marks["empty"]) / keys,
         "marginal_bytes_per_entry": (full - marks["half"]) / (held - marks["half_entries"]),
         "python_heap_bytes_per_entry": (traced[-1] - traced[0]) / held,
     }
@@ -183,8 +186,8 @@ def results_name(build: str) -> str:
 def report(results: list[dict[str, Any]]) -> str:
     lines = [
         "| path | kernel | MIN_ARITY | build | entries | keys | bytes/entry (RSS) | marginal "
-        "| Python heap | goal |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| bytes/key | Python heap | goal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         met = "met" if r["bytes_per_entry"] <= GOAL_BYTES else "not met"
@@ -192,7 +195,8 @@ def report(results: list[dict[str, Any]]) -> str:
             f"| {r['path']} | {r['kernel']} | {r['min_arity'] or ''} | {r['build']} "
             f"| {r['entries']:,} | {r['keys']:,} "
             f"| {r['bytes_per_entry']:.0f} | {r['marginal_bytes_per_entry']:.0f} "
-            f"| {r['python_heap_bytes_per_entry']:.0f} | <= {GOAL_BYTES}: {met} |"
+            f"| {r.get('bytes_per_key', 0):,.0f} | {r['python_heap_bytes_per_entry']:.0f} "
+            f"| <= {GOAL_BYTES}: {met} |"
         )
     return "\n".join(lines)
 
@@ -201,6 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=FULL_RUN)
     parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument(
+        "--entries-per-key", default=None, help="e.g. 10,100,1000: a run each, entries / it keys"
+    )
     parser.add_argument("--paths", default="stream,restore")
     parser.add_argument("--kernels", default=None, help="native,python (default: installed)")
     parser.add_argument("--min-arities", default="4", help="the native kernel's, e.g. 2,4,8")
@@ -214,14 +221,20 @@ def main(argv: list[str] | None = None) -> None:
         return
     kernels = (args.kernels or f"{resolved_kernel(None)},python").split(",")
     kernels = list(dict.fromkeys(kernels))
+    key_counts = (
+        [max(1, args.entries // int(k)) for k in args.entries_per_key.split(",")]
+        if args.entries_per_key
+        else [args.keys]
+    )
     facts = announce_run("bench.memory_per_entry")
     results = []
     for kernel in kernels:
         for min_arity in arities if kernel == "native" else [4]:
-            for path in args.paths.split(","):
-                result = run_child(args.entries, args.keys, path, kernel, min_arity)
-                print(json.dumps(result), flush=True)
-                results.append(result)
+            for keys in key_counts:
+                for path in args.paths.split(","):
+                    result = run_child(args.entries, keys, path, kernel, min_arity)
+                    print(json.dumps(result), flush=True)
+                    results.append(result)
     out = args.out or (
         RESULTS / ("quick" if args.entries < FULL_RUN else "") / results_name(results[0]["build"])
     )

@@ -5,6 +5,8 @@ Nothing here judges a speed or a size: the figures are only ever read in ``bench
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import stores
@@ -21,6 +23,17 @@ def test_the_memory_bench_counts_every_entry_it_retains_and_records_the_build() 
     streamed = memory_per_entry.run_child(3000, 30, "stream")
     # distinct times: nearly every event is an entry of its own, none evicted
     assert 0.95 * 3000 <= streamed["entries"] <= 3000
+
+
+def test_the_memory_bench_measures_each_load_of_entries_per_key(tmp_path) -> None:
+    out = tmp_path / "memory.json"
+    kernel = memory_per_entry.resolved_kernel(None)
+    options = ["--entries", "2000", "--entries-per-key", "10,100", "--paths", "restore"]
+    memory_per_entry.main([*options, "--kernels", kernel, "--out", str(out)])
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["keys"], r["entries_per_key"]) for r in rows] == [(200, 10.0), (20, 100.0)]
+    for r in rows:
+        assert r["bytes_per_key"] == pytest.approx(r["bytes_per_entry"] * r["entries_per_key"])
 
 
 def test_the_soak_slope_is_the_least_squares_slope_in_mb_per_million_events() -> None:

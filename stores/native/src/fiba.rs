@@ -31,6 +31,7 @@
 //! to a deferred free list, the bulk paper §4.3, released one node per allocation); query O(1);
 //! query_range O(log n); bulk_insert a loop of inserts (O(m log d), O(m) in order).
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -48,6 +49,17 @@ pub const MAX_PER_MIN: usize = 4;
 
 /// The capacity the repair's work lists keep between operations.
 const SCRATCH: usize = 64;
+
+/// Below this many slots a node's arena and an end leaf's entry buffers grow by half (not
+/// double), so that a key with few entries reserves few spare slots.
+const SMALL: usize = 16;
+
+thread_local! {
+    /// The repair's work lists, shared by the thread's trees between operations (a tree holds
+    /// its dirty list only while an operation runs): no tree keeps scratch capacity.
+    static DIRTY: Cell<Vec<Idx>> = const { Cell::new(Vec::new()) };
+    static HEAP: Cell<BinaryHeap<Reverse<(u32, Idx)>>> = const { Cell::new(BinaryHeap::new()) };
+}
 
 /// An associative operation with a neutral element (lift and lower live outside the tree).
 ///
@@ -99,7 +111,7 @@ pub struct Footprint {
     pub arena: usize,
     /// Times and partials of the slots reserved.
     pub entry_bytes: usize,
-    /// Child links and the free and dirty lists.
+    /// Child links and the free and dirty lists and the repair's heap.
     pub kid_bytes: usize,
     /// Spine caches outside the node structs (suffix folds).
     pub cache_bytes: usize,
@@ -156,13 +168,13 @@ pub struct FiBA<M: Monoid> {
     root: Idx,
     lf: Idx,
     rf: Idx,
-    min_arity: usize,
-    max_arity: usize,
+    min_arity: u32,
+    max_arity: u32,
     combines: AtomicU64,
+    /// The nodes a running operation changed (empty between operations; see `DIRTY`).
     dirty: Vec<Idx>,
-    heap: BinaryHeap<Reverse<(u32, Idx)>>,
-    /// The spine caches, left and right, by height.
-    spines: [Vec<Spine<M::S>>; 2],
+    /// The spine caches by height, left and right: `2 * height + side`.
+    spines: Vec<Spine<M::S>>,
 }
 
 fn kn_first<P>(nodes: &[Node<P>], idx: Idx) -> Option<&Idx> {
@@ -203,12 +215,11 @@ impl<M: Monoid> FiBA<M> {
             root: NIL,
             lf: NIL,
             rf: NIL,
-            min_arity,
-            max_arity,
+            min_arity: u32::try_from(min_arity).expect("min_arity fits 32 bits"),
+            max_arity: u32::try_from(max_arity).expect("max_arity fits 32 bits"),
             combines: AtomicU64::new(0),
             dirty: Vec::new(),
-            heap: BinaryHeap::new(),
-            spines: [Vec::new(), Vec::new()],
+            spines: Vec::new(),
         };
         tree.reset();
         tree
@@ -217,7 +228,7 @@ impl<M: Monoid> FiBA<M> {
     fn reset(&mut self) {
         self.nodes.clear();
         self.free.clear();
-        for c in self.spines.iter_mut().flatten() {
+        for c in self.spines.iter_mut() {
             c.owner = NIL;
         }
         let root = self.alloc(0);
@@ -233,12 +244,12 @@ impl<M: Monoid> FiBA<M> {
 
     /// MIN_ARITY.
     pub fn min_arity(&self) -> usize {
-        self.min_arity
+        self.min_arity as usize
     }
 
     /// MAX_ARITY.
     pub fn max_arity(&self) -> usize {
-        self.max_arity
+        self.max_arity as usize
     }
 
     /// Combines performed since creation or the last `reset_combines`.
@@ -255,14 +266,23 @@ impl<M: Monoid> FiBA<M> {
     /// in an inner node (whose aggregate a change below refolds: O(arity) combines).
     fn max_entries(&self, height: u32) -> usize {
         if height == 0 {
-            self.max_arity - 1
+            self.max_arity as usize - 1
         } else {
-            2 * self.min_arity - 1
+            2 * self.min_arity as usize - 1
         }
     }
 
     fn min_entries(&self) -> usize {
-        self.min_arity - 1
+        self.min_arity as usize - 1
+    }
+
+    /// Note changed nodes for the operation's `repair`; the list's buffer comes from the
+    /// thread's (`DIRTY`) at the first note.
+    fn mark_dirty(&mut self, ids: &[Idx]) {
+        if self.dirty.capacity() == 0 {
+            self.dirty = DIRTY.take();
+        }
+        self.dirty.extend_from_slice(ids);
     }
 
     fn comb(&self, a: &M::S, b: &M::S) -> M::S {
@@ -294,6 +314,16 @@ impl<M: Monoid> FiBA<M> {
             node.alive = true;
             node.mark = false;
             return idx;
+        }
+        if self.nodes.len() == self.nodes.capacity() {
+            // by half while small, then to the next power of two (what doubling reserves)
+            let cap = self.nodes.capacity();
+            let grown = if cap < SMALL {
+                cap + (cap / 2).max(1)
+            } else {
+                (cap + 1).next_power_of_two()
+            };
+            self.nodes.reserve_exact(grown - cap);
         }
         self.nodes.push(Node {
             parent: NIL,
@@ -343,22 +373,28 @@ impl<M: Monoid> FiBA<M> {
     fn cache(&self, idx: Idx) -> Option<&Spine<M::S>> {
         let side = self.side(idx)?;
         let height = self.n(idx).height as usize;
-        self.spines[side].get(height).filter(|c| c.owner == idx)
+        self.spines
+            .get(2 * height + side)
+            .filter(|c| c.owner == idx)
     }
 
     /// Spine node `idx`'s caches, if up to date, to change.
     fn cache_mut(&mut self, idx: Idx) -> Option<&mut Spine<M::S>> {
         let side = self.side(idx)?;
         let height = self.n(idx).height as usize;
-        self.spines[side].get_mut(height).filter(|c| c.owner == idx)
+        self.spines
+            .get_mut(2 * height + side)
+            .filter(|c| c.owner == idx)
     }
 
     /// Mark the caches `idx` owns out of date.
     fn invalidate(&mut self, idx: Idx) {
         let height = self.n(idx).height as usize;
-        for side in &mut self.spines {
-            if let Some(c) = side.get_mut(height).filter(|c| c.owner == idx) {
-                c.owner = NIL;
+        for side in 0..2 {
+            if let Some(c) = self.spines.get_mut(2 * height + side) {
+                if c.owner == idx {
+                    c.owner = NIL;
+                }
             }
         }
     }
@@ -367,16 +403,37 @@ impl<M: Monoid> FiBA<M> {
     fn slot(&mut self, idx: Idx) -> &mut Spine<M::S> {
         let side = self.side(idx).expect("a spine node below the root");
         let height = self.n(idx).height as usize;
-        while self.spines[side].len() <= height {
+        let at = 2 * height + side;
+        if self.spines.len() <= at {
+            self.spines.reserve_exact(at + 1 - self.spines.len());
+        }
+        while self.spines.len() <= at {
             let local = self.m.identity_stored();
-            self.spines[side].push(Spine {
+            self.spines.push(Spine {
                 owner: NIL,
                 local,
                 local_cnt: 0,
                 suffix: Vec::new(),
             });
         }
-        &mut self.spines[side][height]
+        &mut self.spines[at]
+    }
+
+    /// Room for one more entry at an end of leaf `idx` (a finger): a full buffer grows by
+    /// half below `SMALL` slots, up to the most a leaf holds before it splits, else doubles.
+    fn room_at_end(&mut self, idx: Idx) {
+        let most = self.max_entries(0) + 1;
+        let node = self.nm(idx);
+        let len = node.times.len();
+        if len == node.times.capacity() {
+            let extra = if len < SMALL {
+                (len / 2).max(1).min(most.saturating_sub(len).max(1))
+            } else {
+                len
+            };
+            node.times.reserve_exact(extra);
+            node.vals.reserve_exact(extra);
+        }
     }
 
     /// Room for one more entry (and child) in `idx`: a full buffer of exact size (what an
@@ -570,6 +627,7 @@ impl<M: Monoid> FiBA<M> {
             let k = node.vals.len();
             let mut suffix = buffer;
             suffix.clear();
+            suffix.reserve_exact(k); // the largest k seen, not a doubling's spare slots
             let mut cnt = k;
             let mut acc: Option<M::S> = None;
             for i in (0..k).rev() {
@@ -665,7 +723,7 @@ impl<M: Monoid> FiBA<M> {
     /// changed node down to its finger.
     fn repair(&mut self) {
         let mut dirty = std::mem::take(&mut self.dirty);
-        let mut heap = std::mem::take(&mut self.heap);
+        let mut heap = HEAP.take();
         for &idx in &dirty {
             let node = self.nm(idx);
             if node.alive && !node.mark {
@@ -674,8 +732,8 @@ impl<M: Monoid> FiBA<M> {
             }
         }
         dirty.clear();
-        dirty.shrink_to(SCRATCH); // a bulk insert's list would stay with the tree
-        self.dirty = dirty;
+        dirty.shrink_to(SCRATCH); // a bulk insert's list would stay with the thread
+        DIRTY.set(dirty);
         let mut left_top: Option<Idx> = None;
         let mut right_top: Option<Idx> = None;
         let mut root_dirty = false;
@@ -701,7 +759,7 @@ impl<M: Monoid> FiBA<M> {
             }
         }
         heap.shrink_to(SCRATCH);
-        self.heap = heap;
+        HEAP.set(heap);
         if root_dirty {
             self.recalc(self.root);
         }
@@ -815,7 +873,7 @@ impl<M: Monoid> FiBA<M> {
                 self.nm(z).parent = r;
                 self.nm(z).right = true;
                 self.root = r;
-                self.dirty.extend([idx, z, r]);
+                self.mark_dirty(&[idx, z, r]);
                 return;
             }
             let j = self.child_index(parent, idx);
@@ -827,7 +885,7 @@ impl<M: Monoid> FiBA<M> {
                 pn.kids.insert(j + 1, z);
             }
             self.nm(z).parent = parent;
-            self.dirty.extend([idx, z, parent]);
+            self.mark_dirty(&[idx, z, parent]);
             idx = parent;
         }
     }
@@ -915,7 +973,7 @@ impl<M: Monoid> FiBA<M> {
             } else {
                 self.move_right(parent, a, b, si, self.min_entries() - lb);
             }
-            self.dirty.extend([a, b, parent]);
+            self.mark_dirty(&[a, b, parent]);
             idx = parent;
         }
     }
@@ -1038,12 +1096,12 @@ impl<M: Monoid> FiBA<M> {
             kn.left = false;
             kn.right = false;
             self.root = kid;
-            self.dirty.push(kid);
+            self.mark_dirty(&[kid]);
             // the spines below a new root lose their parent term
             if let (Some(&first), Some(&last)) =
                 (kn_first(&self.nodes, kid), kn_last(&self.nodes, kid))
             {
-                self.dirty.extend([first, last]);
+                self.mark_dirty(&[first, last]);
             }
         }
     }
@@ -1067,6 +1125,7 @@ impl<M: Monoid> FiBA<M> {
         let young = self.n(rf).times.last().copied();
         match young {
             None => {
+                self.room_at_end(root);
                 let node = self.nm(root);
                 node.times.push(t);
                 node.vals.push(p.clone());
@@ -1074,6 +1133,7 @@ impl<M: Monoid> FiBA<M> {
                 node.cnt = 1;
             }
             Some(y) if t > y => {
+                self.room_at_end(rf);
                 let agg = self.comb(&self.n(rf).agg, &p);
                 let node = self.nm(rf);
                 node.times.push(t);
@@ -1089,6 +1149,7 @@ impl<M: Monoid> FiBA<M> {
             }
             Some(_) if t < self.n(self.lf).times[0] => {
                 let lf = self.lf;
+                self.room_at_end(lf);
                 let agg = self.comb(&p, &self.n(lf).agg);
                 let node = self.nm(lf);
                 node.times.insert(0, t);
@@ -1107,13 +1168,13 @@ impl<M: Monoid> FiBA<M> {
                 if found {
                     let merged = self.comb(&self.n(idx).vals[i], &p);
                     self.nm(idx).vals[i] = merged;
-                    self.dirty.push(idx);
+                    self.mark_dirty(&[idx]);
                 } else {
                     self.room(idx);
                     let node = self.nm(idx);
                     node.times.insert(i, t);
                     node.vals.insert(i, p);
-                    self.dirty.push(idx);
+                    self.mark_dirty(&[idx]);
                     self.split_up(idx);
                 }
                 self.repair();
@@ -1179,7 +1240,7 @@ impl<M: Monoid> FiBA<M> {
                 let inner = self.nm(idx);
                 inner.times[i] = pt;
                 inner.vals[i] = pv;
-                self.dirty.push(idx);
+                self.mark_dirty(&[idx]);
                 leaf
             }
         };
@@ -1187,11 +1248,28 @@ impl<M: Monoid> FiBA<M> {
             self.debug_check();
             return true;
         }
-        self.dirty.push(leaf);
+        self.mark_dirty(&[leaf]);
         self.fix_up(leaf);
         self.repair();
+        self.release_to_leaf_root();
         self.debug_check();
         true
+    }
+
+    /// When evictions left the root a leaf (the whole window in one node), give back the
+    /// arena's other nodes (free, or deferred subtrees), the free list and the spine caches:
+    /// a key that shrinks to a few entries holds one node again. O(nodes released), each
+    /// node released once after it was made: amortized O(1) per allocation.
+    fn release_to_leaf_root(&mut self) {
+        if !self.is_leaf(self.root) || self.nodes.len() == 1 {
+            return;
+        }
+        self.nodes.swap(0, self.root as usize);
+        self.nodes.truncate(1);
+        self.nodes.shrink_to_fit();
+        (self.root, self.lf, self.rf) = (0, 0, 0);
+        self.free = Vec::new();
+        self.spines = Vec::new();
     }
 
     /// The in-order refill of an underflowing left finger: it merges with its sibling when
@@ -1280,11 +1358,12 @@ impl<M: Monoid> FiBA<M> {
         self.lf = cur;
         for &idx in &path {
             if self.nodes[idx as usize].alive {
-                self.dirty.push(idx);
+                self.mark_dirty(&[idx]);
                 self.fix_up(idx);
             }
         }
         self.repair();
+        self.release_to_leaf_root();
         self.debug_check();
         before - self.len()
     }
@@ -1321,7 +1400,7 @@ impl<M: Monoid> FiBA<M> {
                 self.split_up(idx);
             }
             if self.dirty.last() != Some(&idx) {
-                self.dirty.push(idx);
+                self.mark_dirty(&[idx]);
             }
         }
         self.repair();
@@ -1443,13 +1522,15 @@ impl<M: Monoid> FiBA<M> {
             f.blocks += blocks.iter().filter(|&&c| c > 0).count();
         }
         f.kid_bytes += (self.free.capacity() + self.dirty.capacity()) * std::mem::size_of::<Idx>();
-        for side in &self.spines {
-            f.cache_bytes += side.capacity() * std::mem::size_of::<Spine<M::S>>();
-            for c in side {
-                f.cache_bytes += c.suffix.capacity() * std::mem::size_of::<M::S>();
-                f.blocks += usize::from(c.suffix.capacity() > 0);
-            }
-            f.blocks += usize::from(side.capacity() > 0);
+        f.blocks += [self.free.capacity(), self.dirty.capacity()]
+            .iter()
+            .filter(|&&c| c > 0)
+            .count();
+        f.cache_bytes += self.spines.capacity() * std::mem::size_of::<Spine<M::S>>();
+        f.blocks += usize::from(self.spines.capacity() > 0);
+        for c in &self.spines {
+            f.cache_bytes += c.suffix.capacity() * std::mem::size_of::<M::S>();
+            f.blocks += usize::from(c.suffix.capacity() > 0);
         }
         f
     }
@@ -1856,6 +1937,33 @@ mod tests {
                 f.leaves
             );
             assert!(f.bytes() <= 64 * f.entries, "{name}: {f:?}");
+        }
+    }
+
+    #[test]
+    fn a_tree_evicted_down_to_one_leaf_gives_its_other_nodes_back() {
+        use crate::monoids::Val;
+        let p = [Val::Int(1), Val::Float(2.0), Val::Float(3.0)];
+        let (mut single, mut bulk) = (FiBA::new(scm(), 4), FiBA::new(scm(), 4));
+        for t in 0..1000 {
+            single.insert(t, p);
+            bulk.insert(t, p);
+        }
+        // 5 entries: fewer than two leaves of MIN_ARITY - 1 and a separator, so one leaf
+        for t in 0..995 {
+            single.evict(t);
+        }
+        bulk.bulk_evict(994);
+        for tree in [&mut single, &mut bulk] {
+            let f = tree.footprint();
+            assert_eq!((f.entries, f.nodes), (5, 1));
+            // one node struct, its 16 slots and the tree struct: 1,000 entries' arena is gone
+            assert!(f.bytes() <= 1000, "{f:?}");
+            for t in 1000..1100 {
+                tree.insert(t, p); // and it grows again
+            }
+            assert_eq!(tree.len(), 105);
+            assert!(tree.check_invariants().is_ok());
         }
     }
 

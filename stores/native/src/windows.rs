@@ -10,15 +10,17 @@
 //! path keeps a Two-Stacks suffix per window instead, `stores.window_suffixes`). Lift and
 //! lower stay outside (the Python front gives partials and lowers results).
 
-use crate::fiba::{FiBA, Monoid, Time};
+use crate::fiba::{FiBA, Footprint, Monoid, Time};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// Expired entries of a key that lazy eviction removes one by one at the old end before it
 /// evicts the rest with one `bulk_evict` (`stores.key_windows.SINGLE_EVICTS`).
 pub const SINGLE_EVICTS: usize = 8;
 
-/// The oldest time of a key whose tree is new (Python's `_NEVER = 2**63`).
-const NEVER: i128 = 1 << 63;
+/// The oldest time of a key whose tree is new (Python's `_NEVER = 2**63`): the largest time,
+/// which compares as 2**63 does (a key holding an entry at `i64::MAX` has that oldest time).
+const NEVER: i64 = i64::MAX;
 
 /// What a partition's windows are (`stores.key_windows.WindowConfig`).
 #[derive(Clone, Debug)]
@@ -51,9 +53,9 @@ pub enum Source<P> {
 struct KeyState<M: Monoid> {
     tree: FiBA<M>,
     /// Its oldest time (`NEVER` while the new tree is empty).
-    oldest: i128,
+    oldest: i64,
     /// Its time in the sweep index: at most its oldest time.
-    indexed: i128,
+    indexed: i64,
     /// Insertion order (Python dict order of the keys).
     seq: u64,
 }
@@ -66,8 +68,9 @@ pub struct Windows<M: Monoid + Clone> {
     pub stream_time: Option<i64>,
     /// `P`: the window time of the previous event whose time was checked.
     pub previous: Option<i64>,
-    keys: HashMap<String, KeyState<M>>,
-    index: BTreeSet<(i128, String)>,
+    /// The keys' states; the map and the sweep index share each key's one string.
+    keys: HashMap<Arc<str>, KeyState<M>>,
+    index: BTreeSet<(i64, Arc<str>)>,
     seq: u64,
 }
 
@@ -115,11 +118,7 @@ impl<M: Monoid + Clone> Windows<M> {
 
     /// The keys in the order they were (last) created. O(K log K).
     pub fn keys(&self) -> Vec<&str> {
-        let mut keys: Vec<(&u64, &str)> = self
-            .keys
-            .iter()
-            .map(|(k, s)| (&s.seq, k.as_str()))
-            .collect();
+        let mut keys: Vec<(&u64, &str)> = self.keys.iter().map(|(k, s)| (&s.seq, &**k)).collect();
         keys.sort_unstable();
         keys.into_iter().map(|(_, k)| k).collect()
     }
@@ -144,7 +143,12 @@ impl<M: Monoid + Clone> Windows<M> {
 
     /// `key`'s time in the sweep index, if it is present.
     pub fn indexed(&self, key: &str) -> Option<i128> {
-        self.keys.get(key).map(|s| s.indexed)
+        self.keys.get(key).map(|s| s.indexed as i128)
+    }
+
+    /// Each present key's tree's `footprint`. O(n / MIN_ARITY).
+    pub fn footprints(&self) -> impl Iterator<Item = Footprint> + '_ {
+        self.keys.values().map(|s| s.tree.footprint())
     }
 
     /// Combines of the present keys' trees since their creation or `reset_combines`.
@@ -187,8 +191,9 @@ impl<M: Monoid + Clone> Windows<M> {
         let mut tree = FiBA::new(self.m.clone(), self.min_arity);
         tree.bulk_insert(pairs);
         self.seq += 1;
+        let name: Arc<str> = Arc::from(key);
         self.keys.insert(
-            key.to_owned(),
+            name.clone(),
             KeyState {
                 tree,
                 oldest: NEVER,
@@ -196,8 +201,8 @@ impl<M: Monoid + Clone> Windows<M> {
                 seq: self.seq,
             },
         );
-        self.index.insert((NEVER, key.to_owned()));
-        self.set_oldest(key, first as i128);
+        self.index.insert((NEVER, name));
+        self.set_oldest(key, first);
         if self.stream_time.is_none_or(|s| youngest > s) {
             self.stream_time = Some(youngest);
         }
@@ -207,8 +212,9 @@ impl<M: Monoid + Clone> Windows<M> {
         if !self.keys.contains_key(key) {
             self.seq += 1;
             let tree = FiBA::new(self.m.clone(), self.min_arity);
+            let name: Arc<str> = Arc::from(key);
             self.keys.insert(
-                key.to_owned(),
+                name.clone(),
                 KeyState {
                     tree,
                     oldest: NEVER,
@@ -216,19 +222,20 @@ impl<M: Monoid + Clone> Windows<M> {
                     seq: self.seq,
                 },
             );
-            self.index.insert((NEVER, key.to_owned()));
+            self.index.insert((NEVER, name));
         }
     }
 
     /// `key`'s oldest time is now `t`: earlier than before (an insert), or its first.
-    fn set_oldest(&mut self, key: &str, t: i128) {
+    fn set_oldest(&mut self, key: &str, t: i64) {
         let state = self.keys.get_mut(key).expect("present");
         state.oldest = t;
         if t < state.indexed {
             let old = state.indexed;
             state.indexed = t;
-            self.index.remove(&(old, key.to_owned()));
-            self.index.insert((t, key.to_owned()));
+            let name = self.keys.get_key_value(key).expect("present").0.clone();
+            self.index.remove(&(old, name.clone()));
+            self.index.insert((t, name));
         }
     }
 
@@ -319,8 +326,8 @@ impl<M: Monoid + Clone> Windows<M> {
         let state = self.keys.get_mut(key).expect("present");
         let youngest = state.tree.youngest();
         state.tree.insert(t, p.clone());
-        if (t as i128) < state.oldest {
-            self.set_oldest(key, t as i128);
+        if t < state.oldest {
+            self.set_oldest(key, t);
         }
         let evicted = self.evict_expired(key);
         let stored = match youngest {
@@ -378,8 +385,8 @@ impl<M: Monoid + Clone> Windows<M> {
         state
             .tree
             .bulk_insert(times.into_iter().zip(partials).collect());
-        if (first as i128) < state.oldest {
-            self.set_oldest(key, first as i128);
+        if first < state.oldest {
+            self.set_oldest(key, first);
         }
     }
 
@@ -399,7 +406,7 @@ impl<M: Monoid + Clone> Windows<M> {
         let Some(state) = self.keys.get_mut(key) else {
             return Vec::new();
         };
-        if state.oldest >= horizon {
+        if state.oldest as i128 >= horizon {
             return Vec::new();
         }
         let tree = &mut state.tree;
@@ -416,7 +423,7 @@ impl<M: Monoid + Clone> Windows<M> {
             evicted.push(oldest);
         }
         match tree.oldest() {
-            Some(oldest) => state.oldest = oldest as i128,
+            Some(oldest) => state.oldest = oldest,
             None => {
                 self.forget(key);
             }
@@ -432,7 +439,7 @@ impl<M: Monoid + Clone> Windows<M> {
         };
         let mut cleaned = Vec::new();
         while let Some((indexed, key)) = self.index.first().cloned() {
-            if indexed >= horizon {
+            if indexed as i128 >= horizon {
                 break;
             }
             let evicted = self.evict_expired(&key);
@@ -443,7 +450,7 @@ impl<M: Monoid + Clone> Windows<M> {
                 self.index.insert((oldest, key.clone()));
             }
             if !evicted.is_empty() {
-                cleaned.push((key, evicted));
+                cleaned.push((key.to_string(), evicted));
             }
         }
         cleaned
