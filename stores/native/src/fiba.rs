@@ -1392,13 +1392,13 @@ impl<M: Monoid> FiBA<M> {
         // in the same order as in stored form, so the same result)
         let push = |acc: &mut Option<M::P>, x: &M::S| {
             let x = self.m.unpack(x);
-            *acc = Some(match acc.take() {
-                None => x,
+            match acc {
+                None => *acc = Some(x),
                 Some(a) => {
                     self.count_combine();
-                    self.m.combine(&a, &x)
+                    *a = self.m.combine(a, &x);
                 }
-            });
+            }
         };
         if lo_in && hi_in && node.parent != NIL && !node.left && !node.right {
             push(acc, &node.agg);
