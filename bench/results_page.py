@@ -403,6 +403,10 @@ EVENT_CHUNK_BEFORE = "worker_pipeline_event_chunk_before_kafka.json"
 """``emit=event`` one record at a time (main f0b381e): the base of the next one."""
 EVENT_CHUNK_AFTER = "worker_pipeline_event_chunk_after_kafka.json"
 """``emit=event`` with one ``apply_events`` call per slice (the same command)."""
+EVENT_KERNEL_BEFORE = "worker_pipeline_event_kernel_before_kafka.json"
+"""``emit=event`` on main 418145f: the base of the next one."""
+EVENT_KERNEL_AFTER = "worker_pipeline_event_kernel_after_kafka.json"
+"""``emit=event`` with records written from the native partials and cheaper range queries."""
 
 NATIVE_K_GOALS = {"batch": 0.5, "event": 0.25}
 """Issue 29's goals: each emit mode's rate on the native kernel as a multiple of the floor's."""
@@ -1053,6 +1057,8 @@ USED = {
     NATIVE_K_LONG,
     EVENT_CHUNK_BEFORE,
     EVENT_CHUNK_AFTER,
+    EVENT_KERNEL_BEFORE,
+    EVENT_KERNEL_AFTER,
     "latency_kafka.json",
     "paper_claims.json",
     "spark_bench.json",
@@ -1100,6 +1106,8 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         *native_k_section(NATIVE_K_LONG, "The native worker per window size, longer cells"),
         *native_k_section(EVENT_CHUNK_BEFORE, "`emit=event` one record at a time (before)"),
         *native_k_section(EVENT_CHUNK_AFTER, "`emit=event` one kernel call per slice (after)"),
+        *native_k_section(EVENT_KERNEL_BEFORE, "`emit=event`'s kernel call (before)"),
+        *native_k_section(EVENT_KERNEL_AFTER, "`emit=event`'s kernel call, records native (after)"),
         *peers_section(plots),
         *jvm_peers_section(),
         *latency_section(plots),

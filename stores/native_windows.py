@@ -5,13 +5,14 @@ and returns its types (``AppliedBatch``, ``Accepted``, ``Rejected``, ``KeyAggreg
 ``WindowResult``); a batch crosses the FFI in one call, partials cross as the Python compose's
 own tuples, and ``lower`` is the Python compose's, so lowered results are the Python ones (floats
 to the last bits where the combine order differs: windows come from the FiBA's range query
-instead of ``stores.window_suffixes``). Ints within int64, floats and None lift natively; a
-value the Python lift refuses is refused with its ``Rejected``; a value it takes but a native
-partial cannot hold (a string for ``max``, a bool, an object for ``first``, an int beyond int64)
-moves the partition to a Python ``KeyWindows`` with its whole state before that call, so results
-stay the Python path's; so do ints whose sums might leave int64 (``stores/native/src/overflow.rs``
-checks each batch, event and load). :func:`new_key_windows` picks the kernel. Design:
-docs/native-core.md.
+instead of ``stores.window_suffixes``); ``apply_events`` writes its records from the native
+partials, lowered as the Python built-ins lower them (``src/event_records.rs``). Ints within
+int64, floats and None lift natively; a value the Python lift refuses is refused with its
+``Rejected``; a value it takes but a native partial cannot hold (a string for ``max``, a bool,
+an object for ``first``, an int beyond int64) moves the partition to a Python ``KeyWindows``
+with its whole state before that call, so results stay the Python path's; so do ints whose sums
+might leave int64 (``src/overflow.rs`` checks each batch, event and load).
+:func:`new_key_windows` picks the kernel. Design: docs/native-core.md.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ class NativeKeyWindows:
             Rejected,
             self._empty,
             min_arity,
+            list(config.parts),  # type: ignore[arg-type]  # checked by native_windows_kinds
         )
         self._python: KeyWindows | None = None
         self._last_emitted: dict[str, tuple] = {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import pytest
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 import stores
 from agents.events import BadEvent, EventParser
 from agents.records import AggregateEncoder, aggregate_encoder
-from app.settings import Settings
+from app.settings import Settings, WindowSpec
 from stores.key_windows import KeyWindows, Rejected, WindowConfig
 from stores.native_windows import NativeKeyWindows
 from tests.test_native_windows import FOREIGN, KEYS, NUMBERS, Clock, configs
@@ -212,3 +213,32 @@ def test_the_python_encoder_serves_the_native_kernel_too() -> None:
     ]
     assert results[0].records == results[1].records
     assert [json.loads(r)["input_offset"] for r in results[0].records] == [7, 8, 9]
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "aggregations", [("mean", "sum"), ("geomean", "sample_stddev", "pop_stddev", "count")]
+)
+def test_records_written_from_native_partials_fall_back_where_python_could_differ(
+    aggregations,
+) -> None:
+    """The kernel writes a record from its partials (``event_records.rs``) unless a lowered
+    value could differ from the Python ``lower``'s: an int mean whose sum is beyond 2^53
+    (Python divides ints exactly: ``(2**54 + 1) / 3`` is not ``float(2**54 + 1) / 3``) is
+    the Python path's; keys that JSON escapes and values that need no fallback are written
+    natively. Both give the per-record path's bytes."""
+    config = WindowConfig.from_settings(
+        replace(
+            Settings(),
+            retention=100,
+            windows=(WindowSpec("w7", 7), WindowSpec("all", 100)),
+            aggregations=aggregations,
+        )
+    )
+    values = [2**54 - 1, 1, 1, 3, 2**53 + 5, 0.25, 7]
+    keys = ['q"\\\n\x01é', "a", 'q"\\\n\x01é', 'q"\\\n\x01é', "a", "a", "a"]
+    records = [
+        Record(key.encode(), json.dumps({"ts": 10 + i, "value": v}).encode(), 1_000 + i, 10 + i)
+        for i, (key, v) in enumerate(zip(keys, values, strict=True))
+    ]
+    compare(native_windows(config), config, [(0, records[:4]), (0, records[4:])])

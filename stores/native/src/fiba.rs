@@ -286,10 +286,14 @@ impl<M: Monoid> FiBA<M> {
     }
 
     fn comb(&self, a: &M::S, b: &M::S) -> M::S {
+        self.count_combine();
+        self.m.combine_stored(a, b)
+    }
+
+    fn count_combine(&self) {
         // a load and a store, not an atomic add: one thread mutates a tree at a time
         self.combines
             .store(self.combines.load(Relaxed) + 1, Relaxed);
-        self.m.combine_stored(a, b)
     }
 
     /// A fresh node; reuses a node of the deferred free list, whose children (a subtree cut
@@ -1420,11 +1424,11 @@ impl<M: Monoid> FiBA<M> {
     /// at a finger's spine (`range_top`): O(log d); another range starts at the root:
     /// O(log n).
     pub fn query_range(&self, lo: Time, hi: Time) -> M::P {
-        let mut acc: Option<M::S> = None;
+        let mut acc: Option<M::P> = None;
         if hi >= lo && !self.is_empty() {
             self.range(self.range_top(lo, hi), lo, hi, false, false, &mut acc);
         }
-        acc.map_or_else(|| self.m.identity(), |p| self.m.unpack(&p))
+        acc.unwrap_or_else(|| self.m.identity())
     }
 
     /// Where a range query starts: for a suffix of the window (`hi` at or past the youngest
@@ -1460,14 +1464,20 @@ impl<M: Monoid> FiBA<M> {
         hi: Time,
         lo_in: bool,
         hi_in: bool,
-        acc: &mut Option<M::S>,
+        acc: &mut Option<M::P>,
     ) {
         let node = self.n(idx);
-        let push = |acc: &mut Option<M::S>, x: &M::S| {
-            *acc = Some(match acc.take() {
-                None => x.clone(),
-                Some(a) => self.comb(&a, x),
-            });
+        // the sum so far is kept unpacked: one unpack per piece, no pack (the same combines
+        // in the same order as in stored form, so the same result)
+        let push = |acc: &mut Option<M::P>, x: &M::S| {
+            let x = self.m.unpack(x);
+            match acc {
+                None => *acc = Some(x),
+                Some(a) => {
+                    self.count_combine();
+                    *a = self.m.combine(a, &x);
+                }
+            }
         };
         if lo_in && hi_in && node.parent != NIL && !node.left && !node.right {
             push(acc, &node.agg);

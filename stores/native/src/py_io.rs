@@ -306,7 +306,32 @@ impl PyAggregateEncoder {
     }
 }
 
+/// The JSON text orjson writes for `x`, if the native encoder writes it (`push_value`).
+pub(crate) fn json_text_of(x: &Bound<'_, PyAny>) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    push_value(&mut out, x, 0).ok()?;
+    Some(out)
+}
+
 impl PyAggregateEncoder {
+    /// The aggregations' names and whether a record's aggregates are the whole lowered
+    /// dict, for records written from native partials (`event_records::Layout`); None when
+    /// a name is not a plain str.
+    pub(crate) fn layout<'a>(&'a self, py: Python<'a>) -> Option<(Vec<&'a str>, bool)> {
+        let names = self
+            .aggregations
+            .iter()
+            .map(|name| {
+                name.bind(py)
+                    .downcast_exact::<PyString>()
+                    .ok()?
+                    .to_str()
+                    .ok()
+            })
+            .collect::<Option<Vec<&str>>>()?;
+        Some((names, self.whole))
+    }
+
     pub(crate) fn encode_item<'py>(
         &self,
         py: Python<'py>,

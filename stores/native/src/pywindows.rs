@@ -7,10 +7,11 @@
 //! answers None (nothing changed) for a batch or an event whose int sums might leave int64,
 //! and an `OverflowError` for such a `load`, so the front moves the state to the Python path.
 
+use crate::event_records::Layout;
 use crate::fiba::Time;
 use crate::monoids::{lift_part, AddOne, Fields, Kind, Spec, Val};
 use crate::overflow::{fits, Guard};
-use crate::py_io::PyAggregateEncoder;
+use crate::py_io::{json_text_of, PyAggregateEncoder};
 use crate::python::{partial_to_py, val_from_py};
 use crate::store_writes::marshal_fields;
 use crate::windows::{Group, Rejection, Settings, Source, Windows};
@@ -59,6 +60,9 @@ struct Ctx {
     empty: PyObject,
     rejected: PyObject,
     names: Vec<PyObject>,
+    /// The compose's part names (its lowered dict's keys, in order), when given: records
+    /// are then written from the native partials (`event_records`).
+    parts: Option<Vec<String>>,
 }
 
 /// A value with a native lift: an int within int64, a float or None; `None` otherwise.
@@ -235,6 +239,32 @@ fn times_tuple(py: Python<'_>, times: Vec<Time>) -> PyResult<PyObject> {
 
 type Applied = (PyObject, PyObject, PyObject);
 
+/// How `apply_events` writes its records natively for `encoder` and input `partition`, or
+/// None (the Python lower and the encoder write them): the part names were not given, a
+/// name is not a plain str, or `Layout::new` refuses.
+fn record_layout(
+    ctx: &Ctx,
+    py: Python<'_>,
+    encoder: &PyAggregateEncoder,
+    partition: &Bound<'_, PyAny>,
+) -> Option<Layout> {
+    let parts: Vec<&str> = ctx.parts.as_ref()?.iter().map(String::as_str).collect();
+    let windows = ctx
+        .names
+        .iter()
+        .map(|name| {
+            name.bind(py)
+                .downcast_exact::<PyString>()
+                .ok()?
+                .to_str()
+                .ok()
+        })
+        .collect::<Option<Vec<&str>>>()?;
+    let (aggregations, whole) = encoder.layout(py)?;
+    let partition = json_text_of(partition)?;
+    Layout::new(&windows, &parts, whole, &aggregations, &partition)
+}
+
 /// Whether each key's tree can take its events of a batch (values within `bound`) without
 /// an int sum leaving int64, counted per key (`Guard::fits_tree`). O(keys of the batch).
 fn keys_fit<const N: usize, M>(guard: &Guard, w: &Windows<M>, keys: &[&str], bound: u64) -> bool
@@ -378,6 +408,11 @@ where
     )))
 }
 
+/// `x` as an int64 when it is an exact int within int64.
+fn exact_i64(x: &Bound<'_, PyAny>) -> Option<i64> {
+    x.downcast_exact::<PyInt>().ok()?.extract().ok()
+}
+
 /// What one event did (`event_outcome`).
 enum EventOutcome<P> {
     /// Inserted at window time `t`: the partial stored at `t` after it, the evicted times.
@@ -486,6 +521,8 @@ where
         PyList::empty(py),
     );
     let wall = w.wall(now_ms);
+    let layout = native_encoder.and_then(|native| record_layout(ctx, py, native.get(), partition));
+    let identity = w.monoid().identity();
     let mut out: Vec<u8> = Vec::with_capacity(256);
     let mut offsets = offsets.try_iter()?;
     let mut done = 0;
@@ -507,19 +544,35 @@ where
                 } else {
                     w.windows_of(key_str)
                 };
-                let lowered = lowered_list(py, ctx, windows)?.into_bound(py);
                 let stream_time = w.stream_time.expect("set by the accepted event");
-                let item = (
-                    key.clone().into_any(),
-                    ts.clone(),
-                    stream_time.into_pyobject(py)?.into_any(),
-                    lowered,
-                    partition.clone(),
-                    offset.clone(),
-                );
-                let data = match &native_encoder {
-                    Some(native) => native.get().encode_item(py, &mut out, item)?,
-                    None => encoder.call_method1(encode, item)?.unbind(),
+                let written = match (&layout, exact_i64(&ts), exact_i64(&offset)) {
+                    (Some(layout), Some(_), Some(at)) => layout.write(
+                        &mut out,
+                        &ctx.spec,
+                        key_str,
+                        ts_ms,
+                        stream_time,
+                        &windows,
+                        &identity,
+                        at,
+                    ),
+                    _ => false,
+                };
+                let data = if written {
+                    PyBytes::new(py, &out).into_any().unbind()
+                } else {
+                    let item = (
+                        key.clone().into_any(),
+                        ts.clone(),
+                        stream_time.into_pyobject(py)?.into_any(),
+                        lowered_list(py, ctx, windows)?.into_bound(py),
+                        partition.clone(),
+                        offset.clone(),
+                    );
+                    match &native_encoder {
+                        Some(native) => native.get().encode_item(py, &mut out, item)?,
+                        None => encoder.call_method1(encode, item)?.unbind(),
+                    }
                 };
                 let partial = to_py(py, ctx, &stored)?;
                 effects.append((&offset, &key, t, partial, times_tuple(py, evicted)?))?;
@@ -592,7 +645,8 @@ where
 /// The per-key windows of one partition (`stores.native_windows.NativeKeyWindows` is its
 /// front): `KeyWindows(kinds, names, sizes, retention, max_future_skew,
 /// max_wall_clock_skew, resolution, event_time_end, lower, lift, rejected, empty,
-/// min_arity=4)`.
+/// min_arity=4, parts=None)`; `parts`: the compose's part names, for records written from
+/// the native partials.
 #[pyclass(module = "stores._native", name = "KeyWindows")]
 pub struct PyKeyWindows {
     core: Core,
@@ -604,7 +658,7 @@ pub struct PyKeyWindows {
 impl PyKeyWindows {
     #[new]
     #[pyo3(signature = (kinds, names, sizes, retention, max_future_skew, max_wall_clock_skew,
-        resolution, event_time_end, lower, lift, rejected, empty, min_arity=4))]
+        resolution, event_time_end, lower, lift, rejected, empty, min_arity=4, parts=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         kinds: Vec<String>,
@@ -620,6 +674,7 @@ impl PyKeyWindows {
         rejected: PyObject,
         empty: PyObject,
         min_arity: usize,
+        parts: Option<Vec<String>>,
     ) -> PyResult<Self> {
         if min_arity < 2 {
             return Err(PyValueError::new_err("min_arity must be at least 2"));
@@ -676,6 +731,7 @@ impl PyKeyWindows {
                 empty,
                 rejected,
                 names,
+                parts,
             },
         })
     }
@@ -738,8 +794,10 @@ impl PyKeyWindows {
     /// rejected, done)`, per accepted event in order `(offset, key, time, partial, evicted)`,
     /// its key's UTF-8 bytes, its event time and its record's bytes, `(offset, Rejected)`
     /// per refused one, and how many events were applied: fewer than given when the next
-    /// one's value has no native partial (that event changed nothing). O(1) Python objects
-    /// per event besides `lower`'s, one call per distinct window partial.
+    /// one's value has no native partial (that event changed nothing). With the native
+    /// encoder and the part names given, each record is written from the native partials
+    /// (`event_records`), else where a value could differ from the Python `lower`'s, by
+    /// `lower` and the encoder. O(1) Python objects per event.
     #[pyo3(signature = (events, offsets, partition, encoder, now_ms=None))]
     #[allow(clippy::too_many_arguments)]
     fn apply_events(
