@@ -4,6 +4,7 @@ loopback with its log on disk (what the CLI and the session fixture use), keepin
 age when asked to (the demo and the session fixture do)."""
 
 import asyncio
+import socket
 import threading
 import time
 from pathlib import Path
@@ -71,6 +72,24 @@ def test_the_broker_removes_a_temporary_log_dir_and_keeps_a_given_one(tmp_path):
     kept.prepare()
     kept.stop()
     assert (tmp_path / "kept" / "log" / "meta.properties").is_file()
+
+
+def test_a_broker_whose_chosen_port_is_taken_starts_on_fresh_ports_and_a_given_one_fails():
+    """A port chosen free can be taken before the JVM binds it (CI saw "Address already in
+    use" with tests in parallel): a broker on ports it chose itself starts again on fresh ones;
+    a given port is never changed, its failure is one ``BrokerError``."""
+    broker = KafkaBroker()
+    taken = broker.port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as occupier:
+        occupier.bind((broker.host, taken))
+        occupier.listen()
+        with broker:
+            assert broker.port != taken
+            assert apache_kafka.run_in_thread(broker.bootstrap, 10.0)
+        given = KafkaBroker(port=taken)
+        with pytest.raises(BrokerError, match=f"did not start on 127.0.0.1:{taken}"):
+            given.start()
+        given.log_path.unlink()
 
 
 def test_a_broker_not_ready_in_time_is_one_broker_error_with_its_log_kept(tmp_path):

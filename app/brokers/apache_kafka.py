@@ -157,6 +157,12 @@ class KafkaBroker(BrokerProcess):
         self._jars: Path | None = None
         self._java = ""
 
+    def choose_ports(self) -> None:
+        """Fresh client and SASL ports (the controller's is chosen by every ``prepare``)."""
+        super().choose_ports()
+        if self.sasl is not None and not self.sasl.port:
+            self.sasl_port = free_port(self.host)
+
     @property
     def sasl_bootstrap(self) -> str:
         """``host:port`` of the SASL listener (only with ``sasl``)."""

@@ -30,6 +30,12 @@ class BrokerSetupError(BrokerError):
     resolved (the Kafka jars): not fixable by retrying, the CLI exits with code 2."""
 
 
+PORT_ATTEMPTS = 3
+"""Starts of a broker on ports it chose itself: a port free when chosen can be taken before
+the broker binds it (by another process's client connection, or another broker started at the
+same time), and then the broker exits at start; it is started again on fresh ports."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port on ``host`` that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -82,6 +88,8 @@ class BrokerProcess:
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
+        self.ports_chosen = not port
+        """The ports were chosen here (none given): ``start`` may choose others."""
         self.start_timeout = start_timeout
         self.log_path = (
             Path(log_path)
@@ -123,28 +131,40 @@ class BrokerProcess:
     def cleanup(self) -> None:
         """Remove what ``prepare`` made for this run only (nothing by default)."""
 
+    def choose_ports(self) -> None:
+        """Choose fresh free ports for the ones this broker chose itself (``ports_chosen``)."""
+        self.port = free_port(self.host)
+
     def start(self) -> BrokerProcess:
         """Start the broker and wait until it is ready; raise ``BrokerError`` if not (within
-        ``start_timeout`` seconds, preparation excluded)."""
+        ``start_timeout`` seconds per attempt, preparation excluded). A broker on ports it
+        chose itself that exits before it is ready is started again on fresh ports, up to
+        ``PORT_ATTEMPTS`` times in all (a chosen port can be taken before the broker binds
+        it); a given port is never changed."""
         if self.running:
             return self
-        self.prepare()
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(
-                self.command(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.environment(),
-                start_new_session=True,
-            )
-        ready = self.wait_ready(time.monotonic() + self.start_timeout)
-        if not ready or not self.running:
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.prepare()
+            with open(self.log_path, "ab") as log:
+                self._proc = subprocess.Popen(
+                    self.command(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.environment(),
+                    start_new_session=True,
+                )
+            ready = self.wait_ready(time.monotonic() + self.start_timeout)
+            if ready and self.running:
+                return self
+            exited = not self.running
             self.stop(keep_log=True)
-            raise BrokerError(
-                f"{self.kind} broker did not start on {self.bootstrap}; see {self.log_path}"
-            )
-        return self
+            if not (exited and self.ports_chosen) or attempt == PORT_ATTEMPTS:
+                break
+            self.choose_ports()
+        raise BrokerError(
+            f"{self.kind} broker did not start on {self.bootstrap}; see {self.log_path}"
+        )
 
     def stop(self, timeout: float = 10.0, keep_log: bool = False) -> None:
         """Terminate the broker (SIGTERM, then SIGKILL after ``timeout`` seconds), clean up, and
