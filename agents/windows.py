@@ -23,7 +23,7 @@ import logging
 import time
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,9 +113,8 @@ class WindowsPipeline:
         """Held by ``deliver_outputs``: one delivery round at a time."""
         store.before_changelog = self.deliver_outputs
         self._slice = 64
-        """Records per synchronous ``KeyWindows.apply`` step in ``emit=batch`` (``_fit_slice``)."""
-        self._event_slice = 64
-        """Records per ``apply_events`` call in ``emit=event`` (``_fit_event_slice``)."""
+        """Records per synchronous windows step: one ``apply`` (``emit=batch``) or
+        ``apply_events`` (``emit=event``) call (``_fit_slice``)."""
         self.failure: BaseException | None = None
         """Set by ``fail``: no queued output is handed over any more (and the store is
         abandoned)."""
@@ -272,14 +271,14 @@ class WindowsPipeline:
             if state.halted or self._states.get(partition) is not state:
                 return
             self.young_collections.add(len(records))
+            fresh = [r for r in records if r.offset > state.applied_offset]
+            self.counts["redelivered_skipped"] += len(records) - len(fresh)
             if self.settings.emit == "batch":
-                await self._process_share(state, records)
+                await self._process_share(state, fresh)
             elif self._encoder is not None:  # emit=event
-                await self._process_events(state, records)
+                await self._process_events(state, fresh)
             else:  # emit=changes: each record compared with the key's last one
                 turns = self.turns
-                fresh = [r for r in records if r.offset > state.applied_offset]
-                self.counts["redelivered_skipped"] += len(records) - len(fresh)
                 for record, parsed in zip(fresh, self.parser.parse_many(fresh), strict=True):
                     await self._process_one(state, record, parsed)
                     if time.perf_counter() >= turns.deadline:
@@ -398,18 +397,15 @@ class WindowsPipeline:
         )
         state.applied_offset = offset
 
-    async def _process_events(
-        self, state: PartitionState, messages: Sequence[ConsumerRecord]
-    ) -> None:
-        """One partition's share of a chunk under ``emit=event``: parsed and applied in slices
-        sized to take about ``SLICE_TIME`` each (``_fit_event_slice``), one
+    async def _process_events(self, state: PartitionState, fresh: Sequence[ConsumerRecord]) -> None:
+        """One partition's share of a chunk under ``emit=event`` (``fresh``: its records after
+        the applied offset): parsed and applied in slices
+        sized to take about ``SLICE_TIME`` each (``_fit_slice``), one
         ``apply_events`` call per slice (each event applied as ``apply_one`` and its record
         encoded, in the kernel on the native build); per slice the records are queued and
         the input timestamps noted in bulk, then the store's writes (evictions included) and
         the dead letters in offset order. The event loop gets a turn between slices once the
         budget is spent; a halt (revoked) takes effect at the next slice."""
-        fresh = [m for m in messages if m.offset > state.applied_offset]
-        self.counts["redelivered_skipped"] += len(messages) - len(fresh)
         turns = self.turns
         parse_many = self.parser.parse_many
         partition = state.partition
@@ -417,21 +413,11 @@ class WindowsPipeline:
         lo = 0
         while lo < len(fresh) and not state.halted:
             started = time.perf_counter()
-            piece = fresh[lo : lo + self._event_slice]
+            piece = fresh[lo : lo + self._slice]
             lo += len(piece)
-            parsed = parse_many(piece)
-            offsets = [m.offset for m in piece]
             refused: list[tuple[ConsumerRecord, str, str]] = []
-            good = [i for i, outcome in enumerate(parsed) if not isinstance(outcome, BadEvent)]
-            if len(good) < len(piece):
-                refused.extend(
-                    (message, outcome.reason, outcome.detail)
-                    for message, outcome in zip(piece, parsed, strict=True)
-                    if isinstance(outcome, BadEvent)
-                )
-                parsed = [parsed[i] for i in good]
-                offsets = [offsets[i] for i in good]
-            applied = state.windows.apply_events(parsed, offsets, partition, encoder)  # type: ignore[arg-type]  # no BadEvent
+            parsed, offsets = _parsed_events(parse_many, piece, refused)
+            applied = state.windows.apply_events(parsed, offsets, partition, encoder)
             effects = applied.effects
             if len(effects) == len(piece):
                 stamps = [m.timestamp for m in piece]
@@ -445,17 +431,9 @@ class WindowsPipeline:
             )
             self.latency.add_many(partition, stamps)
             await self._record_in_order(state, effects, refused)
-            self._fit_event_slice(time.perf_counter() - started)
+            self._fit_slice(time.perf_counter() - started)
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
-
-    def _fit_event_slice(self, elapsed: float) -> None:
-        """Adapt the ``emit=event`` slice size to ``elapsed`` seconds the last slice took, as
-        ``_fit_slice`` does for ``emit=batch``."""
-        if elapsed > SLICE_TIME:
-            self._event_slice = max(1, self._event_slice // 2)
-        elif elapsed < SLICE_TIME / 4:
-            self._event_slice = min(MAX_SLICE, self._event_slice * 2)
 
     async def _record_in_order(
         self,
@@ -475,17 +453,14 @@ class WindowsPipeline:
             done = upto
         await self._record_effects(state, effects[done:], encoded)
 
-    async def _process_share(
-        self, state: PartitionState, messages: Sequence[ConsumerRecord]
-    ) -> None:
-        """One partition's share of a batch, columnar: parsed and applied
+    async def _process_share(self, state: PartitionState, fresh: Sequence[ConsumerRecord]) -> None:
+        """One partition's share of a batch (``fresh``: its records after the applied offset),
+        columnar: parsed and applied
         (``KeyWindows.apply``) in slices sized to take about ``SLICE_TIME`` each (the state
         between slices is the one after the records applied so far, expired entries left for
         later), then per touched key its eviction and its record, then the store calls in
         offset order (outputs before the state that makes a redelivery skip them: at-least-once
         output). The event loop gets a turn whenever the budget is spent."""
-        fresh = [m for m in messages if m.offset > state.applied_offset]
-        self.counts["redelivered_skipped"] += len(messages) - len(fresh)
         windows = state.windows
         turns = self.turns
         parse_many = self.parser.parse_many
@@ -499,21 +474,11 @@ class WindowsPipeline:
         while lo < len(fresh):
             started = time.perf_counter()
             piece = fresh[lo : lo + self._slice]
-            parsed = parse_many(piece)
-            offsets = [m.offset for m in piece]
-            good = [i for i, outcome in enumerate(parsed) if not isinstance(outcome, BadEvent)]
-            if len(good) < len(piece):
-                refused.extend(
-                    (message, outcome.reason, outcome.detail)
-                    for message, outcome in zip(piece, parsed, strict=True)
-                    if isinstance(outcome, BadEvent)
-                )
-                parsed = [parsed[i] for i in good]
-                offsets = [offsets[i] for i in good]
+            parsed, offsets = _parsed_events(parse_many, piece, refused)
             if encoded:
                 applied = windows.apply_encoded(parsed, offsets, codec)  # type: ignore[union-attr, arg-type]
             else:
-                applied = windows.apply(parsed, offsets)  # type: ignore[arg-type]  # no BadEvent
+                applied = windows.apply(parsed, offsets)
             effects.extend(applied.effects)
             if applied.rejected:
                 by_offset = {m.offset: m for m in piece}
@@ -558,7 +523,7 @@ class WindowsPipeline:
         pending.clear()
 
     def _fit_slice(self, elapsed: float) -> None:
-        """Adapt the batch slice size to ``elapsed`` seconds the last slice took: halve it
+        """Adapt the slice size to ``elapsed`` seconds the last slice took: halve it
         above ``SLICE_TIME``, double it below a quarter of it."""
         if elapsed > SLICE_TIME:
             self._slice = max(1, self._slice // 2)
@@ -666,6 +631,26 @@ class WindowsPipeline:
                 for p, s in sorted(self._states.items())
             },
         }
+
+
+def _parsed_events(
+    parse_many: Callable[[Sequence[ConsumerRecord]], list[ParsedEvent | BadEvent]],
+    piece: Sequence[ConsumerRecord],
+    refused: list[tuple[ConsumerRecord, str, str]],
+) -> tuple[list[ParsedEvent], list[int]]:
+    """The events parsed from ``piece`` (``parse_many``) that are well formed, with their
+    offsets; each malformed record is appended to ``refused`` with its reason and detail."""
+    parsed = parse_many(piece)
+    offsets = [m.offset for m in piece]
+    good = [i for i, outcome in enumerate(parsed) if not isinstance(outcome, BadEvent)]
+    if len(good) == len(piece):
+        return parsed, offsets  # type: ignore[return-value]  # no BadEvent among them
+    refused.extend(
+        (message, outcome.reason, outcome.detail)
+        for message, outcome in zip(piece, parsed, strict=True)
+        if isinstance(outcome, BadEvent)
+    )
+    return [parsed[i] for i in good], [offsets[i] for i in good]  # type: ignore[misc]
 
 
 def _offset_of_refused(refused: tuple[ConsumerRecord, str, str]) -> int:
