@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -77,33 +78,13 @@ def run_floor(
     durable."""
     import signal
 
-    from agents.batched_send import KeyedOutputs
-    from agents.input_reader import FETCH_CHUNK, FETCH_PARTITION_BYTES, FETCH_WAIT_MS
-    from app.faust_app import PRODUCER_MAX_BATCH_BYTES
+    from agents.input_reader import FETCH_CHUNK, FETCH_WAIT_MS
 
     counts = {"accepted": 0}
     server = serve_stats(settings.web_port, {"counts": counts, "assigned": [0]})
 
     async def consume() -> None:
-        consumer = AIOKafkaConsumer(
-            **client_options(settings),
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=FETCH_WAIT_MS,
-            max_partition_fetch_bytes=FETCH_PARTITION_BYTES,
-        )
-        producer = AIOKafkaProducer(
-            **client_options(settings), acks="all", max_batch_size=PRODUCER_MAX_BATCH_BYTES
-        )
-        await consumer.start()
-        await producer.start()
-        try:
-            tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
-            consumer.assign(tps)
-            for tp in tps:
-                consumer.seek(tp, 0)
-            outputs = KeyedOutputs(lambda: producer, settings.aggregates_topic)
-            await outputs.start()
+        async with floor_clients(settings) as (consumer, outputs):
             encode = emit_floor_encoder(settings)
             stop = asyncio.Event()
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -117,12 +98,46 @@ def run_floor(
                 if produce:
                     await emit_chunk(outputs, encode, chunk, bulk)
                 counts["accepted"] += sum(map(len, chunk.values()))
-        finally:
-            await producer.stop()
-            await consumer.stop()
-            server.shutdown()
 
-    asyncio.run(consume())
+    try:
+        asyncio.run(consume())
+    finally:
+        server.shutdown()
+
+
+@asynccontextmanager
+async def floor_clients(settings: Settings) -> AsyncIterator[tuple[AIOKafkaConsumer, Any]]:
+    """The floor scenarios' clients: a consumer assigned every input partition from its
+    start, fetching as ``agents.input_reader.InputReader`` does, and the aggregates topic's
+    ``KeyedOutputs`` (started) on a producer with the worker's settings (acks=all, its batch
+    size); both stopped on exit."""
+    from agents.batched_send import KeyedOutputs
+    from agents.input_reader import FETCH_PARTITION_BYTES, FETCH_WAIT_MS
+    from app.faust_app import PRODUCER_MAX_BATCH_BYTES
+
+    consumer = AIOKafkaConsumer(
+        **client_options(settings),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=FETCH_WAIT_MS,
+        max_partition_fetch_bytes=FETCH_PARTITION_BYTES,
+    )
+    producer = AIOKafkaProducer(
+        **client_options(settings), acks="all", max_batch_size=PRODUCER_MAX_BATCH_BYTES
+    )
+    await consumer.start()
+    await producer.start()
+    try:
+        tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        outputs = KeyedOutputs(lambda: producer, settings.aggregates_topic)
+        await outputs.start()
+        yield consumer, outputs
+    finally:
+        await producer.stop()
+        await consumer.stop()
 
 
 async def emit_chunk(outputs: Any, encode: Any, chunk: dict[Any, list[Any]], bulk: bool) -> None:

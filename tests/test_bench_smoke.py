@@ -270,14 +270,12 @@ def test_the_emit_floor_answers_every_input_record(
     """``emit-floor``'s work per fetched chunk (``emit_chunk``) leaves one aggregate record per
     input record, with its key and timestamp, answering its partition and offset, whether a
     chunk is queued in one ``add_many`` or a record at a time (``aiokafka-emit-floor``)."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    from agents.batched_send import KeyedOutputs
-    from agents.clients import client_options, read_to_end
+    from agents.clients import read_to_end
     from app.topics import create_topics
     from bench.bench_broker import BenchBroker
     from bench.worker_harness import event_stream, produce, scenario_settings
-    from bench.worker_scenarios import emit_chunk, emit_floor_encoder
+    from bench.worker_scenarios import emit_chunk, emit_floor_encoder, floor_clients
 
     broker = BenchBroker(kafka_bootstrap, broker_profile, broker_kind)
     settings = scenario_settings(broker, 100, "event", tmp_path / "floor")
@@ -285,27 +283,12 @@ def test_the_emit_floor_answers_every_input_record(
     asyncio.run(produce(settings, event_stream(500)))
 
     async def run_floor() -> None:
-        consumer = AIOKafkaConsumer(
-            **client_options(settings), enable_auto_commit=False, auto_offset_reset="earliest"
-        )
-        producer = AIOKafkaProducer(**client_options(settings), acks="all")
-        await consumer.start()
-        await producer.start()
-        try:
-            tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
-            consumer.assign(tps)
-            for tp in tps:
-                consumer.seek(tp, 0)
-            outputs = KeyedOutputs(lambda: producer, settings.aggregates_topic)
-            await outputs.start()
+        async with floor_clients(settings) as (consumer, outputs):
             encode, done = emit_floor_encoder(settings), 0
             while done < 500:
                 chunk = await consumer.getmany(timeout_ms=1000, max_records=100)
                 await emit_chunk(outputs, encode, chunk, bulk)
                 done += sum(map(len, chunk.values()))
-        finally:
-            await producer.stop()
-            await consumer.stop()
 
     asyncio.run(run_floor())
     inputs = asyncio.run(read_to_end(settings, settings.input_topic))
@@ -328,15 +311,13 @@ def test_the_batch_floor_makes_every_event_durable_and_answers_every_key(
     restored from the changelog alone (no local copy) holds every event's entry at the last
     offset of each partition, and the aggregates topic has a record per key of each batch
     (queued a batch at a time, or a record at a time as ``aiokafka-batch-floor`` does)."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    from agents.batched_send import KeyedOutputs
-    from agents.clients import client_options, read_to_end
+    from agents.clients import read_to_end
     from agents.kafka_changelog import KafkaChangelog
     from app.topics import create_topics
     from bench.bench_broker import BenchBroker
     from bench.worker_harness import event_stream, produce, scenario_settings
-    from bench.worker_scenarios import DurableFloor, emit_floor_encoder
+    from bench.worker_scenarios import DurableFloor, emit_floor_encoder, floor_clients
     from stores.key_windows import WindowConfig
     from stores.window_store import MarshalStateCodec, WindowStore
 
@@ -347,19 +328,7 @@ def test_the_batch_floor_makes_every_event_durable_and_answers_every_key(
     asyncio.run(produce(settings, records))
 
     async def run_floor() -> int:
-        consumer = AIOKafkaConsumer(
-            **client_options(settings), enable_auto_commit=False, auto_offset_reset="earliest"
-        )
-        producer = AIOKafkaProducer(**client_options(settings), acks="all")
-        await consumer.start()
-        await producer.start()
-        try:
-            tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
-            consumer.assign(tps)
-            for tp in tps:
-                consumer.seek(tp, 0)
-            outputs = KeyedOutputs(lambda: producer, settings.aggregates_topic)
-            await outputs.start()
+        async with floor_clients(settings) as (consumer, outputs):
             accepted = batches = 0
             encode = emit_floor_encoder(settings)
             async with DurableFloor(settings, outputs, encode, bulk) as floor:
@@ -367,9 +336,6 @@ def test_the_batch_floor_makes_every_event_durable_and_answers_every_key(
                     accepted += await floor.next_batch(consumer)
                     batches += 1
             return batches
-        finally:
-            await producer.stop()
-            await consumer.stop()
 
     batches = asyncio.run(run_floor())
 
