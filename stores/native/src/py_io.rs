@@ -254,6 +254,21 @@ pub(crate) type Item<'py> = (
     Bound<'py, PyAny>,
 );
 
+/// The text of each of `objects`; None unless every one is an exact `str` (no subclass).
+pub(crate) fn plain_strs<'a, T>(py: Python<'a>, objects: &'a [Py<T>]) -> Option<Vec<&'a str>> {
+    objects
+        .iter()
+        .map(|o| {
+            o.bind(py)
+                .as_any()
+                .downcast_exact::<PyString>()
+                .ok()?
+                .to_str()
+                .ok()
+        })
+        .collect()
+}
+
 #[pymethods]
 impl PyAggregateEncoder {
     #[new]
@@ -318,18 +333,7 @@ impl PyAggregateEncoder {
     /// dict, for records written from native partials (`event_records::Layout`); None when
     /// a name is not a plain str.
     pub(crate) fn layout<'a>(&'a self, py: Python<'a>) -> Option<(Vec<&'a str>, bool)> {
-        let names = self
-            .aggregations
-            .iter()
-            .map(|name| {
-                name.bind(py)
-                    .downcast_exact::<PyString>()
-                    .ok()?
-                    .to_str()
-                    .ok()
-            })
-            .collect::<Option<Vec<&str>>>()?;
-        Some((names, self.whole))
+        Some((plain_strs(py, &self.aggregations)?, self.whole))
     }
 
     pub(crate) fn encode_item<'py>(

@@ -11,7 +11,7 @@ use crate::event_records::Layout;
 use crate::fiba::Time;
 use crate::monoids::{lift_part, AddOne, Fields, Kind, Spec, Val};
 use crate::overflow::{fits, Guard};
-use crate::py_io::{json_text_of, PyAggregateEncoder};
+use crate::py_io::{json_text_of, plain_strs, PyAggregateEncoder};
 use crate::python::{partial_to_py, val_from_py};
 use crate::store_writes::marshal_fields;
 use crate::windows::{Group, Rejection, Settings, Source, Windows};
@@ -249,17 +249,7 @@ fn record_layout(
     partition: &Bound<'_, PyAny>,
 ) -> Option<Layout> {
     let parts: Vec<&str> = ctx.parts.as_ref()?.iter().map(String::as_str).collect();
-    let windows = ctx
-        .names
-        .iter()
-        .map(|name| {
-            name.bind(py)
-                .downcast_exact::<PyString>()
-                .ok()?
-                .to_str()
-                .ok()
-        })
-        .collect::<Option<Vec<&str>>>()?;
+    let windows = plain_strs(py, &ctx.names)?;
     let (aggregations, whole) = encoder.layout(py)?;
     let partition = json_text_of(partition)?;
     Layout::new(&windows, &parts, whole, &aggregations, &partition)
