@@ -19,18 +19,9 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from functools import reduce
 from typing import Any
-
-try:
-    from mypy_extensions import mypyc_attr
-except ImportError:  # the standard library alone (pure Python): the decorator is mypyc's only
-
-    def mypyc_attr(*_attrs: str, **_options: object) -> Callable[[type], type]:  # type: ignore[no-redef,misc]
-        """The decorator without mypyc: classes unchanged."""
-        return lambda cls: cls
-
 
 __all__ = ["FiBA"]
 
@@ -105,7 +96,6 @@ class _Node:
         self.suffix: list[Any] | None = None
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # e.g. a counting subclass, compiled or not
 class FiBA:
     """Finger B-tree aggregator: exact sliding-window aggregation over out-of-order streams.
 

@@ -75,7 +75,7 @@ from typing import Any, NamedTuple
 from sortedcontainers import SortedList
 
 from stores.aggregations import aggregation_names, named, resolve_aggregation
-from stores.fiba import FiBA, mypyc_attr
+from stores.fiba import FiBA
 from stores.monoids import compose, make_monoid, monoid
 from stores.window_settings import WindowSettings, WindowSpec
 from stores.window_suffixes import WindowSuffix
@@ -100,7 +100,6 @@ class WindowResult:
     aggregates: dict[str, Any]
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # agents.records.AggregateRecord
 @dataclass(frozen=True, slots=True)
 class KeyAggregates:
     """Every configured window of ``key`` at ``stream_time``, after the event at ``event_ts``

@@ -1,7 +1,7 @@
 """The ``Monoid`` protocol: what every aggregator needs from an aggregation operation.
 
-Its own module because :mod:`stores.monoids` may be compiled (mypyc), and a compiled class is
-no runtime-checkable ``Protocol``; :mod:`stores.monoids` re-exports it.
+Its own module, which needs nothing of :mod:`stores.monoids`; :mod:`stores.monoids`
+re-exports it.
 """
 
 from __future__ import annotations

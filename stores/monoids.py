@@ -615,10 +615,8 @@ def compose(parts: Mapping[str, Any]) -> FunctionMonoid:
     built directly, the parts' functions are bound as default arguments, and the bodies of the
     built-ins' own functions (``operator.add``, the min/max/mean/stddev combines, the identity
     lift/lower...) are written inline, recognised by identity, so a composed combine costs
-    about the sum of its parts' combines. In the compiled build the combine is a
-    :class:`FieldwiseCombine` instead (compiled code, with machine arithmetic on the floats of
-    the spliced parts), which gives the generated function's results. The results are those
-    of the parts' functions, bit for bit, and a partial of the wrong length raises
+    about the sum of its parts' combines. The results are those of the parts' functions,
+    bit for bit, and a partial of the wrong length raises
     ``ValueError`` as with ``zip``.
     """
     if not parts:

@@ -1,8 +1,7 @@
 """What defines a partition's windows: ``WindowSpec`` and the ``WindowSettings`` Protocol.
 
-Their own module because :mod:`stores.key_windows` may be compiled (mypyc), and a compiled
-Protocol keeps no annotations, which ``tests/test_layers.py`` reads to check what each layer's
-settings Protocols declare; :mod:`stores.key_windows` re-exports both.
+Their own module, whose Protocol's annotations ``tests/test_layers.py`` reads to check what
+each layer's settings Protocols declare; :mod:`stores.key_windows` re-exports both.
 """
 
 from __future__ import annotations
