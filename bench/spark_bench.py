@@ -246,7 +246,6 @@ def main() -> None:
     n = args.records or (100_000 if args.quick else 1_000_000)
     # SIGTERM unwinds like Ctrl-C, so the embedded broker and Spark are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="spark-bench-") as tmp:
         external = os.environ.get("KAFKA_BOOTSTRAP")

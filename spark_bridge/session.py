@@ -2,7 +2,8 @@
 Spark's own Kafka connector when it resolves.
 
 ``spark_session(master, ...)`` gets or creates the session (``master=None`` keeps what
-``spark-submit`` configured), makes the Python workers use this interpreter, puts the jars of
+``spark-submit`` configured), makes the Python workers use this interpreter (on a ``local``
+master through ``spark_bridge.python_workers``, which starts them faster), puts the jars of
 Spark's Kafka connector on the classpath (``spark_bridge.connector``: resolved from Maven Central
 once, then cached; when they cannot be, the session starts without them and the reason is kept
 in its conf for ``engine="auto"``'s fallback line), and registers
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from spark_bridge.connector import connector_conf
+from spark_bridge.python_workers import is_local, worker_python
 from spark_bridge.source import FibaKafkaDataSource
 
 DEFAULT_CONF = {
@@ -52,8 +54,10 @@ def spark_session(
     app_name: str = "fiba-spark",
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """The active session, or a new one on ``master`` with ``session_conf(conf)``."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    """The active session, or a new one on ``master`` with ``session_conf(conf)``; unless
+    ``PYSPARK_PYTHON`` is set, the Python workers run this interpreter (``worker_python()``'s
+    on a ``local`` master)."""
+    os.environ.setdefault("PYSPARK_PYTHON", worker_python() if is_local(master) else sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)

@@ -2,7 +2,8 @@
 
 ``spark``: one local[2] SparkSession for the whole test session (4 shuffle partitions, no UI,
 UTC session time zone, the ``fiba-kafka`` data source registered), stopped at session end; its
-Python workers run ``worker_python`` (below). pyspark is imported only when a test asks for it.
+Python workers run what ``spark_session`` chooses for a local master
+(``spark_bridge.python_workers``). pyspark is imported only when a test asks for it.
 
 ``create_topic`` creates a topic explicitly (partition count and explicit configs, never broker
 auto-creation); ``produce`` sends values to given partitions in multi-record batches.
@@ -23,40 +24,9 @@ import pytest
 TOPIC_CONFIGS = {"retention.ms": "3600000", "retention.bytes": "-1", "cleanup.policy": "delete"}
 
 
-WORKER_PYTHON = """#!/bin/sh
-# This interpreter with SPARK_HOME/python/lib/pyspark.zip left out of PYTHONPATH: the
-# installed pyspark (the same release) loads from its cached bytecode instead of compiling
-# the zip's sources at every Python worker start.
-set -f
-kept=""
-IFS=:
-for entry in $PYTHONPATH; do
-    case "$entry" in
-        */python/lib/pyspark.zip) ;;
-        *) kept="${kept:+$kept:}$entry" ;;
-    esac
-done
-PYTHONPATH="$kept" exec "%s" "$@"
-"""
-
-
-def worker_python(folder: Path) -> str:
-    """An executable in ``folder`` that Spark starts its Python workers with: this interpreter,
-    importing the installed pyspark rather than the copy Spark puts first on the workers'
-    PYTHONPATH (``pyspark.zip``, which Python compiles at every start: about 3x the CPU of a
-    start, 0.9 s against 0.3 s here). Spark waits a fixed 10 s for a Python worker it starts
-    directly, as for a streaming Python data source, to connect back; at CI's load the zip's
-    compile made it miss that ("Python worker failed to connect back")."""
-    path = folder / "python"
-    path.write_text(WORKER_PYTHON % sys.executable)
-    path.chmod(0o755)
-    return str(path)
-
-
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def spark() -> Iterator[Any]:
     """The session's local SparkSession (see the module docstring)."""
-    os.environ.setdefault("PYSPARK_PYTHON", worker_python(tmp_path_factory.mktemp("python")))
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from spark_bridge.session import spark_session
 

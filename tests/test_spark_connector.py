@@ -34,7 +34,6 @@ from tests.spark_fixtures import (
     produce,
     run_available_now,
     unique_topic,
-    worker_python,
 )
 from tests.test_spark_source import aggregate
 
@@ -377,7 +376,6 @@ def test_without_the_connector_auto_falls_back_with_one_line_and_jvm_stops(
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "FIBA_CACHE_DIR": str(tmp_path / "cache"),
-        "PYSPARK_PYTHON": worker_python(tmp_path),  # as the session fixture's workers
     }
     command = ["spark-read", "--broker", kafka_bootstrap, "--topic", topics[AGGREGATES]]
     command += ["--engine", engine, "--limit", "400", "--no-progress", "--master", "local[1]"]

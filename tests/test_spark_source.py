@@ -238,8 +238,9 @@ def test_the_sessions_python_workers_import_the_installed_pyspark(spark):
     """Spark puts ``SPARK_HOME/python/lib/pyspark.zip`` first on its Python workers' PYTHONPATH,
     and Python compiles a zip's modules at every start (about 3x a start's CPU): at CI's load
     the worker of a streaming Python source (the restart test above) then missed Spark's fixed
-    10 s to connect back. The session starts its workers with ``worker_python``, which leaves
-    the zip out: they import the installed pyspark, from cached bytecode."""
+    10 s to connect back. ``spark_session`` on a local master starts its workers with
+    ``spark_bridge.python_workers.worker_python()``, which leaves the zip out: they import the
+    installed pyspark, from cached bytecode."""
     rdd = spark.sparkContext.parallelize(range(4), 2)
     files = set(rdd.map(lambda _: __import__("pyspark").__file__).collect())
     assert files and not any(".zip" in path for path in files), files
