@@ -51,11 +51,15 @@ def pipeline(broker: BenchBroker, plan: Plan, workdir: Path) -> dict[str, Any]:
 
 
 def peer_part(broker: BenchBroker, plan: Plan, workdir: Path) -> dict[str, Any]:
-    quick = plan.warmup < FULL.warmup
     rows = peers.run(
-        broker, list(plan.peer_occupancies), plan.peer_events, plan.warmup, workdir, quick,
+        broker,
+        list(plan.peer_occupancies),
+        plan.peer_events,
+        plan.warmup,
+        workdir,
+        plan.quick,
         plan.jvm_peers,
-    )  # fmt: skip
+    )
     return {"rows": rows}
 
 
@@ -70,9 +74,15 @@ def latency_part(
         if r["scenario"] in MODES and r["occupancy"] == plan.latency_occupancy
     }
     rows = latency.run(
-        broker, MODES, plan.latency_loads, plan.latency_occupancy, 0, plan.latency_seconds,
-        workdir, rates,
-    )  # fmt: skip
+        broker,
+        MODES,
+        plan.latency_loads,
+        plan.latency_occupancy,
+        0,
+        plan.latency_seconds,
+        workdir,
+        rates,
+    )
     return {"rows": rows}
 
 

@@ -40,6 +40,8 @@ class Plan:
     memory_per_key: tuple[int, ...]
     jvm_peers: tuple[str, ...] = tuple(MAINS)
     """The JVM peers run (``bench.jvm_peers.MAINS``; none: only Quix beside the worker)."""
+    quick: bool = False
+    """A smoke of the wiring (``bench.peers``' quick Quix cells)."""
 
 
 FULL = Plan(
@@ -71,6 +73,7 @@ QUICK = Plan(
     scale_keys=100,
     memory_entries=100_000,
     memory_per_key=(100,),
+    quick=True,
 )
 MODES = ("batch", "event")
 FLOOR_FACTOR = 10
@@ -88,7 +91,7 @@ CELL_S = 12.0
 """A worker cell's fixed cost: topics, producing a small input, the child's start and join."""
 PREFILL_PER_S = 2_000_000
 """Window entries a worker cell pre-fills per second (100 keys, k each)."""
-PRODUCE_PER_S = 40_000
+PRODUCE_PER_S = 120_000
 """Input records pre-produced per second (``bench.worker_harness.produce``)."""
 JVM_RATES = {"kafka-streams-cache": (8_850, 0.58), "kafka-streams-nocache": (4_000, 0.83)}
 JVM_RATES["flink"] = (14_000, 0.12)
