@@ -10,8 +10,8 @@ modes, Quix, Kafka Streams and Flink warmed up on 10^6 events, at k = 10 and 100
 10^3), scale-out (``bench.scale_out``: one worker against two) and memory per entry
 (``bench.memory_per_entry``, no broker). Each part records its start, duration and the load
 average before and after it. Then it prints the goal table (``bench.goal_table``) and writes
-``bench/results/goals_kafka.json``; ``--quick`` (a few minutes: every part, small) writes
-``bench/results/quick/goals_kafka.json``, a smoke of the wiring, not the goals' figures.
+``bench/results/goals_kafka.json``; ``--quick`` (minutes: every part, small) writes
+``bench/results/goals_quick_kafka.json``, a smoke of the wiring, not the goals' figures.
 ``--estimate`` prints the plan and stops. The page: ``python -m bench.results_page``.
 """
 
@@ -35,7 +35,7 @@ from bench.goals_plan import FLOOR_FACTOR, FULL, MODES, QUICK, Plan, describe, e
 from bench.results_page import table
 
 RESULTS = Path(__file__).parent / "results" / "goals.json"
-QUICK_RESULTS = Path(__file__).parent / "results" / "quick" / "goals.json"
+QUICK_RESULTS = RESULTS.with_name("goals_quick.json")
 BROKER_KIND = "kafka"
 
 
