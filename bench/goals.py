@@ -31,7 +31,7 @@ from typing import Any
 from bench import jvm_peers, latency, memory_per_entry, peers, scale_out, worker_pipeline
 from bench.bench_broker import BenchBroker, announce_run, bench_broker, write_results
 from bench.goal_table import HEADER, goal_rows
-from bench.goals_plan import FLOOR_FACTOR, FULL, MODES, QUICK, Plan, describe, estimate_s
+from bench.goals_plan import FULL, MODES, QUICK, Plan, describe, estimate_s
 from bench.results_page import table
 
 RESULTS = Path(__file__).parent / "results" / "goals.json"
@@ -41,7 +41,7 @@ BROKER_KIND = "kafka"
 
 def pipeline(broker: BenchBroker, plan: Plan, workdir: Path) -> dict[str, Any]:
     """The floors, then each emit mode at each k (``worker_pipeline.run_scenario``)."""
-    cells = [(f, plan.occupancies[0], plan.pipeline_events * FLOOR_FACTOR) for f in plan.floors]
+    cells = [(f, plan.occupancies[0], plan.floor_events) for f in plan.floors]
     cells += [(m, k, plan.pipeline_events) for m in MODES for k in plan.occupancies]
     rows = []
     for name, k, events in cells:

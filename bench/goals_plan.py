@@ -24,7 +24,10 @@ class Plan:
     occupancies: tuple[int, ...]
     """k, events per key in the largest window, of the pipeline's ``batch`` and ``event``."""
     pipeline_events: int
-    """Input events of a pipeline cell (ten times as many for a floor; more where too short)."""
+    """Input events of a worker cell of the pipeline (more where too short to measure)."""
+    floor_events: int
+    """Input events of a floor cell: enough for 1 s measured at 850k events/s, so that the
+    floor is not measured twice (``long_enough``) on an idle machine."""
     peer_occupancies: tuple[int, ...]
     peer_events: int
     warmup: int
@@ -48,6 +51,7 @@ FULL = Plan(
     floors=("floor", "batch-floor", "emit-floor"),
     occupancies=(100, 1_000, 10_000, 100_000),
     pipeline_events=90_000,
+    floor_events=2_000_000,
     peer_occupancies=(10, 100),
     peer_events=100_000,
     warmup=1_000_000,
@@ -63,6 +67,7 @@ QUICK = Plan(
     floors=("floor",),
     occupancies=(100, 1_000),
     pipeline_events=24_000,
+    floor_events=2_000_000,
     peer_occupancies=(10,),
     peer_events=24_000,
     warmup=50_000,
@@ -76,8 +81,6 @@ QUICK = Plan(
     quick=True,
 )
 MODES = ("batch", "event")
-FLOOR_FACTOR = 10
-"""A floor cell's stream is this many times a worker cell's (``bench.worker_pipeline``)."""
 
 RATES = {
     "floor": 850_000,
@@ -120,9 +123,7 @@ def jvm_rate(system: str, k: int) -> float:
 
 def estimate_s(plan: Plan) -> dict[str, float]:
     """Seconds per part of ``plan`` on an idle machine, roughly."""
-    pipeline = sum(
-        CELL_S + stream_s(plan.pipeline_events * FLOOR_FACTOR, RATES[f]) for f in plan.floors
-    )
+    pipeline = sum(CELL_S + stream_s(plan.floor_events, RATES[f]) for f in plan.floors)
     pipeline += sum(
         CELL_S + 100 * k / PREFILL_PER_S + stream_s(plan.pipeline_events, RATES[m])
         for m in MODES
@@ -160,8 +161,8 @@ def describe(plan: Plan) -> list[str]:
     total = sum(seconds.values())
     return [
         f"pipeline: {', '.join(plan.floors)}, then {' and '.join(MODES)} at k = "
-        f"{', '.join(f'{k:,}' for k in plan.occupancies)} ({plan.pipeline_events:,} events a "
-        "cell, more where too short)",
+        f"{', '.join(f'{k:,}' for k in plan.occupancies)} ({plan.floor_events:,} events a "
+        f"floor cell, {plan.pipeline_events:,} a worker cell, more where too short)",
         f"peers: k = {', '.join(map(str, plan.peer_occupancies))}, {plan.peer_events:,} events"
         + (f", {' and '.join(plan.jvm_peers)} warmed on {plan.warmup:,}" if plan.jvm_peers else ""),
         f"latency: {' and '.join(MODES)} at k = {plan.latency_occupancy:,}, loads "
