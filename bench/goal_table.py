@@ -92,13 +92,19 @@ def peer_rows(peers: dict[str, Any] | None) -> list[list[str]]:
     )
     rows = peers["rows"] if peers else []
     cells = {(r["scenario"], r["occupancy"]): r for r in rows}
+    every_k = sorted({r["occupancy"] for r in rows})
     out = []
     for name, peer, goal, ks in (
-        (flink, "flink", FLINK_GOAL, sorted({r["occupancy"] for r in rows})),
+        (flink, "flink", FLINK_GOAL, every_k),
         (streams, "kafka-streams-cache", KAFKA_STREAMS_GOAL, [KAFKA_STREAMS_K]),
     ):
         pairs = [(cells.get(("event", k)), cells.get((peer, k))) for k in ks]
         pairs = [(mine, theirs) for mine, theirs in pairs if mine and theirs]
+        off_k = ""
+        if not pairs and every_k and ks != every_k:  # the peer at other k only: shown, unjudged
+            pairs = [(cells.get(("event", k)), cells.get((peer, k))) for k in every_k]
+            pairs = [(mine, theirs) for mine, theirs in pairs if mine and theirs]
+            off_k = f"not judged: k = {span(every_k, ',')} only"
         if not pairs:
             out.append([name, "-", "-", f"not judged: no {peer} run"])
             continue
@@ -112,7 +118,9 @@ def peer_rows(peers: dict[str, Any] | None) -> list[list[str]]:
         warmup = min(t.get("warmup", {}).get("events", 0) for _, t in pairs)
         wrong = [t for _, t in pairs if t.get("check", {}).get("mismatches")]
         judged = verdict(min(ratios) >= goal)
-        if wrong:
+        if off_k:
+            judged = off_k
+        elif wrong:
             judged = f"not judged: {peer}'s output WRONG"
         elif warmup < WARMED:
             judged = f"not judged: warmed on {warmup:,} < 10^6 events ({judged} here)"

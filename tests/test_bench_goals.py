@@ -1,11 +1,11 @@
 """``bench.goals``: its quick run on the session broker records every part, and its goal table
 judges each of issue 29's goals or says why not.
 
-The quick run leaves out the JVM peers here (as ``tests/test_peers.py`` does: their Maven build,
-two JVMs and Kafka Streams' idle minute per job would double the test; their checks are tested
-in ``tests/test_jvm_semantics.py``). Nothing about speed: the goal verdicts on made-up parts
-check the judging, the quick run the wiring.
-"""
+The test's run is the quick plan made smaller (``SMOKE``): no JVM peers (as in
+``tests/test_peers.py``: their Maven build, two JVMs and Kafka Streams' idle minute per job;
+their checks are tested in ``tests/test_jvm_semantics.py``), one k, fewer events for Quix,
+scale-out and memory; every part still runs its real code on a real broker once. Nothing about
+speed: the verdicts on made-up parts check the judging, the run the wiring."""
 
 from __future__ import annotations
 
@@ -85,6 +85,25 @@ def test_each_goal_is_judged_on_its_own_figures() -> None:
     cold = verdicts([peers_part(50_000, 100.0, 5.0)])
     assert cold[3].startswith("not judged: warmed on 50,000 < 10^6 events (met")
     assert verdicts([])[0] == "not judged: no pipeline part"
+    elsewhere = peers_part(10**6, 100.0, 5.0)
+    for row in elsewhere["rows"]:
+        row["occupancy"] = 10
+    shown = goal_rows([elsewhere])[4]
+    assert shown[1:] == [
+        "k = 10: 1,000 against 5 events/s",
+        "200.0x (per CPU s 1.0x)",
+        "not judged: k = 10 only",
+    ]
+
+
+SMOKE = replace(
+    QUICK,
+    jvm_peers=(),
+    occupancies=(QUICK.latency_occupancy,),
+    peer_events=6_000,
+    scale_events=20_000,
+    memory_entries=20_000,
+)
 
 
 @pytest.mark.kafka
@@ -95,7 +114,7 @@ def test_a_quick_run_records_every_part_and_the_table_judges_it(
     if broker_profile == "embedded":
         pytest.skip("the embedded broker (Tansu) stamps no append time: the latency part needs it")
     broker = BenchBroker(kafka_bootstrap, broker_profile, broker_kind)
-    parts = goals.run(broker, replace(QUICK, jvm_peers=()), tmp_path)
+    parts = goals.run(broker, SMOKE, tmp_path)
     assert [p["part"] for p in parts] == [
         "plan",
         "pipeline",
@@ -108,10 +127,8 @@ def test_a_quick_run_records_every_part_and_the_table_judges_it(
         assert part["seconds"] > 0 and part["load_before"] >= 0 and part["load_after"] >= 0
     pipeline = parts[1]["rows"]
     assert [(r["scenario"], r["occupancy"]) for r in pipeline] == [
-        ("floor", 100),
-        ("batch", 100),
+        ("floor", 1000),
         ("batch", 1000),
-        ("event", 100),
         ("event", 1000),
     ]
     assert all(r["events"] >= QUICK.pipeline_events for r in pipeline)
@@ -126,7 +143,7 @@ def test_a_quick_run_records_every_part_and_the_table_judges_it(
     rows = goal_rows(parts)
     judged = [row[-1] for row in rows]
     assert judged[0] in ("met", "not met") and judged[1] in ("met", "not met")
-    assert judged[2] == "not judged: k = 100-1,000 only"
+    assert judged[2] == "not judged: k = 1,000 only"
     assert (
         judged[3] == "not judged: no flink run"
         and judged[4] == "not judged: no kafka-streams-cache run"
