@@ -3,7 +3,7 @@ judges each of issue 29's goals or says why not.
 
 The test's run is the quick plan made smaller (``SMOKE``): no JVM peers (as in
 ``tests/test_peers.py``: their Maven build, two JVMs and Kafka Streams' idle minute per job;
-their checks are tested in ``tests/test_jvm_semantics.py``), one k, fewer events for Quix,
+their checks are tested in ``tests/test_jvm_semantics.py``), one k, fewer events for the floor,
 scale-out and memory; every part still runs its real code on a real broker once. Nothing about
 speed: the verdicts on made-up parts check the judging, the run the wiring."""
 
@@ -100,7 +100,7 @@ SMOKE = replace(
     QUICK,
     jvm_peers=(),
     occupancies=(QUICK.latency_occupancy,),
-    peer_events=6_000,
+    floor_events=600_000,
     scale_events=20_000,
     memory_entries=20_000,
 )
