@@ -4,9 +4,10 @@
 input (``event_stream``: ``KEYS`` keys, ``OOO_FRACTION`` of the events up to
 ``MAX_LATENESS_MS`` late) and runs a child of ``bench.worker_scenarios`` on it in a subprocess
 (``child_process``); ``measure_rate`` polls the child's ``GET /stats`` for events/s and CPU
-per event, ``http_latencies`` and ``topic_latencies`` time range queries meanwhile. Used by
-``bench.worker_pipeline``, ``bench.query_latency``, ``bench.peers``, ``bench.window_end`` and
-``bench.latency``. Methods: docs/bench-methods.md.
+per event over at least ``MIN_MEASURED_S`` (``long_enough`` runs a cell again on a longer
+stream when it passes faster), ``http_latencies`` and ``topic_latencies`` time range queries
+meanwhile. Used by ``bench.worker_pipeline``, ``bench.query_latency``, ``bench.peers``,
+``bench.window_end``, ``bench.latency`` and ``bench.goals``. Methods: docs/bench-methods.md.
 """
 
 from __future__ import annotations
