@@ -46,6 +46,7 @@ from bench.worker_harness import (
     SPACING_MS,
     child_process,
     event_stream,
+    long_enough,
     measure_rate,
     scenario_settings,
 )
@@ -144,11 +145,8 @@ def run_occupancy(
     ``quix``; one result per process (Quix's with its ``output_topic``)."""
     results = []
     for emit in ("event", "batch"):
-        settings = peer_settings(broker, occupancy, emit, input_topic, workdir)
-        asyncio.run(create_topics(settings))
-        with child_process(settings, emit, occupancy, workdir) as (worker, log_path):
-            rate, cpu = measure_rate(settings.web_port, events, worker, log_path, TIMEOUT_S)
-        results.append(_result(broker, emit, occupancy, events, rate, cpu))
+        read, rate, cpu = worker_rate(broker, occupancy, emit, events, workdir, input_topic)
+        results.append(_result(broker, emit, occupancy, read, rate, cpu))
         print(json.dumps(results[-1]), flush=True)
     with quix_process(broker, input_topic, occupancy, occupancy, workdir) as (
         proc,
@@ -161,6 +159,28 @@ def run_occupancy(
     results[-1]["output_topic"] = output
     print(json.dumps(results[-1]), flush=True)
     return results
+
+
+def worker_rate(
+    broker: BenchBroker,
+    occupancy: int,
+    emit: str,
+    events: int,
+    workdir: Path,
+    input_topic: str,
+) -> tuple[int, float, float]:
+    """The worker in ``emit`` mode reading ``input_topic`` (``events`` events): the events
+    read, events/s and CPU µs per event; when the stream passes too fast to measure at its
+    rate, on a longer input whose first ``events`` records are the same (``long_enough``)."""
+
+    def run(n: int) -> tuple[int, float, float]:
+        topic = input_topic if n == events else produce_input(broker, n)
+        settings = peer_settings(broker, occupancy, emit, topic, workdir)
+        asyncio.run(create_topics(settings))
+        with child_process(settings, emit, occupancy, workdir) as (worker, log_path):
+            return n, *measure_rate(settings.web_port, n, worker, log_path, TIMEOUT_S)
+
+    return long_enough(run, events)
 
 
 def _result(
@@ -240,6 +260,31 @@ def markdown(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def run(
+    broker: BenchBroker,
+    occupancies: list[int],
+    events: int,
+    warmup: int,
+    workdir: Path,
+    quick: bool = False,
+    systems: tuple[str, ...] = tuple(jvm_peers.MAINS),
+    check_limit: int = jvm_peers.CHECK_LIMIT,
+) -> list[dict[str, Any]]:
+    """The whole comparison on ``broker``: one input of ``events``, per occupancy the worker
+    in both emit modes and Quix (``run_occupancy``), then the JVM ``systems`` warmed up on
+    ``warmup`` events (``jvm_peers.run_peers``); the results, in that order."""
+    results = []
+    input_topic = produce_input(broker, events)
+    for occupancy in occupancies:
+        quix_n = quix_events(occupancy, events, quick)
+        results += run_occupancy(broker, occupancy, events, quix_n, workdir, input_topic)
+    if systems:
+        results += jvm_peers.run_peers(
+            broker, input_topic, events, occupancies, warmup, workdir, check_limit, systems
+        )
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
@@ -266,26 +311,13 @@ def main() -> None:
     warmup = args.warmup or (50_000 if args.quick else 1_000_000)
     occupancies = [int(x) for x in args.occupancies.split(",")]
     systems = tuple(s for s in args.jvm_peers.split(",") if s)
-    results = []
     with (
         bench_broker(args.broker_kind) as broker,
         tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp,
     ):
-        input_topic = produce_input(broker, events)
-        for occupancy in occupancies:
-            quix_n = quix_events(occupancy, events, args.quick)
-            results += run_occupancy(broker, occupancy, events, quix_n, Path(tmp), input_topic)
-        if systems:
-            results += jvm_peers.run_peers(
-                broker,
-                input_topic,
-                events,
-                occupancies,
-                warmup,
-                Path(tmp),
-                args.check_limit,
-                systems,
-            )
+        results = run(
+            broker, occupancies, events, warmup, Path(tmp), args.quick, systems, args.check_limit
+        )
     write_results(results, RESULTS, args.broker_kind, facts)
     print(markdown(results))
 

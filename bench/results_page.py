@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from bench.goal_table import HEADER, goal_rows
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -1017,6 +1019,57 @@ def exactly_once_section() -> list[str]:
     return lines
 
 
+GOALS = "goals_kafka.json"
+"""Issue 29's one run of every goal (``bench.goals``)."""
+GOALS_QUICK = "goals_quick_kafka.json"
+"""The last ``bench.goals --quick``: shown while there is no full run."""
+
+
+def goals_section() -> list[str]:
+    """Issue 29's goal table from the ``bench.goals`` run (``bench.goal_table``): the full run
+    where there is one, else the quick one, said so; then each part's start, duration and load."""
+    name = GOALS if (RESULTS / GOALS).exists() else GOALS_QUICK
+    if not (RESULTS / name).exists():
+        return []
+    data = load_json(name)
+    parts = [p for p in data["results"] if p["part"] != "plan"]
+    lines = [
+        "## Issue 29's goals in one run",
+        "",
+        "`python -m bench.goals` on Apache Kafka: the floor, both emit modes at k = 10^2 to",
+        "10^5 events per key per window, the peers (warmed up), latency, scale-out and memory",
+        "per entry, one after the other on one broker (methods:",
+        "[bench-methods.md](bench-methods.md#issue-29s-goals-in-one-run-benchgoals)).",
+        "",
+    ]
+    if name != GOALS:
+        lines += [
+            "**A `--quick` run**: every part, small (short cells, JVMs warmed on 5·10^4",
+            "events), proving the wiring; not the goals' figures. The full run writes",
+            f"`bench/results/{GOALS}`.",
+            "",
+        ]
+    lines += [
+        *run_provenance(run_facts(name), [name]),
+        f"Load average after the run: {data.get('load_after', NOT_RECORDED)}.",
+        "",
+        *table(HEADER, goal_rows(data["results"])),
+        *table(
+            ["part", "started", "minutes", "load (1 min, before → after)"],
+            (
+                [
+                    p["part"],
+                    p["started"],
+                    number(p["seconds"] / 60, 2),
+                    f"{p['load_before']:.2f} → {p['load_after']:.2f}",
+                ]
+                for p in parts
+            ),
+        ),
+    ]
+    return lines
+
+
 def other_files_section(used: set[str]) -> list[str]:
     """Every results JSON no section above reads, as a plain table of its rows."""
     lines = []
@@ -1047,6 +1100,8 @@ def other_files_section(used: set[str]) -> list[str]:
 
 
 USED = {
+    GOALS,
+    GOALS_QUICK,
     MYPYC,
     "peers.json",
     "peers_kafka.json",
@@ -1089,7 +1144,8 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         "[bench-methods.md](bench-methods.md); the dated journal of every run, with the",
         "discussion of each: `bench/RESULTS.md`.",
         "",
-        "Contents: [FiBA](#fiba-against-the-baselines-and-the-papers) ·",
+        "Contents: [issue 29's goals](#issue-29s-goals-in-one-run) ·",
+        "[FiBA](#fiba-against-the-baselines-and-the-papers) ·",
         "[the worker](#the-worker-against-its-floors) ·",
         "[the native worker per k](#the-native-worker-per-window-size-apache-kafka)",
         "([longer cells](#the-native-worker-per-window-size-longer-cells)) ·",
@@ -1100,6 +1156,7 @@ def render() -> tuple[str, list[Callable[[], None]]]:
         "[scale-out](#scale-out-two-workers-against-one) · [Spark](#spark) ·",
         "[exactly-once](#exactly-once-its-price)",
         "",
+        *goals_section(),
         *fiba_section(plots),
         *worker_section(),
         *native_k_section(NATIVE_K, "The native worker per window size (Apache Kafka)"),

@@ -4,16 +4,19 @@
 input (``event_stream``: ``KEYS`` keys, ``OOO_FRACTION`` of the events up to
 ``MAX_LATENESS_MS`` late) and runs a child of ``bench.worker_scenarios`` on it in a subprocess
 (``child_process``); ``measure_rate`` polls the child's ``GET /stats`` for events/s and CPU
-per event, ``http_latencies`` and ``topic_latencies`` time range queries meanwhile. Used by
-``bench.worker_pipeline``, ``bench.query_latency``, ``bench.peers``, ``bench.window_end`` and
-``bench.latency``. Methods: docs/bench-methods.md.
+per event over at least ``MIN_MEASURED_S`` (``long_enough`` runs a cell again on a longer
+stream when it passes faster), ``http_latencies`` and ``topic_latencies`` time range queries
+meanwhile. Used by ``bench.worker_pipeline``, ``bench.query_latency``, ``bench.peers``,
+``bench.window_end``, ``bench.latency`` and ``bench.goals``. Methods: docs/bench-methods.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import math
 import os
 import random
 import statistics
@@ -23,14 +26,15 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from agents.batched_send import KeyPartitioner, send_records
 from agents.clients import client_options
 from app.brokers.process import free_port, stop_process
 from app.demo import settings_environ
@@ -40,6 +44,8 @@ from bench.bench_broker import (
     BenchBroker,
 )
 from stores.durations import format_duration
+
+T = TypeVar("T")
 
 KEYS = 100
 
@@ -137,13 +143,33 @@ def event_stream(
     return records
 
 
+PRODUCE_CHUNK = 50_000
+"""Input records ``produce`` splits by partition and hands over at a time."""
+
+
 async def produce(settings: Settings, records: list[tuple[bytes, bytes]]) -> None:
-    producer = AIOKafkaProducer(**client_options(settings), linger_ms=20)
+    """Produce ``records`` (key, value) to ``settings.input_topic``, each to its key's
+    partition under Kafka's default partitioner (of ``settings.partitions``, the topic's), in
+    order per partition, as whole record batches (``agents.batched_send.send_records``: one
+    delivery per batch, not per record: about 10x the rate of a ``send`` per record, which
+    made producing a floor's millions of events take minutes); returns once every batch is
+    acknowledged."""
+    producer = AIOKafkaProducer(**client_options(settings), linger_ms=20, max_batch_size=1 << 20)
     await producer.start()
     try:
-        for key, value in records:
-            await producer.send(settings.input_topic, value=value, key=key)
-        await producer.flush()
+        partition_of = KeyPartitioner(settings.partitions)
+        deliveries = []
+        for lo in range(0, len(records), PRODUCE_CHUNK):
+            chunks: dict[int, list[tuple[bytes, bytes]]] = {}
+            for key, value in records[lo : lo + PRODUCE_CHUNK]:
+                chunks.setdefault(partition_of(key), []).append((key, value))
+            for partition, chunk in chunks.items():
+                deliveries.append(
+                    await send_records(producer, settings.input_topic, partition, chunk)
+                )
+        for delivery in deliveries:
+            if delivery is not None:
+                await delivery
     finally:
         await producer.stop()
 
@@ -159,33 +185,96 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+MEASURED = (0.3, 0.9)
+"""A stream's measured part: the rate is taken between the first poll at or past the first
+share of it and the last poll at or before the second (the worker busy at both)."""
+MIN_MEASURED_S = 1.0
+"""The least time between those two polls (about eight polls, each timed to a few ms): a
+shorter measured part raises ``StreamTooShort``."""
+POLL_S = 0.1
+
+
+class StreamTooShort(RuntimeError):
+    """A stream's measured part passed in less than ``MIN_MEASURED_S``; ``events_per_s`` is
+    the fastest rate seen between two polls (a lower bound of the true one, 0 when no two
+    polls saw progress), for sizing a longer stream (``longer_stream``)."""
+
+    def __init__(self, events_per_s: float) -> None:
+        super().__init__(
+            f"the stream's measured part took under {MIN_MEASURED_S} s (at least "
+            f"{events_per_s:,.0f} events/s): make it longer"
+        )
+        self.events_per_s = events_per_s
+
+
 def measure_rate(
     port: int, total: int, worker: subprocess.Popen, log_path: Path, timeout: float
 ) -> tuple[float, float]:
-    """Accepted events per wall second and CPU microseconds of the worker per event, between
-    30% and 90% of ``total`` (polling ``GET /stats``). The CPU figure does not depend on how
-    many other processes share the machine's cores; the wall-clock rate does."""
-    marks: dict[float, tuple[float, float, int]] = {}
+    """Accepted events per wall second and CPU microseconds of the worker per event over the
+    measured part (``MEASURED``) of a stream of ``total`` events, polling ``GET /stats``
+    every ``POLL_S``. Each poll's count is paired with the middle of its request and the
+    worker's CPU time right after it. The CPU figure does not depend on how many other
+    processes share the machine's cores; the wall-clock rate does. Raises ``StreamTooShort``
+    when that part lasts under ``MIN_MEASURED_S``."""
+    samples: list[tuple[float, float, int]] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if worker.poll() is not None:
             raise RuntimeError(f"the worker exited; see {log_path}")
+        began = time.monotonic()
         try:
             accepted = get_json(port, "/stats")["counts"].get("accepted", 0)
         except OSError:
             time.sleep(0.2)
             continue
-        now, cpu = time.monotonic(), cpu_seconds(worker.pid)
-        for fraction in (0.3, 0.9):
-            if fraction not in marks and accepted >= fraction * total:
-                marks[fraction] = (now, cpu, accepted)
-        if 0.9 in marks:
-            (t1, c1, a1), (t2, c2, a2) = marks[0.3], marks[0.9]
-            if t2 == t1:
-                raise RuntimeError("the stream was consumed between two polls: make it longer")
-            return (a2 - a1) / (t2 - t1), 1e6 * (c2 - c1) / (a2 - a1)
-        time.sleep(0.1)
+        samples.append(((began + time.monotonic()) / 2, cpu_seconds(worker.pid), accepted))
+        if accepted > MEASURED[1] * total:
+            return rate_between(samples, total)
+        time.sleep(POLL_S)
     raise RuntimeError(f"timeout: the worker did not get through {total} events")
+
+
+def rate_between(samples: list[tuple[float, float, int]], total: int) -> tuple[float, float]:
+    """Events per second and CPU µs per event between the first and the last of the polls
+    ``samples`` (time, CPU seconds, accepted events; in order) inside the measured part of a
+    stream of ``total`` events; ``StreamTooShort`` when those are under ``MIN_MEASURED_S``
+    apart."""
+    low, high = (share * total for share in MEASURED)
+    inside = [s for s in samples if low <= s[2] <= high]
+    if len(inside) >= 2:
+        (t1, c1, a1), (t2, c2, a2) = inside[0], inside[-1]
+        if t2 - t1 >= MIN_MEASURED_S and a2 > a1:
+            return (a2 - a1) / (t2 - t1), 1e6 * (c2 - c1) / (a2 - a1)
+    steps = [
+        (a2 - a1) / (t2 - t1) for (t1, _, a1), (t2, _, a2) in itertools.pairwise(samples) if t2 > t1
+    ]
+    raise StreamTooShort(max(steps, default=0.0))
+
+
+GROWTH = 4
+"""A stream measured again after ``StreamTooShort`` has at least this many times the events."""
+ATTEMPTS = 4
+
+
+def longer_stream(events: int, seen_rate: float) -> int:
+    """The events of a stream whose measured part lasts twice ``MIN_MEASURED_S`` at
+    ``seen_rate``, and at least ``GROWTH`` times ``events``."""
+    share = MEASURED[1] - MEASURED[0]
+    return max(GROWTH * events, math.ceil(2 * MIN_MEASURED_S * seen_rate / share))
+
+
+def long_enough(run: Callable[[int], T], events: int) -> T:
+    """``run(events)``: a measurement on a fresh stream of ``events``; after each
+    ``StreamTooShort`` (up to ``ATTEMPTS`` runs) again on a ``longer_stream``. The input of a
+    run sized so to the scenario's own rate, on any machine and build; each retry is
+    printed."""
+    for _ in range(ATTEMPTS - 1):
+        try:
+            return run(events)
+        except StreamTooShort as short:
+            events = longer_stream(events, short.events_per_s)
+            print(f"{short}; measuring again on {events:,} events", file=sys.stderr, flush=True)
+    return run(events)
 
 
 def wait_until_assigned(port: int, worker: subprocess.Popen, timeout: float = 120) -> None:

@@ -40,6 +40,7 @@ from bench.worker_harness import (
     event_stream,
     http_latencies,
     latency_figures,
+    long_enough,
     measure_rate,
     scenario_settings,
     topic_latencies,
@@ -63,6 +64,24 @@ def run_scenario(
     with_queries: bool,
     workdir: Path,
     guarantee: str = "at_least_once",
+) -> dict[str, Any]:
+    """One cell: scenario ``name`` at ``occupancy`` on a fresh backlog of ``events`` (more
+    when that is too short to measure at the scenario's rate: ``long_enough``; the result's
+    ``events`` says how many), with range queries timed meanwhile if ``with_queries``."""
+    return long_enough(
+        lambda n: _run_cell(broker, name, occupancy, n, with_queries, workdir, guarantee),
+        events,
+    )
+
+
+def _run_cell(
+    broker: BenchBroker,
+    name: str,
+    occupancy: int,
+    events: int,
+    with_queries: bool,
+    workdir: Path,
+    guarantee: str,
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "broker": broker.kind,

@@ -24,6 +24,7 @@ SLOWEST_FILES = (
     "tests/test_spark_contract.py",
     "tests/test_kafka_security.py",
     "tests/test_kafka_broker.py",
+    "tests/test_bench_goals.py",
     "tests/test_worker_stop.py",
     "tests/test_spark_options.py",
     "tests/test_spark_join.py",
