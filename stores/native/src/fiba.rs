@@ -29,7 +29,9 @@
 //! Costs (`m` entries evicted in bulk, `d` distance from the nearer end): insert/evict
 //! amortized O(log d), O(1) at the ends; bulk_evict amortized O(log m) (subtrees cut off go
 //! to a deferred free list, the bulk paper §4.3, released one node per allocation); query O(1);
-//! query_range O(log n); bulk_insert a loop of inserts (O(m log d), O(m) in order).
+//! query_range O(log n); `suffixes` (nested windows ending at the youngest entry, in one walk
+//! from the right finger) O(log d) per start d entries back; bulk_insert a loop of inserts
+//! (O(m log d), O(m) in order).
 
 use std::cell::Cell;
 use std::cmp::Reverse;

@@ -5,10 +5,11 @@
 //! lazy eviction, the idle-key sweep index, both `window_end` modes, range queries).
 //!
 //! Every window `[S - w, S]` is answered by the tree's whole query when it reaches back to
-//! the key's oldest entry, else by the FiBA range query, which starts from the right
-//! finger's spine: O(log d) combines for a window of the youngest d entries (the Python
-//! path keeps a Two-Stacks suffix per window instead, `stores.window_suffixes`). Lift and
-//! lower stay outside (the Python front gives partials and lowers results).
+//! the key's oldest entry; the others, nested suffixes of the tree, by one `FiBA::suffixes`
+//! walk from the right finger: O(log d) combines per window of the youngest d entries, the
+//! spine's levels folded once for all (the Python path keeps a Two-Stacks suffix per window
+//! instead, `stores.window_suffixes`). Lift and lower stay outside (the Python front gives
+//! partials and lowers results).
 
 use crate::fiba::{FiBA, Footprint, Monoid, Time};
 use std::collections::{BTreeSet, HashMap};
