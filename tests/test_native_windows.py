@@ -1,18 +1,20 @@
 """The native per-key windows (``stores.native_windows``) against the Python ``KeyWindows``.
 
 Hypothesis draws a configuration (every native aggregation alone and composes of them with
-``first``/``last``/``maxcount``; one to three windows; both skew rules with a fake clock;
-``resolution``; both ``window_end`` modes; every ``emit`` mode) and a program of steps (batches
-applied in slices with queries between, one-by-one ``accept``, ``accept_batch``, evictions,
-sweeps, ``forget``, ``restore`` from the entries, the clock moving) over in-order, out-of-order,
-duplicate, late and future times and bad values, drives both kernels with it and compares every
-output after every step: effects, rejections (reason and detail), ``last``, records, lowered
-windows, evicted times, sweep output, ``query_range``, entries, keys, ``stream_time``. Values
-are small ints and halves, so sums and means are exact whatever the combine order and must be
-equal; geomean and the stddevs round differently in another combine order (the native windows
-come from range queries, the Python ones from Two-Stacks suffixes) and are compared to 1e-9
-relative. Ints near the ends of int64 check that their sums beyond it are the Python path's.
-Then the native combine counts show the costs.
+``first``/``last``/``maxcount``; one to three nested windows, equal sizes among them; both
+skew rules with a fake clock; ``resolution``; both ``window_end`` modes; every ``emit`` mode)
+and a program of steps (batches applied in slices with queries between, one-by-one
+``accept``, ``accept_batch``, evictions, sweeps, ``forget``, ``restore`` from the entries, the
+clock moving) over in-order, out-of-order, duplicate, late and future times and bad values,
+drives both kernels with it and compares every output after every step: effects, rejections
+(reason and detail), ``last``, records, lowered windows, evicted times, sweep output,
+``query_range``, entries, keys, ``stream_time``. Values are small ints and halves, so sums
+and means are exact whatever the combine order and must be equal; geomean and the stddevs
+round differently in another combine order (the native windows come from one nested walk over
+the native tree, the Python ones from Two-Stacks suffixes over another tree) and are compared
+to 1e-9 relative. Ints near the ends of int64 check that their sums beyond it are the Python
+path's. Each native window is also, to the bit, its own range query. Then the native combine
+counts show the costs.
 """
 
 from __future__ import annotations
@@ -63,11 +65,11 @@ class Clock:
 
 @st.composite
 def configs(draw: Any) -> tuple[WindowConfig, str]:
-    sizes = draw(st.lists(st.sampled_from([0, 7, 30, 100]), min_size=1, max_size=3, unique=True))
+    sizes = draw(st.lists(st.sampled_from([0, 7, 30, 50, 100]), min_size=1, max_size=3))
     settings_ = replace(
         Settings(),
         retention=100,
-        windows=tuple(WindowSpec(f"w{size}", size) for size in sizes),
+        windows=tuple(WindowSpec(f"w{i}_{size}", size) for i, size in enumerate(sizes)),
         aggregations=draw(AGGREGATIONS),
         max_future_skew=draw(st.sampled_from([None, 40])),
         max_wall_clock_skew=draw(st.sampled_from([None, 60])),
@@ -228,6 +230,19 @@ def steps_of(
         if python.stream_time is not None:
             for key in KEYS:
                 both(native, python, inexact, lambda k, key=key: k.windows_ending(key, 90), where)
+                if native.native:
+                    windows_are_their_range_queries(native, key, where)
+
+
+def windows_are_their_range_queries(native: NativeKeyWindows, key: str, where: str) -> None:
+    """Each of a key's windows (both ``window_end`` modes), answered together by one nested
+    walk, is to the bit its own range query: a window's combine order depends on its span
+    alone, not on the other windows asked with it."""
+    core = native._core
+    for windows in (core.lowered_of(key), core.lowered_ending(key, 90)):
+        for name, start, end, lowered in windows:
+            alone = core.query_range(key, start, end)
+            assert repr(lowered) == repr(alone), f"{where}: {name} {lowered!r} vs {alone!r}"
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -306,16 +321,32 @@ def test_in_order_events_cost_o1_combines_and_out_of_order_ones_o_log_d():
     assert 8 * late < 8 * math.log2(64) + 8  # O(log d) per out-of-order insert
 
 
-def test_a_window_of_the_youngest_d_entries_costs_o_log_d_combines():
-    """Windows narrower than the retained entries: one range query from the right finger."""
-    native = NativeKeyWindows(_config(("sum", "count"), sizes=(64, 2048), retention=2**15))
+def _nested_combines(sizes: tuple[int, ...]) -> tuple[int, int]:
+    """Combines of a record's windows of the youngest ``sizes`` entries of 2^14 in-order
+    events (one nested walk), and of the same windows asked one by one (``query_range``)."""
+    native = NativeKeyWindows(_config(("sum", "count"), sizes=sizes, retention=2**15))
     for t in range(2**14):
         native.apply_one("k", t, 1)
     core = native._core
     core.reset_combines()
     lowered = native.lowered_windows("k", 2**14 - 1)
-    assert [w[3]["count"] for w in lowered] == [65, 2049]
-    assert core.combines < 2 * 4 * (math.log2(64) + math.log2(2048))
+    assert [w[3]["count"] for w in lowered] == [size + 1 for size in sizes]
+    together = core.combines
+    core.reset_combines()
+    for size in sizes:
+        native.query_range("k", 2**14 - 1 - size, 2**14 - 1)
+    return together, core.combines
+
+
+def test_a_window_of_the_youngest_d_entries_costs_o_log_d_combines():
+    """Windows narrower than the retained entries: one walk from the right finger, the
+    spine's levels folded once, then O(log d) per window's boundary."""
+    together, alone = _nested_combines((64, 2048))
+    assert together < 2 * 4 * (math.log2(64) + math.log2(2048))
+    assert together < alone
+    # a third nested window adds its boundary's descent, not a walk from the finger
+    three, _ = _nested_combines((64, 512, 2048))
+    assert three - together < 4 * math.log2(512)
 
 
 # --- the Faust API's state (stores.sliding_state) on native trees ------------------------------

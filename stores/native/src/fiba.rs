@@ -29,7 +29,9 @@
 //! Costs (`m` entries evicted in bulk, `d` distance from the nearer end): insert/evict
 //! amortized O(log d), O(1) at the ends; bulk_evict amortized O(log m) (subtrees cut off go
 //! to a deferred free list, the bulk paper §4.3, released one node per allocation); query O(1);
-//! query_range O(log n); bulk_insert a loop of inserts (O(m log d), O(m) in order).
+//! query_range O(log n); `suffixes` (nested windows ending at the youngest entry, in one walk
+//! from the right finger) O(log d) per start d entries back; bulk_insert a loop of inserts
+//! (O(m log d), O(m) in order).
 
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -1418,17 +1420,238 @@ impl<M: Monoid> FiBA<M> {
 
     // --- range query --------------------------------------------------------------------------
 
-    /// The partial of the entries with `lo <= t <= hi` (identity when none). Fig. 10: the
-    /// subtrees entirely inside the range contribute their stored up aggregate (spine
-    /// subtrees, which store none, are descended). A suffix or prefix of d entries starts
-    /// at a finger's spine (`range_top`): O(log d); another range starts at the root:
-    /// O(log n).
+    /// The partial of the entries with `lo <= t <= hi` (identity when none). A suffix (`hi`
+    /// at or past the youngest time) is `suffixes`' (the same bits as asked with other
+    /// starts). Another range, Fig. 10: the subtrees entirely inside the range contribute
+    /// their stored up aggregate (spine subtrees, which store none, are descended), folded
+    /// left to right; a prefix of d entries starts at the left finger's spine (`range_top`):
+    /// O(log d); another range starts at the root: O(log n).
     pub fn query_range(&self, lo: Time, hi: Time) -> M::P {
+        if self.youngest().is_some_and(|y| hi >= y) {
+            return self.suffixes(&[lo]).pop().expect("one start");
+        }
         let mut acc: Option<M::P> = None;
         if hi >= lo && !self.is_empty() {
             self.range(self.range_top(lo, hi), lo, hi, false, false, &mut acc);
         }
         acc.unwrap_or_else(|| self.m.identity())
+    }
+
+    /// For each of `starts` (any order, repeats allowed) the partial of the entries with
+    /// `t >= start` (the identity when none; the whole `query` when it reaches the oldest),
+    /// all in one walk from the right finger: nested windows ending at the youngest entry.
+    ///
+    /// The walk folds right to left (`piece ⊗ acc`), so each suffix extends the smaller
+    /// ones' folds. Its pieces: going up the right spine, each spine node's own fold (cached,
+    /// `local`), one combine per level, until the level whose own sequence holds the start;
+    /// there its entries and children's up aggregates right of the start, then the same in the
+    /// child that holds the start, down to a leaf. A start in the root's sequence begins from
+    /// `agg(rf)` (the root's last subtree); a start under the root's first separator from
+    /// `agg(root) ⊗ agg(rf)`, then the left spine's cached suffix folds, one combine per level
+    /// down to the node holding it. A start's partial is a function of the tree and that
+    /// start alone (never of the other starts): nested walks share folds, not associations.
+    ///
+    /// Cost: O(h) combines for the spine levels (h = the height of the largest start's
+    /// level, O(log d) for a start d entries from the young end) plus O(log d_i) per start
+    /// below the node where its path leaves the previous start's; a start from scratch costs
+    /// the same bound alone, so W nested windows cost one walk's spine and W boundaries.
+    pub fn suffixes(&self, starts: &[Time]) -> Vec<M::P> {
+        let mut out: Vec<Option<M::P>> = vec![None; starts.len()];
+        if let (Some(oldest), Some(youngest)) = (self.oldest(), self.youngest()) {
+            let mut order: Vec<(Time, usize)> = Vec::with_capacity(starts.len());
+            let mut whole: Option<M::P> = None;
+            for (slot, &s) in starts.iter().enumerate() {
+                if s <= oldest {
+                    out[slot] = Some(whole.get_or_insert_with(|| self.query()).clone());
+                } else if s <= youngest {
+                    order.push((s, slot));
+                }
+            }
+            order.sort_unstable_by(|a, b| b.cmp(a)); // the youngest start (smallest window) first
+            let mut firsts: Vec<(Time, usize)> = Vec::with_capacity(order.len());
+            for &(s, slot) in &order {
+                if firsts.last().is_none_or(|&(t, _)| t != s) {
+                    firsts.push((s, slot));
+                }
+            }
+            if !firsts.is_empty() {
+                self.walk_suffixes(&firsts, &mut out);
+            }
+            for &(s, slot) in &order {
+                if out[slot].is_none() {
+                    let first = firsts[firsts.partition_point(|&(t, _)| t > s)].1;
+                    out[slot] = out[first].clone();
+                }
+            }
+        }
+        out.into_iter()
+            .map(|p| p.unwrap_or_else(|| self.m.identity()))
+            .collect()
+    }
+
+    /// `x ⊗ acc` (`acc` None: nothing yet), `x` in stored form.
+    fn prepend(&self, x: &M::S, acc: Option<M::P>) -> Option<M::P> {
+        let x = self.m.unpack(x);
+        Some(match acc {
+            None => x,
+            Some(a) => {
+                self.count_combine();
+                self.m.combine(&x, &a)
+            }
+        })
+    }
+
+    /// `suffixes` for distinct starts, descending, each in `(oldest, youngest]`.
+    fn walk_suffixes(&self, starts: &[(Time, usize)], out: &mut [Option<M::P>]) {
+        let root = self.n(self.root);
+        if root.kids.is_empty() {
+            return self.fold_right(self.root, 0, 0, false, starts, None, out);
+        }
+        // the right spine, from the right finger up to the root's last child
+        let mut p = 0;
+        let mut node = self.rf;
+        let mut tail: Option<M::P> = None; // own folds of the spine levels below `node`
+        loop {
+            let parent = self.n(node).parent;
+            let bound = *self.n(parent).times.last().expect("inner node has entries");
+            let q = p + starts[p..].partition_point(|&(s, _)| s > bound);
+            if q > p {
+                let last = self.n(node).kids.len().saturating_sub(2);
+                self.fold_right(node, 0, last, true, &starts[p..q], tail.clone(), out);
+                p = q;
+            }
+            if p == starts.len() {
+                return;
+            }
+            if parent == self.root {
+                break;
+            }
+            tail = match self.cache(node) {
+                Some(c) => self.prepend(&c.local, tail),
+                None => {
+                    let (local, _) = self.fold_node(node, false, true);
+                    self.prepend(&local.expect("a spine node has entries"), tail)
+                }
+            };
+            node = parent;
+        }
+        // the root's own sequence: its last subtree is agg(rf)
+        let right = Some(self.m.unpack(&self.n(self.rf).agg));
+        let first = root.times[0];
+        let q = p + starts[p..].partition_point(|&(s, _)| s > first);
+        if q > p {
+            let last = root.kids.len() - 2;
+            self.fold_right(self.root, 1, last, true, &starts[p..q], right.clone(), out);
+            p = q;
+        }
+        if p == starts.len() {
+            return;
+        }
+        // the left spine, from the root's first child down to the left finger
+        let mut acc = self.prepend(&root.agg, right);
+        let mut node = root.kids[0];
+        loop {
+            let n = self.n(node);
+            let q = p + starts[p..].partition_point(|&(s, _)| s > n.times[0]);
+            let computed;
+            let folds: &[M::S] = match self.cache(node) {
+                Some(c) => &c.suffix,
+                None => {
+                    computed = self.spine_local(node, Vec::new()).2.expect("left spine");
+                    &computed
+                }
+            };
+            let k = n.times.len();
+            let mut j = p;
+            while j < q {
+                // the starts in child `i` (or, in a leaf, before entry `i`)
+                let i = lower_bound(&n.times, starts[j].0);
+                let below = if i == 0 { i64::MIN } else { n.times[i - 1] };
+                let end = j + starts[j..q].partition_point(|&(s, _)| s > below);
+                let from_i = if i < k {
+                    self.prepend(&folds[k - 1 - i], acc.clone())
+                } else {
+                    acc.clone()
+                };
+                match n.kids.get(i) {
+                    Some(&kid) => {
+                        let last = self.n(kid).kids.len().saturating_sub(1);
+                        self.fold_right(kid, 0, last, false, &starts[j..end], from_i, out);
+                    }
+                    None => {
+                        for &(_, slot) in &starts[j..end] {
+                            out[slot] = from_i.clone();
+                        }
+                    }
+                }
+                j = end;
+            }
+            p = q;
+            if p == starts.len() {
+                return;
+            }
+            acc = self.prepend(&folds[k - 1], acc);
+            node = n.kids[0];
+        }
+    }
+
+    /// Fold node `idx`'s sequence from the right onto `acc` (the fold of what lies right of
+    /// it) and set each start's partial as the walk passes it: children `first..=last` with
+    /// the entries between them, and `trailing`: the entry after child `last` too (a spine
+    /// node's own sequence, whose last child is the spine's). A leaf: all its entries. The
+    /// starts are descending and none is above the sequence's last time; a start above
+    /// entry `first - 1` is required when `first > 0`.
+    #[allow(clippy::too_many_arguments)]
+    fn fold_right(
+        &self,
+        idx: Idx,
+        first: usize,
+        last: usize,
+        trailing: bool,
+        starts: &[(Time, usize)],
+        mut acc: Option<M::P>,
+        out: &mut [Option<M::P>],
+    ) {
+        let node = self.n(idx);
+        let mut p = 0;
+        if node.kids.is_empty() {
+            for (t, v) in node.times.iter().zip(&node.vals).rev() {
+                while p < starts.len() && starts[p].0 > *t {
+                    out[starts[p].1] = acc.clone();
+                    p += 1;
+                }
+                if p == starts.len() {
+                    return;
+                }
+                acc = self.prepend(v, acc);
+            }
+            for &(_, slot) in &starts[p..] {
+                out[slot] = acc.clone();
+            }
+            return;
+        }
+        if trailing {
+            acc = self.prepend(&node.vals[last], acc);
+        }
+        for j in (first..=last).rev() {
+            let q = if j == first {
+                starts.len()
+            } else {
+                let bound = node.times[j - 1];
+                p + starts[p..].partition_point(|&(s, _)| s > bound)
+            };
+            let kid = node.kids[j];
+            if q > p {
+                let kid_last = self.n(kid).kids.len().saturating_sub(1);
+                self.fold_right(kid, 0, kid_last, false, &starts[p..q], acc.clone(), out);
+                p = q;
+            }
+            if p == starts.len() {
+                return;
+            }
+            acc = self.prepend(&self.n(kid).agg, acc);
+            acc = self.prepend(&node.vals[j - 1], acc);
+        }
     }
 
     /// Where a range query starts: for a suffix of the window (`hi` at or past the youngest
@@ -1987,5 +2210,160 @@ mod tests {
         assert_eq!(tree.bulk_evict(1023), 1024);
         assert!(tree.combines() < 200, "{}", tree.combines());
         assert_eq!(tree.query(), (1 << 12) - 1024);
+    }
+
+    /// Concatenation that spells its association: `combine(a, b)` is `(ab)`; `same` ignores
+    /// the parentheses (the tree's checks compare contents, the tests whole strings).
+    struct Paren;
+    impl Monoid for Paren {
+        type P = String;
+        type S = String;
+        fn pack(&self, p: &String) -> String {
+            p.clone()
+        }
+        fn unpack(&self, s: &String) -> String {
+            s.clone()
+        }
+        fn identity(&self) -> String {
+            String::new()
+        }
+        fn combine(&self, a: &String, b: &String) -> String {
+            match (a.is_empty(), b.is_empty()) {
+                (true, _) => b.clone(),
+                (_, true) => a.clone(),
+                _ => format!("({a}{b})"),
+            }
+        }
+        fn same(&self, a: &String, b: &String) -> bool {
+            let bare = |x: &String| x.replace(['(', ')'], "");
+            bare(a) == bare(b)
+        }
+    }
+
+    /// Starts around and inside `[oldest, youngest]`, with repeats.
+    fn some_starts(rng: &mut Rng, oldest: Time, youngest: Time) -> Vec<Time> {
+        let span = (youngest - oldest + 3) as u64;
+        (0..1 + rng.below(5))
+            .map(|_| oldest - 1 + rng.below(span) as i64)
+            .collect()
+    }
+
+    #[test]
+    fn nested_suffixes_match_an_ordered_map_and_single_queries() {
+        for seed in 1..30u64 {
+            let mut rng = Rng(seed * 104729);
+            let min_arity = 2 + (seed % 3) as usize;
+            let max_arity = min_arity * (2 + (seed / 3 % 3) as usize);
+            let mut tree = FiBA::with_arity(Concat, min_arity, max_arity);
+            let mut shape = FiBA::with_arity(Paren, min_arity, max_arity);
+            let mut model = std::collections::BTreeMap::<Time, String>::new();
+            let mut next = 0i64;
+            for _ in 0..300 {
+                let letter = ((b'a' + rng.below(26) as u8) as char).to_string();
+                match rng.below(8) {
+                    0..=3 => {
+                        next += 1 + rng.below(3) as i64;
+                        tree.insert(next, letter.clone());
+                        shape.insert(next, letter.clone());
+                        model.entry(next).or_default().push_str(&letter);
+                    }
+                    4 => {
+                        let t = next - rng.below(60) as i64;
+                        tree.insert(t, letter.clone());
+                        shape.insert(t, letter.clone());
+                        model.entry(t).or_default().push_str(&letter);
+                    }
+                    5 => {
+                        if let Some(&t) = model.keys().next() {
+                            model.remove(&t);
+                            tree.evict(t);
+                            shape.evict(t);
+                        }
+                    }
+                    6 => {
+                        let t = next - 40 - rng.below(60) as i64;
+                        model.retain(|&k, _| k > t);
+                        tree.bulk_evict(t);
+                        shape.bulk_evict(t);
+                    }
+                    _ => {
+                        let base = next - rng.below(30) as i64;
+                        let pairs: Vec<(Time, String)> = (0..rng.below(9))
+                            .map(|i| (base + (i as i64) / 2, letter.clone()))
+                            .collect();
+                        for (t, x) in &pairs {
+                            model.entry(*t).or_default().push_str(x);
+                        }
+                        tree.bulk_insert(pairs.clone());
+                        shape.bulk_insert(pairs);
+                    }
+                }
+                let (Some(oldest), Some(youngest)) = (tree.oldest(), tree.youngest()) else {
+                    continue;
+                };
+                let starts = some_starts(&mut rng, oldest, youngest);
+                let got = tree.suffixes(&starts);
+                let spelled = shape.suffixes(&starts);
+                for (i, &lo) in starts.iter().enumerate() {
+                    assert_eq!(got[i], oracle_range(&model, lo, youngest), "seed {seed}");
+                    // one start's association is the same asked alone, or as a range
+                    assert_eq!(
+                        spelled[i],
+                        shape.suffixes(&[lo])[0],
+                        "seed {seed} start {lo}"
+                    );
+                    assert_eq!(spelled[i], shape.query_range(lo, youngest + 7));
+                }
+                tree.check_invariants().unwrap();
+            }
+        }
+    }
+
+    /// The combines of `W` nested windows of the youngest `sizes` entries of an in-order tree
+    /// of `n`: asked together, each alone, and by the left-to-right range walk (Fig. 10).
+    fn nested_costs(n: i64, sizes: &[i64]) -> (u64, u64, u64) {
+        use crate::monoids::Val;
+        let mut tree = FiBA::new(scm(), 4);
+        let partial = |t: i64| [Val::Int(1), Val::Int(1), Val::Int(t)];
+        tree.bulk_insert((0..n - 64).map(|t| (t, partial(t))).collect());
+        for t in n - 64..n {
+            tree.insert(t, partial(t)); // the young end as in-order events leave it
+        }
+        let starts: Vec<Time> = sizes.iter().map(|d| n - d).collect();
+        tree.reset_combines();
+        let together = tree.suffixes(&starts);
+        let walk = tree.combines();
+        tree.reset_combines();
+        for (i, &s) in starts.iter().enumerate() {
+            assert!(tree.m.same(&tree.suffixes(&[s])[0], &together[i]));
+        }
+        let alone = tree.combines();
+        tree.reset_combines();
+        for (i, &s) in starts.iter().enumerate() {
+            let mut acc = None;
+            tree.range(tree.range_top(s, n), s, n, false, false, &mut acc);
+            let acc = acc.expect("entries");
+            assert!(matches!(acc[0], Val::Int(c) if c == sizes[i]));
+        }
+        (walk, alone, tree.combines())
+    }
+
+    #[test]
+    fn nested_windows_cost_one_walk_and_o_log_d_per_boundary() {
+        let (walk, alone, left_to_right) = nested_costs(1 << 14, &[100, 1000]);
+        eprintln!("n = 2^14, windows of 100 and 1000: {walk} together, {alone} alone, {left_to_right} left to right");
+        assert!(
+            walk < alone && 2 * walk < left_to_right,
+            "{walk} {alone} {left_to_right}"
+        );
+        // at a fixed distance, the tree's size does not matter: O(log d), not O(log n)
+        let (small, _, _) = nested_costs(1 << 12, &[64, 640]);
+        let (large, _, _) = nested_costs(1 << 16, &[64, 640]);
+        assert!(large <= small + 4, "{small} vs {large}");
+        // a third boundary costs its own descent, about log d combines, not a new walk
+        let (three, alone, left_to_right) = nested_costs(1 << 14, &[100, 300, 1000]);
+        eprintln!("n = 2^14, windows of 100, 300 and 1000: {three} together, {alone} alone, {left_to_right} left to right");
+        let bound = 4.0 * (300f64).log2();
+        assert!(((three - walk) as f64) < bound, "{walk} -> {three}");
     }
 }

@@ -5,10 +5,11 @@
 //! lazy eviction, the idle-key sweep index, both `window_end` modes, range queries).
 //!
 //! Every window `[S - w, S]` is answered by the tree's whole query when it reaches back to
-//! the key's oldest entry, else by the FiBA range query, which starts from the right
-//! finger's spine: O(log d) combines for a window of the youngest d entries (the Python
-//! path keeps a Two-Stacks suffix per window instead, `stores.window_suffixes`). Lift and
-//! lower stay outside (the Python front gives partials and lowers results).
+//! the key's oldest entry; the others, nested suffixes of the tree, by one `FiBA::suffixes`
+//! walk from the right finger: O(log d) combines per window of the youngest d entries, the
+//! spine's levels folded once for all (the Python path keeps a Two-Stacks suffix per window
+//! instead, `stores.window_suffixes`). Lift and lower stay outside (the Python front gives
+//! partials and lowers results).
 
 use crate::fiba::{FiBA, Footprint, Monoid, Time};
 use std::collections::{BTreeSet, HashMap};
@@ -459,78 +460,97 @@ impl<M: Monoid + Clone> Windows<M> {
     // --- results --------------------------------------------------------------------------
 
     /// Every configured window of `key` at the stream time, `(start, end, source)`; none
-    /// before any event.
+    /// before any event. The windows reaching the oldest entry share the tree's whole query;
+    /// the others are nested suffixes, answered together by one `FiBA::suffixes` walk.
     pub fn windows_of(&self, key: &str) -> Vec<(Time, Time, Source<M::P>)> {
         let Some(s) = self.stream_time else {
             return Vec::new();
         };
-        let sizes = &self.cfg.sizes;
-        let Some(state) = self.keys.get(key) else {
-            return sizes.iter().map(|w| (s - w, s, Source::Empty)).collect();
-        };
-        let tree = &state.tree;
-        let oldest = tree.oldest().expect("a present key has entries");
-        let covers_youngest = tree.youngest().expect("entries") <= s;
-        let mut whole: Option<M::P> = None;
-        sizes
+        let spans: Vec<(Time, i128)> = self
+            .cfg
+            .sizes
             .iter()
-            .map(|w| {
-                let start = s - w;
-                let source = if start <= oldest && covers_youngest {
-                    Source::Whole(whole.get_or_insert_with(|| tree.query()).clone())
-                } else {
-                    Source::Range(tree.query_range(start, s))
-                };
-                (start, s, source)
-            })
-            .collect()
+            .map(|w| (s - w, (s - w) as i128))
+            .collect();
+        self.spans(key, s, spans)
     }
 
     /// Every configured window `[end - w, end]` of `key` over its retained entries
-    /// (`window_end = event_time`); none before any event.
+    /// (`window_end = event_time`); none before any event. When `end` is at or past the key's
+    /// youngest entry they are nested suffixes (one `FiBA::suffixes` walk), else ranges.
     pub fn windows_ending(&self, key: &str, end: Time) -> Vec<(Time, Time, Source<M::P>)> {
         let Some(horizon) = self.horizon() else {
             return Vec::new();
         };
-        self.cfg
+        let spans: Vec<(Time, i128)> = self
+            .cfg
             .sizes
             .iter()
-            .map(|w| {
-                let start = end - w;
-                (
-                    start,
-                    end,
-                    self.span(key, (start as i128).max(horizon), end),
-                )
-            })
-            .collect()
+            .map(|w| (end - w, ((end - w) as i128).max(horizon)))
+            .collect();
+        self.spans(key, end, spans)
     }
 
     /// `key`'s retained entries with `from <= t <= to`.
     pub fn query_range(&self, key: &str, from: Time, to: Time) -> Source<M::P> {
         match self.horizon() {
             None => Source::Empty,
-            Some(horizon) => self.span(key, (from as i128).max(horizon), to),
+            Some(horizon) => {
+                let spans = vec![(from, (from as i128).max(horizon))];
+                self.spans(key, to, spans).pop().expect("one span").2
+            }
         }
     }
 
-    fn span(&self, key: &str, from: i128, to: Time) -> Source<M::P> {
+    /// The windows `(start, end, source)` of `key` for `(start, from)` pairs: the entries
+    /// with `from <= t <= end`. Those reaching the oldest and youngest entries are the whole
+    /// query (computed once); the suffixes (`end` at or past the youngest) come from one
+    /// `FiBA::suffixes` walk; any other range from its own range query.
+    fn spans(
+        &self,
+        key: &str,
+        end: Time,
+        spans: Vec<(Time, i128)>,
+    ) -> Vec<(Time, Time, Source<M::P>)> {
         let Some(state) = self.keys.get(key) else {
-            return Source::Empty;
+            return spans
+                .into_iter()
+                .map(|(start, _)| (start, end, Source::Empty))
+                .collect();
         };
-        if (to as i128) < from {
-            return Source::Empty;
-        }
         let tree = &state.tree;
         let (oldest, youngest) = (
-            tree.oldest().expect("entries"),
+            tree.oldest().expect("a present key has entries"),
             tree.youngest().expect("entries"),
         );
-        if from <= oldest as i128 && to >= youngest {
-            return Source::Whole(tree.query());
-        }
-        // from > oldest here, or the range ends before the youngest: it fits an i64
-        Source::Range(tree.query_range(from.max(i64::MIN as i128) as Time, to))
+        let suffix = end >= youngest;
+        let inside = |from: i128| (oldest as i128) < from && from <= end as i128;
+        let starts: Vec<Time> = if suffix {
+            spans
+                .iter()
+                .filter(|&&(_, from)| inside(from))
+                .map(|&(_, from)| from as Time) // > oldest: fits an i64
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut suffixes = tree.suffixes(&starts).into_iter();
+        let mut whole: Option<M::P> = None;
+        spans
+            .into_iter()
+            .map(|(start, from)| {
+                let source = if from > end as i128 {
+                    Source::Empty
+                } else if from <= oldest as i128 && suffix {
+                    Source::Whole(whole.get_or_insert_with(|| tree.query()).clone())
+                } else if suffix {
+                    Source::Range(suffixes.next().expect("one per suffix"))
+                } else {
+                    Source::Range(tree.query_range(from.max(i64::MIN as i128) as Time, end))
+                };
+                (start, end, source)
+            })
+            .collect()
     }
 }
 
