@@ -59,8 +59,9 @@ STATE_WAIT_S = 0.05
 (local writes, changelog records) queued unless they last went this many seconds ago
 (``WindowsPipeline.hand_over``); they also go as soon as a fetch waits in vain (input idle).
 The outputs then go without the local writes and a changelog produce round in the same cycle,
-and never wait behind that round (one produce request in flight per broker); in exchange a
-crash re-applies up to this much more input (its outputs repeated: at-least-once)."""
+and seldom wait behind such a round (aiokafka keeps one produce request in flight per broker);
+in exchange a crash re-applies up to this much more input (its outputs repeated:
+at-least-once)."""
 
 RESTORE_RETRY_S = 5.0
 """Seconds before a failed restore of an owned partition is tried again."""

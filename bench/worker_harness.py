@@ -67,7 +67,8 @@ of the native kernel (``stores.native_windows``), for a comparison in one run.""
 
 PER_CHUNK = "-per-chunk"
 """After ``event`` (``event-per-chunk``): the worker handing over after every fetched chunk
-(``agents.input_reader.HANDOVER_RECORDS`` = 1, the reader before it paced its hand-overs),
+(``agents.input_reader.HANDOVER_RECORDS`` = 1 and ``STATE_WAIT_S`` = 0, the reader before it
+paced its hand-overs),
 for a comparison in one run."""
 
 

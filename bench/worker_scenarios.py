@@ -343,11 +343,12 @@ def use_python_windows() -> None:
 
 
 def hand_over_per_chunk() -> None:
-    """Make the worker's input reader hand over after every fetched chunk (the
-    ``event-per-chunk`` scenario: the reader before it paced its hand-overs)."""
+    """Make the worker's input reader hand over after every fetched chunk, its state changes
+    with each (the ``event-per-chunk`` scenario: the reader before it paced its hand-overs)."""
     import agents.input_reader
 
     agents.input_reader.HANDOVER_RECORDS = 1
+    agents.input_reader.STATE_WAIT_S = 0.0
 
 
 def use_aiokafka_batches() -> None:
