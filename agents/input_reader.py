@@ -54,6 +54,15 @@ HANDOVER_WAIT_S = 0.005
 """``emit=event``/``changes``: longest time from the first record applied after a hand-over to
 the next hand-over while a backlog is read (a caught-up reader hands over after each chunk)."""
 
+STATE_WAIT_S = 0.05
+"""``emit=event``/``changes``: a hand-over delivers the outputs but leaves the state changes
+(local writes, changelog records) queued unless they last went this many seconds ago
+(``WindowsPipeline.hand_over``); they also go as soon as a fetch waits in vain (input idle).
+The outputs then go without the local writes and a changelog produce round in the same cycle,
+and seldom wait behind such a round (aiokafka keeps one produce request in flight per broker);
+in exchange a crash re-applies up to this much more input (its outputs repeated:
+at-least-once)."""
+
 RESTORE_RETRY_S = 5.0
 """Seconds before a failed restore of an owned partition is tried again."""
 
@@ -283,7 +292,8 @@ class InputReader:
         one synchronous step), giving the loop its turns in between. ``emit=event``/``changes``
         applies each chunk at once and hands over when a fetch without waiting finds nothing
         more (caught up: no added latency), ``HANDOVER_RECORDS`` were applied or
-        ``HANDOVER_WAIT_S`` passed since the first of them; ``batch`` gathers chunks and
+        ``HANDOVER_WAIT_S`` passed since the first of them, its state changes at most every
+        ``STATE_WAIT_S`` and when input goes idle; ``batch`` gathers chunks and
         applies them in one go when nothing more is buffered, ``batch_max_records`` are there
         or ``batch_max_wait`` has passed since the first. A failed fetch counts as nothing
         more."""
@@ -291,6 +301,7 @@ class InputReader:
         emit_batch = settings.emit == "batch"
         most = settings.batch_max_records if emit_batch else HANDOVER_RECORDS
         wait = settings.batch_max_wait / 1000 if emit_batch else HANDOVER_WAIT_S
+        state_wait = 0.0 if emit_batch else STATE_WAIT_S
         chunk_records = min(FETCH_CHUNK, most) if emit_batch else FETCH_CHUNK
         pipeline = self.pipeline
         turns = pipeline.turns
@@ -320,6 +331,8 @@ class InputReader:
                 ((tp.partition, epochs.get(tp.partition, 0)), rs)
                 for tp, rs in (chunk or {}).items()
             ]
+            if not fetched and not gathered and pipeline.state_pending:
+                await pipeline.hand_over()  # input idle: the state changes left queued
             if fetched and not gathered:
                 first_at = time.perf_counter()
             for tag, records in fetched:
@@ -335,4 +348,4 @@ class InputReader:
                 for (partition, epoch), records in batch.items():
                     if epochs.get(partition) == epoch:
                         await pipeline.process_records(partition, records)
-                await pipeline.hand_over()
+                await pipeline.hand_over(state_wait)

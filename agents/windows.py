@@ -120,6 +120,11 @@ class WindowsPipeline:
         abandoned)."""
         self.transactions: Transactions | None = None
         """Set by ``use_transactions`` (exactly-once)."""
+        self.state_pending = False
+        """True while state changes are queued that a ``hand_over`` left for a later one
+        (its ``state_wait``)."""
+        self._state_handed_at = 0.0
+        """When a ``hand_over`` last handed the state changes over (``perf_counter``)."""
 
     def use_transactions(self, transactions: Transactions) -> None:
         """Exactly-once output (``agents.transactions``): a partition is claimed before its
@@ -334,7 +339,7 @@ class WindowsPipeline:
         async with state.lock:
             await self.store.send_changes(partition)
 
-    async def hand_over(self) -> None:
+    async def hand_over(self, state_wait: float = 0.0) -> None:
         """Hand the outputs and state changes queued since the last call to the producer:
         the outputs first, awaiting their acknowledgement (``deliver_outputs``), then per
         loaded partition its local writes and changelog records (``WindowStore.send_changes``):
@@ -343,6 +348,12 @@ class WindowsPipeline:
         reader calls it after one or more fetched chunks (``agents.input_reader``), whatever
         their partitions: fewer, larger record batches, and one wait for acknowledgements per
         call. Nothing after ``fail``.
+
+        ``state_wait`` (at-least-once only): the state changes stay queued (``state_pending``)
+        unless they were last handed over at least that many seconds ago, so that the
+        outputs, which a reader of the aggregates waits for, go without the local writes and
+        changelog round behind them; the next call with a shorter wait takes them. A crash
+        then re-applies the records of up to ``state_wait`` more (their outputs repeated).
 
         First, when due, a young collection of the cyclic collector (``PacedYoungCollections``):
         here it runs between two chunks, and the event loop gets its turn right after it."""
@@ -357,6 +368,11 @@ class WindowsPipeline:
             await asyncio.gather(*(self._send_changes(s) for s in list(self._states.values())))
             return
         await self.deliver_outputs()
+        now = time.perf_counter()
+        if state_wait and now - self._state_handed_at < state_wait:
+            self.state_pending = True
+            return
+        self._state_handed_at, self.state_pending = now, False
         for state in list(self._states.values()):
             if time.perf_counter() >= turns.deadline:
                 await turns.take()

@@ -48,6 +48,7 @@ from bench.bench_broker import (
 )
 from bench.timing import percentile
 from bench.worker_harness import (
+    EAGER_STATE,
     PER_CHUNK,
     backlogged_worker,
     child_process,
@@ -194,7 +195,7 @@ def paced_run(
     settings = scenario_settings(
         broker,
         occupancy,
-        EMIT_OF.get(emit, emit.removesuffix(PER_CHUNK)),
+        EMIT_OF.get(emit, emit.removesuffix(PER_CHUNK).removesuffix(EAGER_STATE)),
         workdir / f"paced-{time.time_ns()}",
     )
     asyncio.run(create_topics(settings, latency_topic_specs(settings)))
@@ -340,7 +341,8 @@ def main() -> None:
         default="emit-floor,event,batch",
         help="emit modes, and emit-floor: reading and producing one aggregate record per event "
         "as emit=event does, without window work (the least latency emit=event can have), "
-        "and event-per-chunk: emit=event handing over after every fetched chunk",
+        "event-per-chunk: emit=event handing over after every fetched chunk, and "
+        "event-eager-state: emit=event handing its state changes over with every hand-over",
     )
     parser.add_argument("--loads", default="0.25,0.5,0.9")
     parser.add_argument("--occupancy", type=int, default=1000)

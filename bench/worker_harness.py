@@ -71,9 +71,15 @@ PYTHON_WINDOWS = "-python"
 """After a worker emit mode (``event-python``): the worker on the Python ``KeyWindows`` instead
 of the native kernel (``stores.native_windows``), for a comparison in one run."""
 
+EAGER_STATE = "-eager-state"
+"""After ``event`` (``event-eager-state``): the worker handing its state changes over with
+every hand-over (``agents.input_reader.STATE_WAIT_S`` = 0, the reader before it left them for
+every 50 ms), for a comparison in one run."""
+
 PER_CHUNK = "-per-chunk"
 """After ``event`` (``event-per-chunk``): the worker handing over after every fetched chunk
-(``agents.input_reader.HANDOVER_RECORDS`` = 1, the reader before it paced its hand-overs),
+(``agents.input_reader.HANDOVER_RECORDS`` = 1 and ``STATE_WAIT_S`` = 0, the reader before it
+paced its hand-overs),
 for a comparison in one run."""
 
 
@@ -358,7 +364,7 @@ def backlogged_worker(
 ) -> Iterator[tuple[Settings, subprocess.Popen, Path]]:
     """Create the scenario's topics, pre-produce ``events`` input records, and run the child
     ``child`` (a worker emit mode, ``-python`` after it for the Python windows or
-    ``-per-chunk`` for a hand-over per chunk, or
+    ``-per-chunk`` for a hand-over per chunk, ``-eager-state`` for the state with each, or
     ``floor``/``bare``/``bare-batch``; ``aiokafka-`` before a mode or floor) in a
     subprocess on
     them for the ``with`` block: yields its settings, process and log file; terminates it
@@ -371,7 +377,7 @@ def backlogged_worker(
         "batch-floor": "batch",
     }.get(
         child.removeprefix(AIOKAFKA_BATCHES),
-        child.removesuffix(PYTHON_WINDOWS).removesuffix(PER_CHUNK),
+        child.removesuffix(PYTHON_WINDOWS).removesuffix(PER_CHUNK).removesuffix(EAGER_STATE),
     )
     emit = emit.removeprefix(AIOKAFKA_BATCHES)
     settings = scenario_settings(broker, occupancy, emit, workdir / uuid.uuid4().hex[:6], guarantee)

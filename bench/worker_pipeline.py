@@ -430,10 +430,12 @@ WORKER_MODES = (
     "aiokafka-event",
     "aiokafka-batch",
     "event-per-chunk",
+    "event-eager-state",
 )
 """The worker scenarios: each emit mode on the kernel ``new_key_windows`` picks (the native
 one where it loads), on the Python ``KeyWindows``, with aiokafka's record batches, and
-``event`` handing over after every fetched chunk."""
+``event`` handing over after every fetched chunk, and ``event`` handing its state changes over
+with every hand-over."""
 
 FLOORS = (
     "floor",

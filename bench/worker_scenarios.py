@@ -5,7 +5,8 @@ variables.
 
 ``event``/``batch``: the real worker (``app.worker``, window store included) over windows
 pre-filled to ``OCCUPANCY`` events per key (``event-python``/``batch-python``: on the Python
-``KeyWindows`` instead of the native kernel; ``event-per-chunk``: handing over after every
+``KeyWindows`` instead of the native kernel; ``event-eager-state``: its state changes with
+every hand-over; ``event-per-chunk``: handing over after every
 fetched chunk); ``floor``, ``emit-floor`` and ``batch-floor``: the
 input read (and, for the latter two, an output produced or a durable store written) with no
 window work (``aiokafka-`` before a floor or emit mode: the same with aiokafka's record
@@ -27,6 +28,7 @@ from agents.clients import client_options
 from app.settings import Settings, load_settings
 from bench.worker_harness import (
     AIOKAFKA_BATCHES,
+    EAGER_STATE,
     KEYS,
     PER_CHUNK,
     PYTHON_WINDOWS,
@@ -343,11 +345,21 @@ def use_python_windows() -> None:
 
 
 def hand_over_per_chunk() -> None:
-    """Make the worker's input reader hand over after every fetched chunk (the
-    ``event-per-chunk`` scenario: the reader before it paced its hand-overs)."""
+    """Make the worker's input reader hand over after every fetched chunk, its state changes
+    with each (the ``event-per-chunk`` scenario: the reader before it paced its hand-overs)."""
     import agents.input_reader
 
     agents.input_reader.HANDOVER_RECORDS = 1
+    agents.input_reader.STATE_WAIT_S = 0.0
+
+
+def hand_over_state_eagerly() -> None:
+    """Make the worker's input reader hand the state changes over with every hand-over (the
+    ``event-eager-state`` scenario: the reader before it left them for every
+    ``STATE_WAIT_S``)."""
+    import agents.input_reader
+
+    agents.input_reader.STATE_WAIT_S = 0.0
 
 
 def use_aiokafka_batches() -> None:
@@ -385,6 +397,8 @@ def main() -> None:
             use_python_windows()
         if args.scenario.endswith(PER_CHUNK):
             hand_over_per_chunk()
+        if args.scenario.endswith(EAGER_STATE):
+            hand_over_state_eagerly()
         run_prefilled_worker(settings, args.occupancy)
 
 

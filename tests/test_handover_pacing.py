@@ -1,9 +1,11 @@
 """How often a ``fiba worker`` with ``emit=event`` hands over (agents.input_reader): reading a
 backlog it applies each fetched chunk at once but hands over about every ``HANDOVER_RECORDS``
 records, not after every chunk of ``FETCH_CHUNK`` (each hand-over is a produce round per output
-partition and the changelog's, awaiting acknowledgements); caught up, it hands over as soon as a
-fetch finds nothing more. The worker is ``tests.counting_worker`` on a real broker, its time
-bound ``HANDOVER_WAIT_S`` lifted so that only the record bound and the end of the backlog count.
+partition, awaiting acknowledgements); caught up, it hands over as soon as a fetch finds nothing
+more. The state changes (local writes, changelog) go with a hand-over only every
+``STATE_WAIT_S``, and as soon as the input goes idle. The worker is ``tests.counting_worker`` on
+a real broker, its time bounds ``HANDOVER_WAIT_S`` and ``STATE_WAIT_S`` lifted so that only the
+record bound and the end of the input count.
 """
 
 from __future__ import annotations
@@ -62,22 +64,37 @@ def hand_overs(log: Path) -> list[int]:
     return [json.loads(line).get("0", -1) for line in log.read_text().splitlines()]
 
 
-def test_a_backlog_is_handed_over_in_large_rounds_and_the_last_event_at_once(
+def state_hand_overs(log: Path) -> list[int]:
+    """The applied offset of partition 0 at each noted state hand-over, once it is loaded."""
+    if not log.exists():
+        return []
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    return [line["applied"] for line in lines if line["state"] == 0 and line["applied"] >= 0]
+
+
+def test_a_backlog_is_handed_over_in_large_rounds_its_state_when_idle_and_the_last_event_at_once(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
 ) -> None:
     settings = replace(
         worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", partitions=1),
         emit="event",
+        sweep_interval=3_600_000,  # a sweep hands the state over too: none during the test
     )
     asyncio.run(create_topics(settings))
     events = make_events(BACKLOG + 1, seed=29)
     asyncio.run(produce_backlog(settings, events[:BACKLOG]))
     noted, worker_log = tmp_path / "hand-overs.jsonl", tmp_path / "worker.log"
+    state_noted = tmp_path / "state-hand-overs.jsonl"
     worker = start_worker(
         settings,
         worker_log,
         module=("tests.counting_worker",),
-        extra_env={"HANDOVER_LOG": str(noted), "HANDOVER_WAIT_S": "3600"},
+        extra_env={
+            "HANDOVER_LOG": str(noted),
+            "HANDOVER_WAIT_S": "3600",
+            "STATE_LOG": str(state_noted),
+            "STATE_WAIT_S": "3600",
+        },
     )
     try:
         wait_until(
@@ -92,10 +109,21 @@ def test_a_backlog_is_handed_over_in_large_rounds_and_the_last_event_at_once(
             backlog_rounds,
             log_tail(worker_log),
         )
+        # the outputs went in several rounds, the state changes with none of them: once the
+        # input went idle, in one round (the time bound is an hour here)
+        assert len(backlog_rounds) >= BACKLOG // HANDOVER_RECORDS, backlog_rounds
+        wait_until(
+            lambda: BACKLOG - 1 in state_hand_overs(state_noted), 60, "the state handed over"
+        )
+        assert state_hand_overs(state_noted) == [BACKLOG - 1], (
+            state_hand_overs(state_noted),
+            backlog_rounds,
+        )
         # caught up: the next event is handed over without waiting for more (the time bound
         # is an hour here)
         asyncio.run(produce_backlog(settings, events[BACKLOG:]))
         wait_until(lambda: BACKLOG in hand_overs(noted), 60, "the last event handed over")
+        wait_until(lambda: BACKLOG in state_hand_overs(state_noted), 60, "its state handed over")
         check_aggregates(settings, events)
     finally:
         stop_worker(worker)
