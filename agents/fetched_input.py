@@ -126,6 +126,7 @@ def native_fetches(consumer: AIOKafkaConsumer) -> bool:
     def take(tp: TopicPartition, result: FetchResult, most: int | None) -> InputChunk | None:
         """``result.getall(most)`` as one chunk (None: nothing)."""
         if not result.check_assignment(tp) or not result.has_more():
+            decoded.pop(tp, None)
             return None
         held = decoded.get(tp)
         if held is None or held[0] is not result:
