@@ -9,8 +9,9 @@ restart or takeover resumes exactly where the durable state ends. Progress is co
 ``<app_id>-input`` for monitoring only (metadata: the worker's ``web_url``, for ``fiba
 status``), never read back. Revoked partitions stop at once
 (epochs keep records of an earlier assignment from being applied); a failed restore is
-retried, one refused for its shape stops the worker. Cost per record: the aiokafka fetch and a
-list slot. Design: docs/design/delivery.md.
+retried, one refused for its shape stops the worker. The consumer hands each partition's
+fetched records over as one chunk (``agents.fetched_input``: on the native build decoded from
+the Fetch response's bytes, no Python object per record). Design: docs/design/delivery.md.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError
 
 from agents.clients import client_options, fetch
 from agents.config import WorkerSettings
+from agents.fetched_input import InputChunk, native_fetches
 from agents.supervision import OnFailure, watched
 from stores.state_shape import StateMismatch
 
@@ -43,7 +45,9 @@ FETCH_PARTITION_BYTES = 256 * 1024
 """Largest fetched chunk per partition (aiokafka ``max_partition_fetch_bytes``)."""
 
 FETCH_CHUNK = 100
-"""Most records one ``getmany`` returns (aiokafka builds them in one synchronous step)."""
+"""Most records one ``getmany`` returns, unless they are decoded natively under ``emit=batch``
+(then up to the batch's remaining room: aiokafka builds its records in one synchronous
+step, the native decoder a whole response in one short call)."""
 
 HANDOVER_RECORDS = 1000
 """``emit=event``/``changes``: most records applied between two hand-overs while a backlog is
@@ -101,6 +105,8 @@ class InputReader:
         self._committed: dict[int, int] = {}
         self._assigned = False
         """True once a first assignment arrived (owning no partition is then a state)."""
+        self._native = False
+        """The consumer's chunks are decoded natively (``agents.fetched_input``)."""
         self.restore_began: dict[int, float] = {}
         """Per owned partition whose restore is in flight, when it began (monotonic s)."""
         self.restore_seconds: dict[int, float] = {}
@@ -206,6 +212,7 @@ class InputReader:
             isolation_level=self.settings.isolation_level,
         )
         await consumer.start()
+        self._native = native_fetches(consumer)
         self._consumer = consumer
         self._loop_task = watched(self._read(consumer), "fiba-input-reader", self.on_failure)
         if self.settings.exactly_once:
@@ -289,7 +296,8 @@ class InputReader:
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
         """Fetch in chunks of at most ``FETCH_CHUNK`` records (building a chunk's records is
-        one synchronous step), giving the loop its turns in between. ``emit=event``/``changes``
+        one synchronous step; decoded natively under ``emit=batch``, up to the batch's room),
+        giving the loop its turns in between. ``emit=event``/``changes``
         applies each chunk at once and hands over when a fetch without waiting finds nothing
         more (caught up: no added latency), ``HANDOVER_RECORDS`` were applied or
         ``HANDOVER_WAIT_S`` passed since the first of them, its state changes at most every
@@ -303,10 +311,11 @@ class InputReader:
         wait = settings.batch_max_wait / 1000 if emit_batch else HANDOVER_WAIT_S
         state_wait = 0.0 if emit_batch else STATE_WAIT_S
         chunk_records = min(FETCH_CHUNK, most) if emit_batch else FETCH_CHUNK
+        native_batch = emit_batch and self._native
         pipeline = self.pipeline
         turns = pipeline.turns
         epochs = self._epochs
-        pending: dict[tuple[int, int], list[ConsumerRecord]] = {}
+        pending: dict[tuple[int, int], list[InputChunk]] = {}
         gathered = 0
         """Records gathered (``batch``) or applied (else) since the last hand-over."""
         first_at = 0.0
@@ -324,7 +333,7 @@ class InputReader:
                 consumer,
                 "input records",
                 timeout_ms=0 if gathered else FETCH_WAIT_MS,
-                max_records=chunk_records,
+                max_records=max(1, most - gathered) if native_batch else chunk_records,
             )
             # the records match the consumer's positions now: tag them with the epochs now
             fetched = [
@@ -335,17 +344,17 @@ class InputReader:
                 await pipeline.hand_over()  # input idle: the state changes left queued
             if fetched and not gathered:
                 first_at = time.perf_counter()
-            for tag, records in fetched:
-                gathered += len(records)
+            for tag, chunk in fetched:
+                gathered += len(chunk)
                 if emit_batch:
-                    pending.setdefault(tag, []).extend(records)
+                    pending.setdefault(tag, []).append(chunk)
                 elif epochs.get(tag[0]) == tag[1]:
-                    await pipeline.process_records(tag[0], records)
+                    await pipeline.process_records(tag[0], [chunk])
             if gathered and (
                 not fetched or gathered >= most or time.perf_counter() - first_at >= wait
             ):
                 batch, pending, gathered = pending, {}, 0
-                for (partition, epoch), records in batch.items():
+                for (partition, epoch), chunks in batch.items():
                     if epochs.get(partition) == epoch:
-                        await pipeline.process_records(partition, records)
+                        await pipeline.process_records(partition, chunks)
                 await pipeline.hand_over(state_wait)

@@ -23,7 +23,7 @@ import logging
 import time
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from agents.config import FaustWorker
 from agents.dead_letters import DeadLetters
 from agents.emit_latency import EmitLatency
 from agents.events import BadEvent, EventParser, ParsedEvent
+from agents.fetched_input import InputChunk
 from agents.loop_turns import LoopTurns
 from agents.records import aggregate_encoder, encode_aggregate
 from agents.transactions import Transactions
@@ -261,9 +262,12 @@ class WindowsPipeline:
 
     # --- records ------------------------------------------------------------------------------
 
-    async def process_records(self, partition: int, records: Sequence[ConsumerRecord]) -> None:
-        """Apply ``records``, fetched in offset order from the input ``partition``, unless the
-        partition is not loaded or halted (revoked). ``emit=event``: one kernel call per slice
+    async def process_records(self, partition: int, chunks: Sequence[InputChunk]) -> None:
+        """Apply the records of ``chunks`` (``agents.fetched_input``), fetched in offset order
+        from the input ``partition``, unless the partition is not loaded or halted (revoked);
+        the records are read from the chunks by column (offsets, timestamps; parsed in one
+        call per slice), a ``ConsumerRecord`` made only for a dead letter (and per record
+        under ``emit=changes``). ``emit=event``: one kernel call per slice
         (``_process_events``, a halt taking effect at the next slice); ``changes``: one record
         at a time, the event loop getting a turn once ~0.5 ms of work has passed (a halt
         takes effect at the next record); ``batch``: as one batch (``_process_share``). Their
@@ -275,21 +279,28 @@ class WindowsPipeline:
         async with state.lock:
             if state.halted or self._states.get(partition) is not state:
                 return
-            self.young_collections.add(len(records))
-            fresh = [r for r in records if r.offset > state.applied_offset]
-            self.counts["redelivered_skipped"] += len(records) - len(fresh)
+            fetched = sum(map(len, chunks))
+            self.young_collections.add(fetched)
+            fresh = [c for c in (c.after(state.applied_offset) for c in chunks) if len(c)]
+            self.counts["redelivered_skipped"] += fetched - sum(map(len, fresh))
             if self.settings.emit == "batch":
                 await self._process_share(state, fresh)
             elif self._encoder is not None:  # emit=event
                 await self._process_events(state, fresh)
             else:  # emit=changes: each record compared with the key's last one
-                turns = self.turns
-                for record, parsed in zip(fresh, self.parser.parse_many(fresh), strict=True):
-                    await self._process_one(state, record, parsed)
-                    if time.perf_counter() >= turns.deadline:
-                        await turns.take()
-                        if state.halted:
-                            break
+                await self._process_changes(state, fresh)
+
+    async def _process_changes(self, state: PartitionState, fresh: list[InputChunk]) -> None:
+        """``emit=changes``: one record at a time, the event loop getting a turn once ~0.5 ms
+        of work has passed (a halt takes effect at the next record)."""
+        turns = self.turns
+        for chunk in fresh:
+            for record, parsed in zip(chunk, self.parser.parse_many(chunk), strict=True):
+                await self._process_one(state, record, parsed)
+                if time.perf_counter() >= turns.deadline:
+                    await turns.take()
+                    if state.halted:
+                        return
 
     async def deliver_outputs(self) -> None:
         """Hand the queued outputs (aggregate records, dead letters) to the producer and wait
@@ -413,7 +424,7 @@ class WindowsPipeline:
         )
         state.applied_offset = offset
 
-    async def _process_events(self, state: PartitionState, fresh: Sequence[ConsumerRecord]) -> None:
+    async def _process_events(self, state: PartitionState, fresh: list[InputChunk]) -> None:
         """One partition's share of a chunk under ``emit=event`` (``fresh``: its records after
         the applied offset): parsed and applied in slices
         sized to take about ``SLICE_TIME`` each (``_fit_slice``), one
@@ -426,21 +437,21 @@ class WindowsPipeline:
         parse_many = self.parser.parse_many
         partition = state.partition
         encoder = self._encoder
-        lo = 0
-        while lo < len(fresh) and not state.halted:
+        for piece in self._pieces(fresh):
+            if state.halted:
+                return
             started = time.perf_counter()
-            piece = fresh[lo : lo + self._slice]
-            lo += len(piece)
             refused: list[tuple[ConsumerRecord, str, str]] = []
             parsed, offsets = _parsed_events(parse_many, piece, refused)
             applied = state.windows.apply_events(parsed, offsets, partition, encoder)
             effects = applied.effects
             if len(effects) == len(piece):
-                stamps = [m.timestamp for m in piece]
+                stamps = piece.timestamps()
             else:
-                by_offset = {m.offset: m for m in piece}
-                stamps = [by_offset[effect[0]].timestamp for effect in effects]
-                refused.extend((by_offset[o], r.reason, r.detail) for o, r in applied.rejected)
+                stamps = [piece.timestamp_at(effect[0]) for effect in effects]
+                refused.extend(
+                    (piece.record_at(o), r.reason, r.detail) for o, r in applied.rejected
+                )
             self.counts["aggregates"] += len(effects)
             self.aggregates.add_many(
                 applied.keys, applied.records, applied.event_ts, source=partition
@@ -469,7 +480,7 @@ class WindowsPipeline:
             done = upto
         await self._record_effects(state, effects[done:], encoded)
 
-    async def _process_share(self, state: PartitionState, fresh: Sequence[ConsumerRecord]) -> None:
+    async def _process_share(self, state: PartitionState, fresh: list[InputChunk]) -> None:
         """One partition's share of a batch (``fresh``: its records after the applied offset),
         columnar: parsed and applied
         (``KeyWindows.apply``) in slices sized to take about ``SLICE_TIME`` each (the state
@@ -486,22 +497,17 @@ class WindowsPipeline:
         effects: list[tuple[int, str, int, Any]] = []
         refused: list[tuple[ConsumerRecord, str, str]] = []
         last: dict[str, tuple[int, int]] = {}
-        lo = 0
-        while lo < len(fresh):
+        for piece in self._pieces(fresh):
             started = time.perf_counter()
-            piece = fresh[lo : lo + self._slice]
             parsed, offsets = _parsed_events(parse_many, piece, refused)
             if encoded:
                 applied = windows.apply_encoded(parsed, offsets, codec)  # type: ignore[union-attr, arg-type]
             else:
                 applied = windows.apply(parsed, offsets)
             effects.extend(applied.effects)
-            if applied.rejected:
-                by_offset = {m.offset: m for m in piece}
-                refused.extend((by_offset[o], r.reason, r.detail) for o, r in applied.rejected)
+            refused.extend((piece.record_at(o), r.reason, r.detail) for o, r in applied.rejected)
             last.update(applied.last)
             self._fit_slice(time.perf_counter() - started)
-            lo += len(piece)
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
         evicted = []
@@ -527,16 +533,26 @@ class WindowsPipeline:
         self,
         pending: list[tuple[str, int, int, Any, int, int]],
         partition: int,
-        records: Sequence[ConsumerRecord],
+        chunks: list[InputChunk],
     ) -> None:
         """Encode the ``AggregateEncoder.encode`` arguments in ``pending`` in one call
         (``encode_many``), queue the records (each answering the input record of its offset
-        among ``records``) and empty ``pending``."""
+        among ``chunks``) and empty ``pending``."""
         encoded = self._encoder.encode_many(pending)  # type: ignore[union-attr]  # emit=batch
         for (key, event_ts, _, _, _, offset), data in zip(pending, encoded, strict=True):
-            input_ts = _timestamp_at(records, offset)
+            input_ts = _timestamp_at(chunks, offset)
             self._queue_aggregate(key, data, event_ts, partition, input_ts)
         pending.clear()
+
+    def _pieces(self, chunks: list[InputChunk]) -> Iterator[InputChunk]:
+        """``chunks`` in slices of ``self._slice`` records (as it is when each is taken;
+        none spans two chunks)."""
+        for chunk in chunks:
+            lo = 0
+            while lo < len(chunk):
+                piece = chunk[lo : lo + self._slice]
+                lo += len(piece)
+                yield piece
 
     def _fit_slice(self, elapsed: float) -> None:
         """Adapt the slice size to ``elapsed`` seconds the last slice took: halve it
@@ -650,20 +666,20 @@ class WindowsPipeline:
 
 
 def _parsed_events(
-    parse_many: Callable[[Sequence[ConsumerRecord]], list[ParsedEvent | BadEvent]],
-    piece: Sequence[ConsumerRecord],
+    parse_many: Callable[[InputChunk], list[ParsedEvent | BadEvent]],
+    piece: InputChunk,
     refused: list[tuple[ConsumerRecord, str, str]],
 ) -> tuple[list[ParsedEvent], list[int]]:
     """The events parsed from ``piece`` (``parse_many``) that are well formed, with their
     offsets; each malformed record is appended to ``refused`` with its reason and detail."""
     parsed = parse_many(piece)
-    offsets = [m.offset for m in piece]
+    offsets = piece.offsets()
     good = [i for i, outcome in enumerate(parsed) if not isinstance(outcome, BadEvent)]
     if len(good) == len(piece):
         return parsed, offsets  # type: ignore[return-value]  # no BadEvent among them
     refused.extend(
-        (message, outcome.reason, outcome.detail)
-        for message, outcome in zip(piece, parsed, strict=True)
+        (piece.record_at(offset), outcome.reason, outcome.detail)
+        for offset, outcome in zip(offsets, parsed, strict=True)
         if isinstance(outcome, BadEvent)
     )
     return [parsed[i] for i in good], [offsets[i] for i in good]  # type: ignore[misc]
@@ -677,11 +693,10 @@ def _offset_of_effect(effect: tuple[Any, ...]) -> int:
     return effect[0]
 
 
-def _timestamp_at(records: Sequence[ConsumerRecord], offset: int) -> int:
-    """The Kafka timestamp of the record at ``offset`` among ``records`` (in offset order, one
-    of them at ``offset``). O(log records)."""
-    return records[bisect_left(records, offset, key=_offset_of_record)].timestamp
-
-
-def _offset_of_record(record: ConsumerRecord) -> int:
-    return record.offset
+def _timestamp_at(chunks: list[InputChunk], offset: int) -> int:
+    """The Kafka timestamp of the record at ``offset`` among ``chunks`` (in offset order,
+    one of them holding ``offset``). O(chunks + log records)."""
+    for chunk in chunks:
+        if offset <= chunk.last_offset:
+            return chunk.timestamp_at(offset)
+    raise KeyError(offset)

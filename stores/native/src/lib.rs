@@ -4,6 +4,7 @@
 pub mod changelog_layouts;
 pub mod event_records;
 pub mod events;
+pub mod fetched_records;
 pub mod fiba;
 pub mod json_text;
 pub mod monoids;

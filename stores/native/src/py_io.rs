@@ -6,6 +6,7 @@
 //! function given at construction, so the outcome is always the Python one.
 
 use crate::events::{Key, Outcome, Rules};
+use crate::fetched_records::python::PyFetchedRecords;
 use crate::json_text::{push_orjson_float, push_str};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -93,14 +94,33 @@ impl PyEventParser {
         }
     }
 
-    /// Per record (objects with `.key`, `.value`, `.timestamp`), in order, `(key, ts, value)`
-    /// or a `BadEvent`: `EventParser.parse_many`'s outcome. O(total size).
+    /// Per record (objects with `.key`, `.value`, `.timestamp`, or a `FetchedRecords`, read
+    /// from its bytes), in order, `(key, ts, value)` or a `BadEvent`: `EventParser.parse_many`'s
+    /// outcome. O(total size).
     fn parse_many<'py>(
         &self,
         py: Python<'py>,
         records: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
+        if let Ok(fetched) = records.downcast::<PyFetchedRecords>() {
+            let fetched = fetched.get();
+            let data = fetched.data(py).as_bytes();
+            let bytes = |s: Option<(usize, usize)>| s.map(|(a, b)| &data[a..b]);
+            for record in fetched.records() {
+                let kafka_ts = self.rules.kafka_time.then_some(record.timestamp);
+                let outcome = self
+                    .rules
+                    .parse(bytes(record.key), bytes(record.value), kafka_ts);
+                out.append(match outcome {
+                    Outcome::Python => self
+                        .python_outcome
+                        .call1(py, (fetched.consumer_record(py, record)?,))?,
+                    outcome => self.outcome_object(py, outcome)?,
+                })?;
+            }
+            return Ok(out);
+        }
         for record in records.try_iter()? {
             let record = record?;
             out.append(self.parse_record(py, &record)?)?;
@@ -145,6 +165,14 @@ impl PyEventParser {
             return self.python_outcome.call1(py, (record,));
         };
         match self.rules.parse(key, value, kafka_ts) {
+            Outcome::Python => self.python_outcome.call1(py, (record,)),
+            outcome => self.outcome_object(py, outcome),
+        }
+    }
+
+    /// The Python object of a decided outcome: `(key, ts, value)` or a `BadEvent`.
+    fn outcome_object(&self, py: Python<'_>, outcome: Outcome<'_>) -> PyResult<PyObject> {
+        match outcome {
             Outcome::Event { key, ts, value } => {
                 let key = match &key {
                     Key::Kafka(s) => PyString::new(py, s),
@@ -158,7 +186,7 @@ impl PyEventParser {
                 Ok(PyTuple::new(py, parts)?.into_any().unbind())
             }
             Outcome::Bad { reason, detail } => self.bad_event.call1(py, (reason, detail)),
-            Outcome::Python => self.python_outcome.call1(py, (record,)),
+            Outcome::Python => unreachable!("decided by the caller"),
         }
     }
 }

@@ -520,5 +520,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::changelog_layouts::python::register(m)?;
     crate::store_writes::python::register(m)?;
     crate::record_batch::python::register(m)?;
+    crate::fetched_records::python::register(m)?;
     Ok(())
 }

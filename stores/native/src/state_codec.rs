@@ -131,20 +131,20 @@ fn split(eid: &[u8]) -> Option<(&[u8], i64)> {
     Some((prefix, (biased ^ (1u64 << 63)) as i64))
 }
 
-fn be_i64(b: &[u8], at: usize) -> Result<i64, ReplayError> {
+pub(crate) fn be_i64(b: &[u8], at: usize) -> Result<i64, ReplayError> {
     b.get(at..at + 8)
         .map(|s| i64::from_be_bytes(s.try_into().unwrap()))
         .ok_or(ReplayError::Malformed("truncated record batch"))
 }
 
-fn be_u32(b: &[u8], at: usize) -> Result<u32, ReplayError> {
+pub(crate) fn be_u32(b: &[u8], at: usize) -> Result<u32, ReplayError> {
     b.get(at..at + 4)
         .map(|s| u32::from_be_bytes(s.try_into().unwrap()))
         .ok_or(ReplayError::Malformed("truncated record batch"))
 }
 
 /// A zigzag varint (Kafka's varint and varlong) at `*at`, advancing it.
-fn varint(b: &[u8], at: &mut usize) -> Result<i64, ReplayError> {
+pub(crate) fn varint(b: &[u8], at: &mut usize) -> Result<i64, ReplayError> {
     let mut raw: u64 = 0;
     let mut shift = 0;
     loop {
@@ -164,7 +164,11 @@ fn varint(b: &[u8], at: &mut usize) -> Result<i64, ReplayError> {
 }
 
 /// `len` bytes at `*at` (None for a negative length: a null key or value), advancing it.
-fn nullable<'a>(b: &'a [u8], at: &mut usize, len: i64) -> Result<Option<&'a [u8]>, ReplayError> {
+pub(crate) fn nullable<'a>(
+    b: &'a [u8],
+    at: &mut usize,
+    len: i64,
+) -> Result<Option<&'a [u8]>, ReplayError> {
     if len < 0 {
         return Ok(None);
     }
