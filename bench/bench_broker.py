@@ -1,11 +1,13 @@
 """The broker a worker benchmark starts: ``--broker-kind embedded|kafka`` (``app.brokers.kinds``).
 
-``bench_broker(kind)`` starts one for a ``with`` block and yields a ``BenchBroker``: its
-bootstrap address, the ``broker_profile`` its clients use (``embedded`` on Tansu, ``kafka`` on
-Apache Kafka) and its kind, for the results. ``add_broker_kind_option`` adds the option to an
-argparse parser; ``results_path`` names a results file per kind (the embedded one keeps the
-historical name). ``announce_run`` prints a run's command and machine at its start and
-``write_results`` records them with the results at its end.
+``bench_broker(kind)`` starts one for a ``with`` block (Apache Kafka warmed up: a fresh JVM's
+compilers would otherwise charge the first cells measured, ``bench.broker_warmup``) and yields
+a ``BenchBroker``: its bootstrap address, the ``broker_profile`` its clients use (``embedded``
+on Tansu, ``kafka`` on Apache Kafka), its kind and process, for the results.
+``add_broker_kind_option`` adds the option to an argparse parser; ``results_path`` names a
+results file per kind (the embedded one keeps the historical name). ``announce_run`` prints a
+run's command and machine at its start and ``write_results`` records them with the results at
+its end.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.brokers.kinds import BROKER_KINDS, make_broker
+from bench.broker_warmup import warm_up_sync
 from bench.machine import describe_machine
 
 
@@ -46,9 +49,12 @@ def add_broker_kind_option(parser: argparse.ArgumentParser, default: str = "embe
 
 
 @contextlib.contextmanager
-def bench_broker(kind: str) -> Iterator[BenchBroker]:
-    """A fresh broker of ``kind`` for the ``with`` block, stopped afterwards."""
+def bench_broker(kind: str, warm: bool = True) -> Iterator[BenchBroker]:
+    """A fresh broker of ``kind`` for the ``with`` block, stopped afterwards; Apache Kafka's
+    warmed up first (``bench.broker_warmup``) unless ``warm`` is False."""
     with make_broker(kind) as broker:
+        if warm and kind == "kafka":
+            warm_up_sync(broker.bootstrap)
         yield BenchBroker(broker.bootstrap, broker.profile, kind, broker.pid)
 
 

@@ -3,8 +3,9 @@
 ``backlogged_worker`` creates a scenario's topics (``scenario_settings``), pre-produces the
 input (``event_stream``: ``KEYS`` keys, ``OOO_FRACTION`` of the events up to
 ``MAX_LATENESS_MS`` late) and runs a child of ``bench.worker_scenarios`` on it in a subprocess
-(``child_process``); ``measure_rate`` polls the child's ``GET /stats`` for events/s and CPU
-per event, ``http_latencies`` and ``topic_latencies`` time range queries meanwhile. Used by
+(``child_process``); ``measure_run`` polls the child's ``GET /stats`` for events/s and CPU
+per event (the broker's too: ``bench.broker_cpu``), ``http_latencies`` and
+``topic_latencies`` time range queries meanwhile. Used by
 ``bench.worker_pipeline``, ``bench.query_latency``, ``bench.peers``, ``bench.window_end`` and
 ``bench.latency``. Methods: docs/bench-methods.md.
 """
@@ -24,7 +25,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from app.topics import create_topics
 from bench.bench_broker import (
     BenchBroker,
 )
+from bench.broker_cpu import by_kind, thread_cpu, thread_names
 from stores.durations import format_duration
 
 KEYS = 100
@@ -159,13 +161,32 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_rate(
-    port: int, total: int, worker: subprocess.Popen, log_path: Path, timeout: float
-) -> tuple[float, float]:
-    """Accepted events per wall second and CPU microseconds of the worker per event, between
-    30% and 90% of ``total`` (polling ``GET /stats``). The CPU figure does not depend on how
-    many other processes share the machine's cores; the wall-clock rate does."""
-    marks: dict[float, tuple[float, float, int]] = {}
+@dataclass(frozen=True, slots=True)
+class RunFigures:
+    """What ``measure_run`` measured over a run's 30-90 % of its events."""
+
+    events_per_s: float
+    cpu_us_per_event: float
+    """The child's CPU (user + system) per event."""
+    broker_cpu_us_per_event: float | None = None
+    """The broker's CPU per event (None when its process is not known)."""
+    broker_cpu_us_by_thread: dict[str, float] | None = None
+    """The broker's CPU per event per kind of thread (``bench.broker_cpu.by_kind``)."""
+
+
+def measure_run(
+    port: int,
+    total: int,
+    worker: subprocess.Popen,
+    log_path: Path,
+    timeout: float,
+    broker_pid: int | None = None,
+) -> RunFigures:
+    """Accepted events per wall second and CPU microseconds of the worker (and, with
+    ``broker_pid``, of the broker, per kind of thread) per event, between 30% and 90% of
+    ``total`` (polling ``GET /stats``). The CPU figures do not depend on how many other
+    processes share the machine's cores; the wall-clock rate does."""
+    marks: dict[float, tuple[float, float, int, dict[int, float]]] = {}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if worker.poll() is not None:
@@ -178,14 +199,33 @@ def measure_rate(
         now, cpu = time.monotonic(), cpu_seconds(worker.pid)
         for fraction in (0.3, 0.9):
             if fraction not in marks and accepted >= fraction * total:
-                marks[fraction] = (now, cpu, accepted)
+                broker = {} if broker_pid is None else thread_cpu(broker_pid)
+                marks[fraction] = (now, cpu, accepted, broker)
         if 0.9 in marks:
-            (t1, c1, a1), (t2, c2, a2) = marks[0.3], marks[0.9]
+            (t1, c1, a1, b1), (t2, c2, a2, b2) = marks[0.3], marks[0.9]
             if t2 == t1:
                 raise RuntimeError("the stream was consumed between two polls: make it longer")
-            return (a2 - a1) / (t2 - t1), 1e6 * (c2 - c1) / (a2 - a1)
+            events = a2 - a1
+            figures = RunFigures((a2 - a1) / (t2 - t1), 1e6 * (c2 - c1) / events)
+            if broker_pid is None:
+                return figures
+            spent = by_kind(b1, b2, thread_names(broker_pid))
+            per_event = {kind: 1e6 * seconds / events for kind, seconds in spent.items()}
+            return replace(
+                figures,
+                broker_cpu_us_per_event=per_event.pop("process"),
+                broker_cpu_us_by_thread=per_event or None,
+            )
         time.sleep(0.1)
     raise RuntimeError(f"timeout: the worker did not get through {total} events")
+
+
+def measure_rate(
+    port: int, total: int, worker: subprocess.Popen, log_path: Path, timeout: float
+) -> tuple[float, float]:
+    """``measure_run``'s events per wall second and worker CPU µs per event."""
+    figures = measure_run(port, total, worker, log_path, timeout)
+    return figures.events_per_s, figures.cpu_us_per_event
 
 
 def wait_until_assigned(port: int, worker: subprocess.Popen, timeout: float = 120) -> None:

@@ -19,6 +19,7 @@ from app.brokers.kafka_jars import KAFKA_VERSION, SCALA_VERSION, kafka_jars
 from app.brokers.kinds import development_broker_options, make_broker, options_keeping_old_records
 from app.brokers.process import BrokerError, BrokerSetupError, free_port
 from app.topics import DATA_TOPIC_CONFIGS
+from bench.broker_cpu import kind_of, thread_names
 
 # Apache Kafka's own broker kind, whichever kind and build the pass runs: `make test` runs
 # these in its Kafka pass only
@@ -65,6 +66,9 @@ def test_the_broker_removes_a_temporary_log_dir_and_keeps_a_given_one(tmp_path):
         assert temporary is not None and (temporary / "log" / "meta.properties").is_file()
         # its process, whose CPU time bench.scale_out reads
         assert broker.pid is not None and Path(f"/proc/{broker.pid}/stat").is_file()
+        # and bench.broker_cpu per kind of thread, by the names jcmd gives
+        kinds = {kind_of(name) for name in thread_names(broker.pid).values()}
+        assert {"network", "request_handlers", "gc", "jit"} <= kinds
     assert not temporary.exists()
     assert broker.pid is None
     # a given one: formatted, and kept by the same stop (no second broker start needed)
