@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,9 @@ def bench_broker(kind: str, warm: bool = True) -> Iterator[BenchBroker]:
     warmed up first (``bench.broker_warmup``) unless ``warm`` is False."""
     with make_broker(kind) as broker:
         if warm and kind == "kafka":
+            started = time.monotonic()
             warm_up_sync(broker.bootstrap)
+            print(f"broker warmed up in {time.monotonic() - started:.1f} s", flush=True)
         yield BenchBroker(broker.bootstrap, broker.profile, kind, broker.pid)
 
 
