@@ -50,11 +50,11 @@ def add_broker_kind_option(parser: argparse.ArgumentParser, default: str = "embe
 
 
 @contextlib.contextmanager
-def bench_broker(kind: str, warm: bool = True) -> Iterator[BenchBroker]:
-    """A fresh broker of ``kind`` for the ``with`` block, stopped afterwards; Apache Kafka's
-    warmed up first (``bench.broker_warmup``) unless ``warm`` is False."""
+def bench_broker(kind: str) -> Iterator[BenchBroker]:
+    """A fresh broker of ``kind`` for the ``with`` block, stopped afterwards; Apache Kafka
+    warmed up first (``bench.broker_warmup``)."""
     with make_broker(kind) as broker:
-        if warm and kind == "kafka":
+        if kind == "kafka":
             started = time.monotonic()
             warm_up_sync(broker.bootstrap)
             print(f"broker warmed up in {time.monotonic() - started:.1f} s", flush=True)

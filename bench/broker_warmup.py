@@ -1,14 +1,15 @@
 """A freshly started Apache Kafka broker brought to the state of one that has served for a while.
 
-A fresh JVM interprets, then compiles, the code of each request it serves: its JIT compilers
-spent up to 5 µs of CPU per event of the first worker cell measured after a broker start
-(bench/RESULTS.md, "the broker's CPU"), a cost a production broker paid long ago.
+A fresh JVM interprets, then compiles, the code of each request it serves: on the loaded
+2-core machine its JIT compilers spent 4.6-5.4 µs of CPU per event of the first worker cell
+measured after a broker start (bench/RESULTS.md, "the broker's CPU"), a cost a production
+broker paid long ago.
 ``warm_up(bootstrap)`` produces, stop-and-wait as the worker does, ``WARM_UP_REQUESTS``
 requests of the shapes the benchmarks send (aggregate-sized records of 651 bytes in batches of
 1-200 over 1 and 4 partitions; changelog-sized records of 53 bytes in batches of 400 and 2,000
 to a compacted topic) through the worker's batch path (``agents.batched_send``), and reads each
-topic back with small fetches, on topics of its own (prefix ``warm-up-``). About 10-20 s on
-this 2-core machine; the benchmarks that start a broker of kind ``kafka`` call it
+topic back with small fetches, on topics of its own (prefix ``warm-up-``). About 18 s on
+this 2-core machine at load 6; the benchmarks that start a broker of kind ``kafka`` call it
 (``bench.bench_broker``).
 """
 
