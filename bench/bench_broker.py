@@ -23,9 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.brokers.apache_kafka import SERVER_JVM_OPTIONS
 from app.brokers.kinds import BROKER_KINDS, make_broker
 from bench.broker_warmup import warm_up_sync
 from bench.machine import describe_machine
+
+BENCH_BROKER_OPTIONS: dict[str, dict[str, Any]] = {"kafka": {"jvm_options": SERVER_JVM_OPTIONS}}
+"""``make_broker`` options of the benchmarks' brokers per kind: Apache Kafka's JVM as a server
+runs it (``app.brokers.apache_kafka.SERVER_JVM_OPTIONS``; the tests' brokers start small)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +56,9 @@ def add_broker_kind_option(parser: argparse.ArgumentParser, default: str = "embe
 
 @contextlib.contextmanager
 def bench_broker(kind: str) -> Iterator[BenchBroker]:
-    """A fresh broker of ``kind`` for the ``with`` block, stopped afterwards; Apache Kafka
-    warmed up first (``bench.broker_warmup``)."""
-    with make_broker(kind) as broker:
+    """A fresh broker of ``kind`` (``BENCH_BROKER_OPTIONS``) for the ``with`` block, stopped
+    afterwards; Apache Kafka warmed up first (``bench.broker_warmup``)."""
+    with make_broker(kind, **BENCH_BROKER_OPTIONS.get(kind, {})) as broker:
         if kind == "kafka":
             started = time.monotonic()
             warm_up_sync(broker.bootstrap)
