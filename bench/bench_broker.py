@@ -1,11 +1,13 @@
 """The broker a worker benchmark starts: ``--broker-kind embedded|kafka`` (``app.brokers.kinds``).
 
-``bench_broker(kind)`` starts one for a ``with`` block and yields a ``BenchBroker``: its
-bootstrap address, the ``broker_profile`` its clients use (``embedded`` on Tansu, ``kafka`` on
-Apache Kafka) and its kind, for the results. ``add_broker_kind_option`` adds the option to an
-argparse parser; ``results_path`` names a results file per kind (the embedded one keeps the
-historical name). ``announce_run`` prints a run's command and machine at its start and
-``write_results`` records them with the results at its end.
+``bench_broker(kind)`` starts one for a ``with`` block (Apache Kafka warmed up: a fresh JVM's
+compilers would otherwise charge the first cells measured, ``bench.broker_warmup``) and yields
+a ``BenchBroker``: its bootstrap address, the ``broker_profile`` its clients use (``embedded``
+on Tansu, ``kafka`` on Apache Kafka), its kind and process, for the results.
+``add_broker_kind_option`` adds the option to an argparse parser; ``results_path`` names a
+results file per kind (the embedded one keeps the historical name). ``announce_run`` prints a
+run's command and machine at its start and ``write_results`` records them with the results at
+its end.
 """
 
 from __future__ import annotations
@@ -15,13 +17,20 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.brokers.apache_kafka import SERVER_JVM_OPTIONS
 from app.brokers.kinds import BROKER_KINDS, make_broker
+from bench.broker_warmup import warm_up_sync
 from bench.machine import describe_machine
+
+BENCH_BROKER_OPTIONS: dict[str, dict[str, Any]] = {"kafka": {"jvm_options": SERVER_JVM_OPTIONS}}
+"""``make_broker`` options of the benchmarks' brokers per kind: Apache Kafka's JVM as a server
+runs it (``app.brokers.apache_kafka.SERVER_JVM_OPTIONS``; the tests' brokers start small)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +56,13 @@ def add_broker_kind_option(parser: argparse.ArgumentParser, default: str = "embe
 
 @contextlib.contextmanager
 def bench_broker(kind: str) -> Iterator[BenchBroker]:
-    """A fresh broker of ``kind`` for the ``with`` block, stopped afterwards."""
-    with make_broker(kind) as broker:
+    """A fresh broker of ``kind`` (``BENCH_BROKER_OPTIONS``) for the ``with`` block, stopped
+    afterwards; Apache Kafka warmed up first (``bench.broker_warmup``)."""
+    with make_broker(kind, **BENCH_BROKER_OPTIONS.get(kind, {})) as broker:
+        if kind == "kafka":
+            started = time.monotonic()
+            warm_up_sync(broker.bootstrap)
+            print(f"broker warmed up in {time.monotonic() - started:.1f} s", flush=True)
         yield BenchBroker(broker.bootstrap, broker.profile, kind, broker.pid)
 
 

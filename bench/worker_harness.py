@@ -3,11 +3,12 @@
 ``backlogged_worker`` creates a scenario's topics (``scenario_settings``), pre-produces the
 input (``event_stream``: ``KEYS`` keys, ``OOO_FRACTION`` of the events up to
 ``MAX_LATENESS_MS`` late) and runs a child of ``bench.worker_scenarios`` on it in a subprocess
-(``child_process``); ``measure_rate`` polls the child's ``GET /stats`` for events/s and CPU
-per event over at least ``MIN_MEASURED_S`` (``long_enough`` runs a cell again on a longer
-stream when it passes faster), ``http_latencies`` and ``topic_latencies`` time range queries
-meanwhile. Used by ``bench.worker_pipeline``, ``bench.query_latency``, ``bench.peers``,
-``bench.window_end``, ``bench.latency`` and ``bench.goals``. Methods: docs/bench-methods.md.
+(``child_process``); ``measure_run`` polls the child's ``GET /stats`` for events/s and CPU
+per event (the broker's too: ``bench.broker_cpu``) over at least ``MIN_MEASURED_S``
+(``long_enough`` runs a cell again on a longer stream when it passes faster),
+``http_latencies`` and ``topic_latencies`` time range queries meanwhile. Used by
+``bench.worker_pipeline``, ``bench.query_latency``, ``bench.peers``, ``bench.window_end``,
+``bench.latency`` and ``bench.goals``. Methods: docs/bench-methods.md.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +44,7 @@ from app.topics import create_topics
 from bench.bench_broker import (
     BenchBroker,
 )
+from bench.broker_cpu import by_kind, thread_cpu, thread_names
 from stores.durations import format_duration
 
 T = TypeVar("T")
@@ -213,16 +215,36 @@ class StreamTooShort(RuntimeError):
         self.events_per_s = events_per_s
 
 
-def measure_rate(
-    port: int, total: int, worker: subprocess.Popen, log_path: Path, timeout: float
-) -> tuple[float, float]:
-    """Accepted events per wall second and CPU microseconds of the worker per event over the
-    measured part (``MEASURED``) of a stream of ``total`` events, polling ``GET /stats``
-    every ``POLL_S``. Each poll's count is paired with the middle of its request and the
-    worker's CPU time right after it. The CPU figure does not depend on how many other
-    processes share the machine's cores; the wall-clock rate does. Raises ``StreamTooShort``
-    when that part lasts under ``MIN_MEASURED_S``."""
+@dataclass(frozen=True, slots=True)
+class RunFigures:
+    """What ``measure_run`` measured over a run's measured part (``MEASURED``)."""
+
+    events_per_s: float
+    cpu_us_per_event: float
+    """The child's CPU (user + system) per event."""
+    broker_cpu_us_per_event: float | None = None
+    """The broker's CPU per event (None when its process is not known)."""
+    broker_cpu_us_by_thread: dict[str, float] | None = None
+    """The broker's CPU per event per kind of thread (``bench.broker_cpu.by_kind``)."""
+
+
+def measure_run(
+    port: int,
+    total: int,
+    worker: subprocess.Popen,
+    log_path: Path,
+    timeout: float,
+    broker_pid: int | None = None,
+) -> RunFigures:
+    """Accepted events per wall second and CPU microseconds of the worker (and, with
+    ``broker_pid``, of the broker, per kind of thread) per event over the measured part
+    (``MEASURED``) of a stream of ``total`` events, polling ``GET /stats`` every ``POLL_S``.
+    Each poll's count is paired with the middle of its request and the CPU times right after
+    it. The CPU figures do not depend on how many other processes share the machine's cores;
+    the wall-clock rate does. Raises ``StreamTooShort`` when that part lasts under
+    ``MIN_MEASURED_S``."""
     samples: list[tuple[float, float, int]] = []
+    brokers: list[dict[int, float]] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if worker.poll() is not None:
@@ -234,27 +256,54 @@ def measure_rate(
             time.sleep(0.2)
             continue
         samples.append(((began + time.monotonic()) / 2, cpu_seconds(worker.pid), accepted))
+        brokers.append({} if broker_pid is None else thread_cpu(broker_pid))
         if accepted > MEASURED[1] * total:
-            return rate_between(samples, total)
+            first, last = measured_span(samples, total)
+            (t1, c1, a1), (t2, c2, a2) = samples[first], samples[last]
+            events = a2 - a1
+            figures = RunFigures(events / (t2 - t1), 1e6 * (c2 - c1) / events)
+            if broker_pid is None:
+                return figures
+            spent = by_kind(brokers[first], brokers[last], thread_names(broker_pid))
+            per_event = {kind: 1e6 * seconds / events for kind, seconds in spent.items()}
+            return replace(
+                figures,
+                broker_cpu_us_per_event=per_event.pop("process"),
+                broker_cpu_us_by_thread=per_event or None,
+            )
         time.sleep(POLL_S)
     raise RuntimeError(f"timeout: the worker did not get through {total} events")
 
 
-def rate_between(samples: list[tuple[float, float, int]], total: int) -> tuple[float, float]:
-    """Events per second and CPU µs per event between the first and the last of the polls
-    ``samples`` (time, CPU seconds, accepted events; in order) inside the measured part of a
-    stream of ``total`` events; ``StreamTooShort`` when those are under ``MIN_MEASURED_S``
-    apart."""
+def measure_rate(
+    port: int, total: int, worker: subprocess.Popen, log_path: Path, timeout: float
+) -> tuple[float, float]:
+    """``measure_run``'s events per wall second and worker CPU µs per event."""
+    figures = measure_run(port, total, worker, log_path, timeout)
+    return figures.events_per_s, figures.cpu_us_per_event
+
+
+def measured_span(samples: list[tuple[float, float, int]], total: int) -> tuple[int, int]:
+    """The indices of the first and the last of the polls ``samples`` (time, CPU seconds,
+    accepted events; in order) inside the measured part of a stream of ``total`` events;
+    ``StreamTooShort`` when those are under ``MIN_MEASURED_S`` apart."""
     low, high = (share * total for share in MEASURED)
-    inside = [s for s in samples if low <= s[2] <= high]
+    inside = [i for i, s in enumerate(samples) if low <= s[2] <= high]
     if len(inside) >= 2:
-        (t1, c1, a1), (t2, c2, a2) = inside[0], inside[-1]
+        (t1, _, a1), (t2, _, a2) = samples[inside[0]], samples[inside[-1]]
         if t2 - t1 >= MIN_MEASURED_S and a2 > a1:
-            return (a2 - a1) / (t2 - t1), 1e6 * (c2 - c1) / (a2 - a1)
+            return inside[0], inside[-1]
     steps = [
         (a2 - a1) / (t2 - t1) for (t1, _, a1), (t2, _, a2) in itertools.pairwise(samples) if t2 > t1
     ]
     raise StreamTooShort(max(steps, default=0.0))
+
+
+def rate_between(samples: list[tuple[float, float, int]], total: int) -> tuple[float, float]:
+    """Events per second and CPU µs per event between the polls ``measured_span`` picks."""
+    first, last = measured_span(samples, total)
+    (t1, c1, a1), (t2, c2, a2) = samples[first], samples[last]
+    return (a2 - a1) / (t2 - t1), 1e6 * (c2 - c1) / (a2 - a1)
 
 
 GROWTH = 4

@@ -5,7 +5,7 @@
 scenario, a worker subprocess (``bench.worker_scenarios``: the real pipeline, window store
 included) over a pre-produced input topic (100 keys, 20% of the events up to
 ``MAX_LATENESS_MS`` late, windows pre-filled to ``occupancy`` events per key), and measures
-events/s and CPU per event; the
+events/s and CPU per event (the worker's, and the broker's per kind of thread); the
 ``floor``, ``batch-floor``, ``emit-floor`` and ``bare`` scenarios are the bounds the worker is
 compared with. Writes ``bench/results/worker_pipeline*.json`` (``docs/benchmarks.md`` shows
 them). The harness is ``bench.worker_harness``. Scenarios, harness and profiler in detail:
@@ -41,7 +41,7 @@ from bench.worker_harness import (
     http_latencies,
     latency_figures,
     long_enough,
-    measure_rate,
+    measure_run,
     scenario_settings,
     topic_latencies,
     wait_until_assigned,
@@ -115,8 +115,12 @@ def _run_cell(
         for thread in threads:
             thread.start()
         try:
-            rate, cpu = measure_rate(settings.web_port, events, worker, log_path, 900)
-            result["events_per_s"], result["cpu_us_per_event"] = rate, cpu
+            figures = measure_run(settings.web_port, events, worker, log_path, 900, broker.pid)
+            result["events_per_s"] = figures.events_per_s
+            result["cpu_us_per_event"] = figures.cpu_us_per_event
+            if figures.broker_cpu_us_per_event is not None:
+                result["broker_cpu_us_per_event"] = figures.broker_cpu_us_per_event
+                result["broker_cpu_us_by_thread"] = figures.broker_cpu_us_by_thread
         finally:
             stop.set()
             for thread in threads:
@@ -332,16 +336,24 @@ def markdown(results: list[dict[str, Any]]) -> str:
     """The results as a Markdown table, one row per scenario, occupancy and query load (``+
     queries``: the same run with range queries timed meanwhile): the median over the
     rounds (with the range when there are several), the ratio columns against the median bare
-    rate of the same run (``-`` without the ``bare`` scenario); then each mode's flatness (the
+    rate of the same run (``-`` without the ``bare`` scenario), the broker's CPU per event and
+    the events per CPU second of worker and broker together (``-`` where the broker's CPU was
+    not read); then each mode's flatness (the
     slowest occupancy's rate as a share of the fastest's, runs without queries: the query
     clients share the machine's two cores), from the medians and within each round; with the
     ``floor`` scenario, each emit mode's slowest and fastest median as a multiple of the
-    floor's (``GOALS``); the query latencies."""
+    floor's (``GOALS``; and per CPU second of worker and broker, where read); the query
+    latencies."""
     cells: dict[tuple[str, int, bool], list[dict[str, Any]]] = {}
     for r in results:
         cells.setdefault((_scenario(r), r["occupancy"], r.get("queries", False)), []).append(r)
     rate = {cell: statistics.median(r["events_per_s"] for r in rs) for cell, rs in cells.items()}
     cpu = {cell: statistics.median(r["cpu_us_per_event"] for r in rs) for cell, rs in cells.items()}
+    broker = {
+        cell: statistics.median(r["broker_cpu_us_per_event"] for r in rs)
+        for cell, rs in cells.items()
+        if all("broker_cpu_us_per_event" in r for r in rs)
+    }
     bare = next((cell for cell in cells if cell[0] == "bare"), None)
     bare_rate = bare and rate[bare]
     bare_cpu = bare and cpu[bare]
@@ -349,8 +361,9 @@ def markdown(results: list[dict[str, Any]]) -> str:
     lines = [
         "| scenario | events/key in largest window | events/s (wall"
         + (f", median of {rounds} [range]" if rounds > 1 else "")
-        + ") | % of bare | worker CPU µs/event | bare CPU / worker CPU |",
-        "| --- | --- | --- | --- | --- | --- |",
+        + ") | % of bare | worker CPU µs/event | bare CPU / worker CPU | broker CPU µs/event "
+        "| events per CPU s (worker + broker) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for cell, rs in cells.items():
         name, occupancy, queries = cell
@@ -362,7 +375,12 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"| {name}{' + queries' if queries else ''} | "
             f"{'-' if name in FLOORS else f'{occupancy:,}'} | "
             f"{rate[cell]:,.0f}{spread} | {_percent(rate[cell], bare_rate)} | "
-            f"{cpu[cell]:,.0f} | {_percent(bare_cpu, cpu[cell])} |"
+            f"{cpu[cell]:,.0f} | {_percent(bare_cpu, cpu[cell])} | "
+            + (
+                f"{broker[cell]:,.1f} | {1e6 / (cpu[cell] + broker[cell]):,.0f} |"
+                if cell in broker
+                else "- | - |"
+            )
         )
     modes = sorted({_scenario(r) for r in results if not r["scenario"].startswith("bare")})
     for mode in modes:
@@ -391,7 +409,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
         lines.append(
             f"\n{mode} against the floor (a bare aiokafka consumer, {rate[floor]:,.0f} "
             f"events/s): {min(medians) / rate[floor]:.3f}x-{max(medians) / rate[floor]:.3f}x "
-            f"(goal >= {goal}x)"
+            f"(goal >= {goal}x)" + _per_cpu_ratio(mode, floor, cells, cpu, broker)
         )
     bound = next((cell for cell in cells if cell[0] == "emit-floor"), None)
     if floor is not None and bound is not None:
@@ -399,6 +417,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"\nemit-floor (the floor plus encoding and producing one aggregate record per "
             f"event, no window work): {rate[bound] / rate[floor]:.3f}x the floor, "
             f"{cpu[bound]:,.1f} CPU µs/event: the most emit=event can reach"
+            + _per_cpu_ratio("emit-floor", floor, cells, cpu, broker)
         )
     durable = next((cell for cell in cells if cell[0] == "batch-floor"), None)
     if floor is not None and durable is not None:
@@ -407,6 +426,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"changelog records, one eviction per event and one aggregate record per key per "
             f"batch, no window work): {rate[durable] / rate[floor]:.3f}x the floor, "
             f"{cpu[durable]:,.1f} CPU µs/event: the most emit=batch can reach"
+            + _per_cpu_ratio("batch-floor", floor, cells, cpu, broker)
         )
     lines += _guarantee_ratios(cells, rate, cpu)
     for r in results:
@@ -476,6 +496,29 @@ def _guarantee_ratios(
                 f"(CPU/event {_percent(cpu[twin], cpu[cell])})"
             )
     return lines
+
+
+def _per_cpu_ratio(
+    mode: str,
+    floor: tuple[str, int, bool],
+    cells: dict[tuple[str, int, bool], list[dict[str, Any]]],
+    cpu: dict[tuple[str, int, bool], float],
+    broker: dict[tuple[str, int, bool], float],
+) -> str:
+    """``mode``'s events per CPU second of worker and broker together as a multiple of the
+    floor's (the slowest and fastest occupancy, medians), or nothing without the broker's
+    CPU."""
+    if floor not in broker:
+        return ""
+    floor_per_cpu = 1 / (cpu[floor] + broker[floor])
+    ratios = [
+        1 / (cpu[cell] + broker[cell]) / floor_per_cpu
+        for cell in cells
+        if cell[0] == mode and not cell[2] and cell in broker
+    ]
+    if not ratios:
+        return ""
+    return f"; per CPU s of worker and broker {min(ratios):.3f}x-{max(ratios):.3f}x"
 
 
 def _percent(part: float | None, whole: float | None) -> str:

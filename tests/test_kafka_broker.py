@@ -19,6 +19,7 @@ from app.brokers.kafka_jars import KAFKA_VERSION, SCALA_VERSION, kafka_jars
 from app.brokers.kinds import development_broker_options, make_broker, options_keeping_old_records
 from app.brokers.process import BrokerError, BrokerSetupError, free_port
 from app.topics import DATA_TOPIC_CONFIGS
+from bench.broker_cpu import kind_of, thread_names
 
 # Apache Kafka's own broker kind, whichever kind and build the pass runs: `make test` runs
 # these in its Kafka pass only
@@ -65,6 +66,13 @@ def test_the_broker_removes_a_temporary_log_dir_and_keeps_a_given_one(tmp_path):
         assert temporary is not None and (temporary / "log" / "meta.properties").is_file()
         # its process, whose CPU time bench.scale_out reads
         assert broker.pid is not None and Path(f"/proc/{broker.pid}/stat").is_file()
+        # and bench.broker_cpu per kind of thread, by the names jcmd gives
+        kinds = {kind_of(name) for name in thread_names(broker.pid).values()}
+        assert {"network", "request_handlers", "gc", "jit"} <= kinds
+        # the small JVM of the tests, demo and CLI
+        assert jvm_arguments(broker.pid)[: len(apache_kafka.JVM_OPTIONS)] == list(
+            apache_kafka.JVM_OPTIONS
+        )
     assert not temporary.exists()
     assert broker.pid is None
     # a given one: formatted, and kept by the same stop (no second broker start needed)
@@ -72,6 +80,27 @@ def test_the_broker_removes_a_temporary_log_dir_and_keeps_a_given_one(tmp_path):
     kept.prepare()
     kept.stop()
     assert (tmp_path / "kept" / "log" / "meta.properties").is_file()
+
+
+def jvm_arguments(pid: int) -> list[str]:
+    """The arguments of process ``pid`` after the ``java`` executable."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[1:]
+
+
+def test_the_benchmarks_broker_runs_the_jvm_as_a_server_does():
+    """``bench.bench_broker`` starts Apache Kafka with the whole heap committed up front
+    (``SERVER_JVM_OPTIONS``: young collections several times rarer), the tests' brokers with a
+    small one."""
+    from bench.bench_broker import BENCH_BROKER_OPTIONS
+
+    assert "-Xms512m" in apache_kafka.SERVER_JVM_OPTIONS
+    assert "-Xms512m" not in apache_kafka.JVM_OPTIONS
+    with make_broker("kafka", **BENCH_BROKER_OPTIONS["kafka"]) as broker:
+        assert broker.pid is not None
+        arguments = jvm_arguments(broker.pid)
+    assert arguments[: len(apache_kafka.SERVER_JVM_OPTIONS)] == list(
+        apache_kafka.SERVER_JVM_OPTIONS
+    )
 
 
 def test_a_broker_whose_chosen_port_is_taken_starts_on_fresh_ports_and_a_given_one_fails():

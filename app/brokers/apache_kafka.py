@@ -7,8 +7,9 @@ directory removed on ``stop()`` unless one is given, in which case it is formatt
 reused (topics survive a restart, also after ``kill()``: ``start()`` again serves the same log
 on ``bootstrap``). ``start()`` writes ``server.properties`` (``BROKER_CONFIG``, then
 ``extra_config``, plus listeners and paths) and a quiet log4j2 configuration, formats the
-storage unless already formatted (``kafka.tools.StorageTool``), starts ``kafka.Kafka`` with a
-small heap and returns once the broker answers a metadata request with itself as a live broker.
+storage unless already formatted (``kafka.tools.StorageTool``), starts ``kafka.Kafka`` with
+``jvm_options`` (a small heap by default) and returns once the broker answers a metadata
+request with itself as a live broker.
 The JVM starts in seconds on a small machine, hence the generous default ``start_timeout``. An
 optional ``sasl`` listener (``app.brokers.kafka_sasl.SaslListener``) adds a SASL_PLAINTEXT (or
 SASL_SSL) listener on ``sasl_bootstrap`` with its users, SCRAM credentials and, if asked, ACL
@@ -26,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from aiokafka.client import AIOKafkaClient
@@ -73,6 +74,14 @@ stop anyway; after a kill the next start recovers the whole log) and the removal
 topics' files (kept on disk until then), which a development broker does not need."""
 
 JVM_OPTIONS = ("-Xmx512m", "-Xms64m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
+"""The JVM of a broker the project starts (tests, demo, ``fiba broker``): a small heap, grown
+as needed, since the tests start many brokers."""
+
+SERVER_JVM_OPTIONS = ("-Xmx512m", "-Xms512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
+"""The JVM as a server runs it, the whole heap from the start, for the benchmarks
+(``bench.bench_broker``): the young generation is sized from it (~170 MB instead of ~21 MB),
+so young collections come several times more rarely: the broker's GC fell from 0.21-0.43 to
+0.0-0.11 µs per event in ``emit-floor`` and ``event`` (bench/RESULTS.md)."""
 
 LOG4J2_CONFIG = """\
 <Configuration status="warn">
@@ -143,8 +152,11 @@ class KafkaBroker(BrokerProcess):
         version: str = KAFKA_VERSION,
         extra_config: Mapping[str, str] | None = None,
         sasl: SaslListener | None = None,
+        jvm_options: Sequence[str] = JVM_OPTIONS,
     ) -> None:
         super().__init__(port, host, log_path, start_timeout)
+        self.jvm_options = tuple(jvm_options)
+        """The JVM's options (heap, collector): ``JVM_OPTIONS`` or ``SERVER_JVM_OPTIONS``."""
         self.sasl = sasl
         self.sasl_port = (sasl.port or free_port(host)) if sasl is not None else 0
         self.version = version
@@ -236,7 +248,7 @@ class KafkaBroker(BrokerProcess):
         assert self._jars is not None and self.data_dir is not None
         return [
             self._java,
-            *JVM_OPTIONS,
+            *self.jvm_options,
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.xml'}",
             "-cp",
             str(self._jars / "*"),
