@@ -6,8 +6,9 @@ compacted changelog ``<app_id>-windows-changelog`` (format: ``stores.changelog``
 partition's applied input offset stored in the same records. The in-memory FiBAs are only an
 index, rebuilt from ``restore`` in O(n). ``record`` queues the effect of ONE accepted input
 record (one upsert carrying its evictions, plus a tombstone per evicted entry): O(1 + evicted),
-amortized O(1); ``send_changes`` writes the local batches and hands the changelog records over
-as whole record batches once the owner's outputs barrier returned; ``restore`` replays a local
+amortized O(1); its local writes are coalesced per entry in memory and written out at
+checkpoints or past a bound; ``send_changes`` hands the changelog records over as whole record
+batches once the owner's outputs barrier returned; ``restore`` replays a local
 copy (if its checkpoint still holds) plus the changelog tail, or the changelog alone: the state
 is always the replay of a changelog prefix, so the worker resumes at applied + 1 with nothing
 lost or counted twice, after a SIGKILL at any instant, with or without the data dir. Methods of
