@@ -443,6 +443,39 @@ def test_a_clean_restart_restores_the_windows_from_the_coalesced_local_copy(
             asyncio.run(restart_from_the_local_copy(path, steps, Path(tmp)))
 
 
+async def interrupted_write_out(path: str, state_dir: Path) -> Any:
+    """1,000 entries pending over the limit; the ``send_changes`` writing them out cancelled
+    after its first piece; then a clean stop and a restore."""
+    store, db = await open_counted(path, state_dir, f"cut-{path}")
+    store.record_many(0, [(t, "k", t, (t, 0.5)) for t in range(1000)])
+    with mock.patch.object(window_store, "LOCAL_PENDING_LIMIT", 10):
+        sending = asyncio.create_task(store.send_changes(0))
+        while len(db.states) < 1:
+            await asyncio.sleep(0)
+        sending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sending
+    assert len(db.states) == 1  # one piece of the write-out written
+    await store.stop()  # a flush: the rest is no longer pending, so no checkpoint
+    reopened = WindowStore(store.settings, store.codec, Recorder())  # type: ignore[arg-type]
+    await reopened.start()
+    restored = await reopened.restore(0)
+    await reopened.stop()
+    return restored
+
+
+def test_an_interrupted_write_out_leaves_no_checkpoint() -> None:
+    """A write-out cut after its first piece (cancelled) leaves the copy without the rest of
+    the pending writes: it must never get a checkpoint again, so the next restore discards it
+    (here, with nothing on the changelog, the state is empty) instead of serving a copy
+    missing entries."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in ("python", "native"):
+            restored = asyncio.run(interrupted_write_out(path, Path(tmp)))
+            assert not restored.local_entries_reused, path
+            assert restored.windows == {} and restored.applied_offset == -1, path
+
+
 SCALARS = st.one_of(
     st.none(),
     st.booleans(),
