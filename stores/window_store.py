@@ -598,17 +598,22 @@ class WindowStore:
             return
         if not isinstance(effects, list):
             effects = list(effects)
-        applied, state.horizon = writes.write_effects(
-            effects,
-            state.applied,
-            partition,
-            encoded,
-            self.codec.encode,
-            state.pending,
-            state.fresh,
-            state.horizon,
-            state.queued,
-        )
+        try:
+            applied, state.horizon = writes.write_effects(
+                effects,
+                state.applied,
+                partition,
+                encoded,
+                self.codec.encode,
+                state.pending,
+                state.fresh,
+                state.horizon,
+                state.queued,
+            )
+        except BaseException:
+            # some effects may be in ``pending``: a horizon past all their times stays true
+            state.horizon = _horizon_past(effects, state.horizon)
+            raise
         if applied > state.applied:
             state.applied = state.queued_upto = applied
 
@@ -625,38 +630,39 @@ class WindowStore:
         pending, fresh, horizon = state.pending, state.fresh, state.horizon
         prefixes: dict[str, bytes] = {}
         applied = state.applied
-        for effect in effects:
-            if len(effect) == 4:
-                offset, key, time, partial = effect
-                evicted: Iterable[int] = ()
-            else:
-                offset, key, time, partial, evicted = effect
-            if offset <= applied:
-                state.horizon = horizon
-                raise ValueError(
-                    f"offset {offset} of partition {partition} is not after the applied "
-                    f"offset {applied}: a redelivered record must be skipped"
-                )
-            prefix = prefixes.get(key)
-            if prefix is None:
-                prefix = prefixes[key] = key_prefix(key)
-            eid = entry_id_of(prefix, time)
-            data = partial if encoded else encode(partial)
-            if horizon is None or time > horizon:
-                horizon = time
-                fresh.add(eid)
-            pending[eid] = data
-            if evicted:
-                evicted = list(evicted)
-                evicted_ids = [entry_id_of(prefix, t) for t in evicted]
-                for evicted_id in evicted_ids:
-                    _forget(pending, fresh, evicted_id)
-                append((eid, encode_upsert(offset, evicted, data)))
-                state.queued.extend(zip(evicted_ids, repeat(None)))
-            else:
-                append((eid, pack_header(offset, 0) + data))
-            applied = offset
-        state.horizon = horizon
+        try:
+            for effect in effects:
+                if len(effect) == 4:
+                    offset, key, time, partial = effect
+                    evicted: Iterable[int] = ()
+                else:
+                    offset, key, time, partial, evicted = effect
+                if offset <= applied:
+                    raise ValueError(
+                        f"offset {offset} of partition {partition} is not after the applied "
+                        f"offset {applied}: a redelivered record must be skipped"
+                    )
+                prefix = prefixes.get(key)
+                if prefix is None:
+                    prefix = prefixes[key] = key_prefix(key)
+                eid = entry_id_of(prefix, time)
+                data = partial if encoded else encode(partial)
+                if horizon is None or time > horizon:
+                    horizon = time
+                    fresh.add(eid)
+                pending[eid] = data
+                if evicted:
+                    evicted = list(evicted)
+                    evicted_ids = [entry_id_of(prefix, t) for t in evicted]
+                    for evicted_id in evicted_ids:
+                        _forget(pending, fresh, evicted_id)
+                    append((eid, encode_upsert(offset, evicted, data)))
+                    state.queued.extend(zip(evicted_ids, repeat(None)))
+                else:
+                    append((eid, pack_header(offset, 0) + data))
+                applied = offset
+        finally:
+            state.horizon = horizon  # also when an effect fails: its puts are in ``pending``
         if applied > state.applied:
             state.applied = state.queued_upto = applied
 
@@ -900,6 +906,15 @@ class WindowStore:
             Rdict.destroy(str(path))
             shutil.rmtree(path, ignore_errors=True)
         return self._fresh_local(path), None, -1
+
+
+def _horizon_past(effects: list[Effect], horizon: int | None) -> int | None:
+    """``horizon``, or the largest time of ``effects`` if larger (a bound for the times of the
+    effects a failed ``write_effects`` call put in ``pending``)."""
+    times = [e[2] for e in effects if len(e) >= 3 and isinstance(e[2], int)]
+    if horizon is not None:
+        times.append(horizon)
+    return max(times, default=None)
 
 
 def _forget(pending: dict[bytes, bytes | None], fresh: set[bytes], eid: bytes) -> None:

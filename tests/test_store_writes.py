@@ -476,6 +476,33 @@ def test_an_interrupted_write_out_leaves_no_checkpoint() -> None:
             assert restored.windows == {} and restored.applied_offset == -1, path
 
 
+async def after_a_refused_slice(path: str, state_dir: Path) -> Any:
+    """A ``record_many`` slice refused at its second effect (a redelivered offset) after its
+    first was noted; the entry written out, put again and deleted; a clean restart."""
+    store, _ = await open_counted(path, state_dir, f"refused-{path}")
+    with pytest.raises(ValueError, match="redelivered"):
+        store.record_many(0, [(5, "k", 100, (1, 0.5)), (5, "k", 101, (1, 0.5))])
+    await store.flush()  # (k, 100) is in the local copy now
+    store.record_many(0, [(6, "k", 100, (2, 0.5))])
+    store.evict(0, "k", [100])
+    await store.stop()
+    reopened = WindowStore(store.settings, store.codec, Recorder())  # type: ignore[arg-type]
+    await reopened.start()
+    restored = await reopened.restore(0)
+    await reopened.stop()
+    return restored
+
+
+def test_a_refused_slice_keeps_the_horizon_past_what_it_noted() -> None:
+    """The effects a refused ``record_many`` noted before its error are in ``pending``: the
+    horizon must cover their times, else a later put of one of them counts as fresh and its
+    deletion is dropped while the local copy holds it (a clean restart would serve it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in ("python", "native"):
+            restored = asyncio.run(after_a_refused_slice(path, Path(tmp)))
+            assert restored.local_entries_reused and restored.windows == {}, path
+
+
 SCALARS = st.one_of(
     st.none(),
     st.booleans(),
