@@ -210,15 +210,15 @@ class _OpenPartition:
     queued_upto: int = -1
     """Largest applied offset whose upsert is queued or handed over (markers aside)."""
     horizon: int | None = None
-    """A bound on the entry times the local copy holds (None: it holds none): the largest time
-    restored or written out since it was opened; an entry at a later time is not in it."""
+    """The largest entry time put in the local copy or ``pending`` since it was opened (None:
+    none): an entry at a later time is in neither."""
     local_applied: int = -1
     """The applied offset the local copy holds (``_META_APPLIED``)."""
     pending: dict[bytes, bytes | None] = field(default_factory=dict)
     """The local writes since the last write-out, coalesced: entry id -> its latest partial
     bytes, None: deleted; in the order each id was first touched."""
     fresh: set[bytes] = field(default_factory=set)
-    """The ids of ``pending`` put at a time after ``horizon``: not in the local copy, so
+    """The ids of ``pending`` first put at a time after ``horizon``: not in the local copy, so
     deleting one drops it from ``pending`` instead of queueing a RocksDB delete."""
     write_out_wanted: bool = False
     """Set by ``flush``: its ``send_changes`` writes ``pending`` out, whatever its size."""
@@ -565,6 +565,7 @@ class WindowStore:
         evicted_ids = [entry_id_of(prefix, t) for t in evicted]
         pending, fresh = state.pending, state.fresh
         if state.horizon is None or time > state.horizon:
+            state.horizon = time
             fresh.add(eid)
         pending[eid] = data
         for evicted_id in evicted_ids:
@@ -597,17 +598,22 @@ class WindowStore:
             return
         if not isinstance(effects, list):
             effects = list(effects)
-        applied = writes.write_effects(
-            effects,
-            state.applied,
-            partition,
-            encoded,
-            self.codec.encode,
-            state.pending,
-            state.fresh,
-            state.horizon,
-            state.queued,
-        )
+        try:
+            applied, state.horizon = writes.write_effects(
+                effects,
+                state.applied,
+                partition,
+                encoded,
+                self.codec.encode,
+                state.pending,
+                state.fresh,
+                state.horizon,
+                state.queued,
+            )
+        except BaseException:
+            # some effects may be in ``pending``: a horizon past all their times stays true
+            state.horizon = _horizon_past(effects, state.horizon)
+            raise
         if applied > state.applied:
             state.applied = state.queued_upto = applied
 
@@ -642,6 +648,7 @@ class WindowStore:
                 eid = entry_id_of(prefix, time)
                 data = partial if encoded else encode(partial)
                 if horizon is None or time > horizon:
+                    horizon = time
                     fresh.add(eid)
                 pending[eid] = data
                 if evicted:
@@ -654,9 +661,10 @@ class WindowStore:
                 else:
                     append((eid, pack_header(offset, 0) + data))
                 applied = offset
-        finally:  # also when an effect fails: the effects before it are noted
-            if applied > state.applied:
-                state.applied = state.queued_upto = applied
+        finally:
+            state.horizon = horizon  # also when an effect fails: its puts are in ``pending``
+        if applied > state.applied:
+            state.applied = state.queued_upto = applied
 
     def record_skipped(self, partition: int, offset: int) -> None:
         """The input record at ``offset`` has no state effect (late, bad input): its applied
@@ -754,7 +762,7 @@ class WindowStore:
         (RocksDB inserts sorted keys into its memtable about twice as fast), as WriteBatches of
         ``LOCAL_PIECE_OPS`` operations, the event loop getting a turn between two; the first
         deletes the checkpoint, the last writes the applied offset. ``pending``
-        starts anew at once, ``horizon`` past the times written. An
+        starts anew at once (its ids lie at or below ``horizon``: none is fresh). An
         interrupted write-out (abandon, cancellation, error) leaves the copy without checkpoint
         for good: ``local_complete`` is cleared. O(pending) RocksDB operations."""
         state.write_out_wanted = False
@@ -762,9 +770,6 @@ class WindowStore:
         applied = state.applied
         if not items and applied == state.local_applied:
             return
-        if items:  # the copy may hold these times from now on
-            top = max(_time_of(eid) for eid, _ in items)
-            state.horizon = top if state.horizon is None else max(state.horizon, top)
         state.pending, state.fresh = {}, set()
         state.write_outs += 1
         db = state.db
@@ -903,12 +908,13 @@ class WindowStore:
         return self._fresh_local(path), None, -1
 
 
-def _time_of(eid: bytes) -> int:
-    """The time of entry id ``eid`` (its last 8 bytes, offset binary)."""
-    return int.from_bytes(eid[-8:], "big") - _TIME_BIAS
-
-
-_TIME_BIAS = 1 << 63
+def _horizon_past(effects: list[Effect], horizon: int | None) -> int | None:
+    """``horizon``, or the largest time of ``effects`` if larger (a bound for the times of the
+    effects a failed ``write_effects`` call put in ``pending``)."""
+    times = [e[2] for e in effects if len(e) >= 3 and isinstance(e[2], int)]
+    if horizon is not None:
+        times.append(horizon)
+    return max(times, default=None)
 
 
 def _forget(pending: dict[bytes, bytes | None], fresh: set[bytes], eid: bytes) -> None:

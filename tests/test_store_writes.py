@@ -493,11 +493,10 @@ async def after_a_refused_slice(path: str, state_dir: Path) -> Any:
     return restored
 
 
-def test_an_entry_written_out_is_never_fresh_again() -> None:
-    """An entry noted by a ``record_many`` slice refused at a later effect, then written out,
-    is in the local copy: the write-out moves the horizon past its time, so putting it again
-    and deleting it writes the delete (were it counted as fresh, the delete would be dropped
-    and a clean restart would serve the entry)."""
+def test_a_refused_slice_keeps_the_horizon_past_what_it_noted() -> None:
+    """The effects a refused ``record_many`` noted before its error are in ``pending``: the
+    horizon must cover their times, else a later put of one of them counts as fresh and its
+    deletion is dropped while the local copy holds it (a clean restart would serve it)."""
     with tempfile.TemporaryDirectory() as tmp:
         for path in ("python", "native"):
             restored = asyncio.run(after_a_refused_slice(path, Path(tmp)))

@@ -283,13 +283,13 @@ pub mod python {
     /// Write effects `effects` (a list of `(offset, key, time, partial)` or
     /// `(offset, key, time, partial, evicted_times)`), in order, as `WindowStore.record_many`
     /// does: per effect `pending[entry id] = partial bytes` (the id added to `fresh` when its
-    /// time is after `horizon`, None: always), `forget` per evicted time, and onto
+    /// time is after `horizon`, which then moves to it), `forget` per evicted time, and onto
     /// `queued` the upsert `(entry id, header + evicted times + partial bytes)` and a
     /// tombstone `(entry id, None)` per evicted time. The partial bytes are the partial
     /// itself when `encoded` (bytes the codec wrote), else its marshal bytes (`encode(partial)`
-    /// for what is not native). Returns the applied offset; a ValueError, as the Python
-    /// path's, for an offset not after the applied one (the effects before it written, as
-    /// there). O(effects + evicted times).
+    /// for what is not native). Returns `(applied offset, horizon)`; a ValueError, as the
+    /// Python path's, for an offset not after the applied one (the effects before it
+    /// written, as there). O(effects + evicted times).
     #[pyfunction]
     #[pyo3(signature = (effects, applied, partition, encoded, encode, pending, fresh, horizon, queued))]
     #[allow(clippy::too_many_arguments)]
@@ -302,9 +302,9 @@ pub mod python {
         encode: &Bound<'py, PyAny>,
         pending: &Bound<'py, PyDict>,
         fresh: &Bound<'py, PySet>,
-        horizon: Option<i64>,
+        mut horizon: Option<i64>,
         queued: &Bound<'py, PyList>,
-    ) -> PyResult<i64> {
+    ) -> PyResult<(i64, Option<i64>)> {
         let mut eid: Vec<u8> = Vec::with_capacity(64);
         let mut value: Vec<u8> = Vec::with_capacity(128);
         let mut evicted: Vec<i64> = Vec::new();
@@ -345,6 +345,7 @@ pub mod python {
             value.clear();
             upsert(&mut value, offset, &evicted, data.as_bytes());
             if horizon.is_none_or(|h| time > h) {
+                horizon = Some(time);
                 fresh.add(&eid_bytes)?;
             }
             pending.set_item(&eid_bytes, &data)?;
@@ -358,7 +359,7 @@ pub mod python {
             }
             applied = offset;
         }
-        Ok(applied)
+        Ok((applied, horizon))
     }
 
     /// `WindowStore.evict`'s writes of `key`'s entries at `times`: `forget` each in
