@@ -6,8 +6,9 @@ compacted changelog ``<app_id>-windows-changelog`` (format: ``stores.changelog``
 partition's applied input offset stored in the same records. The in-memory FiBAs are only an
 index, rebuilt from ``restore`` in O(n). ``record`` queues the effect of ONE accepted input
 record (one upsert carrying its evictions, plus a tombstone per evicted entry): O(1 + evicted),
-amortized O(1); ``send_changes`` writes the local batches and hands the changelog records over
-as whole record batches once the owner's outputs barrier returned; ``restore`` replays a local
+amortized O(1); its local writes are coalesced per entry in memory and written out at
+checkpoints or past a bound; ``send_changes`` hands the changelog records over as whole record
+batches once the owner's outputs barrier returned; ``restore`` replays a local
 copy (if its checkpoint still holds) plus the changelog tail, or the changelog alone: the state
 is always the replay of a changelog prefix, so the worker resumes at applied + 1 with nothing
 lost or counted twice, after a SIGKILL at any instant, with or without the data dir. Methods of
@@ -26,6 +27,7 @@ import struct
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -78,9 +80,14 @@ _OFFSET = struct.Struct(">q")
 _NO_WAL = WriteOptions()
 _NO_WAL.disable_wal = True
 LOCAL_PIECE_OPS = 192
-"""Operations after which a partition's queued local writes are cut into a piece of their own
-(between two ``record``/``evict`` calls): one RocksDB WriteBatch each, about half a
-millisecond of writing."""
+"""Operations per piece of a local write-out: one RocksDB WriteBatch each, about a quarter of
+a millisecond of writing, the event loop getting a turn between two."""
+LOCAL_PENDING_LIMIT = 1 << 18
+"""Entries whose latest local operation the store holds in memory (``pending``), over all its
+open partitions, before a ``send_changes`` writes a partition's out (each open partition may
+hold its share): about 134 bytes each (half puts, half deletes), 34 MB in all. A partition
+whose windows hold fewer than about half its share of entries is written out only at
+checkpoints (its pending map holds at most its live entries' puts and its copy's deletes)."""
 _BACKFILL_CHUNK = 20_000
 """Entries the background backfill writes between two event-loop turns."""
 _BACKFILL_IDLE_S = 10.0
@@ -177,22 +184,15 @@ class _Standby:
 
 @dataclass(slots=True)
 class _Backfill:
-    """The entries of a changelog-only restore that the (empty) local copy still lacks, and
-    every local write of an entry made since the restore (entry id -> partial bytes, None:
-    deleted), to re-apply right after the entries are ingested, since they would shadow it."""
+    """The entries of a changelog-only restore that the (empty) local copy still lacks. No
+    write-out happens until they are ingested (they would shadow it): the writes since the
+    restore wait in ``pending``."""
 
     path: Path
     entries: RestoredEntries
     """After ``windows``: ``sorted_items`` gives them in entry id order."""
-    since: dict[bytes, bytes | None] = field(default_factory=dict)
     wanted: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
-
-
-def _cut_piece(state: _OpenPartition) -> None:
-    """Close ``state``'s current local WriteBatch as a piece (between two calls)."""
-    state.pieces.append(state.local)
-    state.local = WriteBatch(raw_mode=True)
 
 
 @dataclass(slots=True)
@@ -209,18 +209,26 @@ class _OpenPartition:
     as far as known (the restore's end, then the last delivery's offset + 1)."""
     queued_upto: int = -1
     """Largest applied offset whose upsert is queued or handed over (markers aside)."""
-    local: WriteBatch = field(default_factory=lambda: WriteBatch(raw_mode=True))
-    """Local writes of the records since the last ``send_changes`` (or the last piece cut)."""
-    pieces: list[WriteBatch] = field(default_factory=list)
-    """Earlier local writes since the last ``send_changes``, cut between calls once
-    ``LOCAL_PIECE_OPS`` long, in order."""
+    horizon: int | None = None
+    """The largest entry time put in the local copy or ``pending`` since it was opened (None:
+    none): an entry at a later time is in neither."""
+    local_applied: int = -1
+    """The applied offset the local copy holds (``_META_APPLIED``)."""
+    pending: dict[bytes, bytes | None] = field(default_factory=dict)
+    """The local writes since the last write-out, coalesced: entry id -> its latest partial
+    bytes, None: deleted; in the order each id was first touched."""
+    fresh: set[bytes] = field(default_factory=set)
+    """The ids of ``pending`` first put at a time after ``horizon``: not in the local copy, so
+    deleting one drops it from ``pending`` instead of queueing a RocksDB delete."""
+    write_out_wanted: bool = False
+    """Set by ``flush``: its ``send_changes`` writes ``pending`` out, whatever its size."""
+    write_outs: int = 0
+    """Number of write-outs begun: one after a flush's snapshot withholds its checkpoint."""
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by ``send_changes``: one call per partition at a time, so pieces land in order."""
     queued: list[tuple[bytes, bytes | None]] = field(default_factory=list)
-    """Changelog records of those writes, not yet handed to the producer, in order."""
+    """Changelog records not yet handed to the producer, in order."""
     last_delivery: Awaitable[Any] | None = None
-    evictions: int = 0
-    """Number of ``evict`` calls: one after a flush's snapshot withholds its checkpoint."""
     backfill: _Backfill | None = None
     """Set while the local copy is being written after a changelog-only restore."""
     local_complete: bool = True
@@ -371,6 +379,8 @@ class WindowStore:
         if reused and replayed:
             db.flush(True)  # the replay skipped the WAL: make it durable before the checkpoint
         state = _OpenPartition(db, applied, applied, position, queued_upto=applied)
+        state.local_applied = applied
+        state.horizon = max((times[-1][0] for times in windows.values() if times), default=None)
         state.last_delivery = shape_delivery  # the next checkpoint lies after it
         batch = WriteBatch(raw_mode=True)
         batch.put(_META_APPLIED, _OFFSET.pack(applied))
@@ -525,9 +535,10 @@ class WindowStore:
     ) -> None:
         """The effect of the accepted input record at ``offset``: ``key``'s entry at ``time``
         is now ``partial`` (the new combined partial there) and its entries at
-        ``evicted_times`` (which must not contain ``time``) are gone. Queued for the next
-        ``send_changes``: its local writes (entry, deletions, applied offset) and its changelog
-        records (the upsert, then one tombstone per evicted entry). O(1 + evicted)."""
+        ``evicted_times`` (which must not contain ``time``) are gone. Its local writes (entry,
+        deletions) go into ``pending`` (see ``send_changes``), its changelog records (the
+        upsert, then one tombstone per evicted entry) are queued for the next
+        ``send_changes``. O(1 + evicted)."""
         self._record(self._open[partition], partition, offset, key, time, partial, evicted_times)
 
     def _record(
@@ -552,18 +563,15 @@ class WindowStore:
         data = partial if encoded else self.codec.encode(partial)
         evicted = list(evicted_times)
         evicted_ids = [entry_id_of(prefix, t) for t in evicted]
-        local = state.local
-        local.put(eid, data)
+        pending, fresh = state.pending, state.fresh
+        if state.horizon is None or time > state.horizon:
+            state.horizon = time
+            fresh.add(eid)
+        pending[eid] = data
         for evicted_id in evicted_ids:
-            local.delete(evicted_id)
-        local.put(_META_APPLIED, _OFFSET.pack(offset))
+            _forget(pending, fresh, evicted_id)
         state.applied = offset
-        if len(local) >= LOCAL_PIECE_OPS:
-            _cut_piece(state)
         if state.backfill is not None:
-            since = state.backfill.since
-            since[eid] = data
-            since.update(dict.fromkeys(evicted_ids))
             state.backfill.wanted.set()
         queued = state.queued
         queued.append((eid, encode_upsert(offset, evicted, data)))
@@ -573,59 +581,41 @@ class WindowStore:
     def record_many(self, partition: int, effects: Iterable[Effect], encoded: bool = False) -> None:
         """``record(partition, offset, key, time, partial[, evicted_times])`` for each effect
         ``(offset, key, time, partial)`` or ``(offset, key, time, partial, evicted_times)`` of
-        ``effects`` in order (offsets increasing), with the same local writes and changelog
-        records, except that each local piece writes the applied offset once, at its end (a
-        piece is one atomic write: the local copy still only ever holds a state the store has
-        been in, with the applied offset it went to). ``encoded``: each partial is already the
-        codec's bytes of it (``NativeKeyWindows.apply_encoded``). O(len(effects) + evicted).
+        ``effects`` in order (offsets increasing), with the same ``pending`` writes and
+        changelog records. ``encoded``: each partial is already the codec's bytes of it
+        (``NativeKeyWindows.apply_encoded``). O(len(effects) + evicted).
 
-        With the native core and the ``marshal`` codec, one native call per local piece
-        (``stores._native.write_effects``) writes the entry ids, partial bytes, upserts and
-        tombstones, byte for byte the Python path's (tests/test_store_writes.py); else, and
-        while a backfill runs (``record`` per effect), the Python loop below does."""
+        With the native core and the ``marshal`` codec, one native call
+        (``stores._native.write_effects``) makes the entry ids, partial bytes, ``pending``
+        writes, upserts and tombstones, byte for byte the Python path's
+        (tests/test_store_writes.py); else the Python loop below does."""
         state = self._open[partition]
         if state.backfill is not None:
-            for effect in effects:
-                offset, key, time, partial, *evicted = effect
-                self._record(
-                    state,
-                    partition,
-                    offset,
-                    key,
-                    time,
-                    partial,
-                    evicted[0] if evicted else (),
-                    encoded,
-                )
-            return
+            state.backfill.wanted.set()
         writes = self._native_writes
         if writes is None:
             self._record_many_python(state, partition, effects, encoded)
             return
         if not isinstance(effects, list):
             effects = list(effects)
-        write, encode, queued = writes.write_effects, self.codec.encode, state.queued
-        applied = state.applied
-        index, count = 0, len(effects)
-        while index < count:
-            local = state.local
-            room = max(0, LOCAL_PIECE_OPS - 1 - len(local))
-            index, applied = write(
+        try:
+            applied, state.horizon = writes.write_effects(
                 effects,
-                index,
-                room,
-                applied,
+                state.applied,
                 partition,
                 encoded,
-                encode,
-                local.put,
-                local.delete,
-                queued,
+                self.codec.encode,
+                state.pending,
+                state.fresh,
+                state.horizon,
+                state.queued,
             )
-            if len(local) >= LOCAL_PIECE_OPS - 1:
-                local.put(_META_APPLIED, _OFFSET.pack(applied))
-                _cut_piece(state)
-        self._applied_by_effects(state, applied)
+        except BaseException:
+            # some effects may be in ``pending``: a horizon past all their times stays true
+            state.horizon = _horizon_past(effects, state.horizon)
+            raise
+        if applied > state.applied:
+            state.applied = state.queued_upto = applied
 
     def _record_many_python(
         self,
@@ -634,140 +624,123 @@ class WindowStore:
         effects: Iterable[Effect],
         encoded: bool,
     ) -> None:
-        """``record_many`` in Python: one key prefix per key, no per-record applied write."""
+        """``record_many`` in Python: one key prefix per key."""
         encode, pack_header = self.codec.encode, UPSERT_HEADER.pack
         append = state.queued.append
+        pending, fresh, horizon = state.pending, state.fresh, state.horizon
         prefixes: dict[str, bytes] = {}
-        local = state.local
         applied = state.applied
-        for effect in effects:
-            if len(effect) == 4:
-                offset, key, time, partial = effect
-                evicted: Iterable[int] = ()
-            else:
-                offset, key, time, partial, evicted = effect
-            if offset <= applied:
-                raise ValueError(
-                    f"offset {offset} of partition {partition} is not after the applied "
-                    f"offset {applied}: a redelivered record must be skipped"
-                )
-            prefix = prefixes.get(key)
-            if prefix is None:
-                prefix = prefixes[key] = key_prefix(key)
-            eid = entry_id_of(prefix, time)
-            data = partial if encoded else encode(partial)
-            local.put(eid, data)
-            if evicted:
-                evicted = list(evicted)
-                evicted_ids = [entry_id_of(prefix, t) for t in evicted]
-                for evicted_id in evicted_ids:
-                    local.delete(evicted_id)
-                append((eid, encode_upsert(offset, evicted, data)))
-                state.queued.extend(zip(evicted_ids, repeat(None)))
-            else:
-                append((eid, pack_header(offset, 0) + data))
-            applied = offset
-            if len(local) >= LOCAL_PIECE_OPS - 1:
-                local.put(_META_APPLIED, _OFFSET.pack(applied))
-                _cut_piece(state)
-                local = state.local
-        self._applied_by_effects(state, applied)
-
-    @staticmethod
-    def _applied_by_effects(state: _OpenPartition, applied: int) -> None:
-        """After ``record_many``'s effects up to ``applied``: the open piece ends with it."""
+        try:
+            for effect in effects:
+                if len(effect) == 4:
+                    offset, key, time, partial = effect
+                    evicted: Iterable[int] = ()
+                else:
+                    offset, key, time, partial, evicted = effect
+                if offset <= applied:
+                    raise ValueError(
+                        f"offset {offset} of partition {partition} is not after the applied "
+                        f"offset {applied}: a redelivered record must be skipped"
+                    )
+                prefix = prefixes.get(key)
+                if prefix is None:
+                    prefix = prefixes[key] = key_prefix(key)
+                eid = entry_id_of(prefix, time)
+                data = partial if encoded else encode(partial)
+                if horizon is None or time > horizon:
+                    horizon = time
+                    fresh.add(eid)
+                pending[eid] = data
+                if evicted:
+                    evicted = list(evicted)
+                    evicted_ids = [entry_id_of(prefix, t) for t in evicted]
+                    for evicted_id in evicted_ids:
+                        _forget(pending, fresh, evicted_id)
+                    append((eid, encode_upsert(offset, evicted, data)))
+                    state.queued.extend(zip(evicted_ids, repeat(None)))
+                else:
+                    append((eid, pack_header(offset, 0) + data))
+                applied = offset
+        finally:
+            state.horizon = horizon  # also when an effect fails: its puts are in ``pending``
         if applied > state.applied:
-            if not state.local.is_empty():
-                state.local.put(_META_APPLIED, _OFFSET.pack(applied))
             state.applied = state.queued_upto = applied
 
     def record_skipped(self, partition: int, offset: int) -> None:
         """The input record at ``offset`` has no state effect (late, bad input): its applied
-        offset is queued for the next ``send_changes``. O(1)."""
+        offset is queued for the next ``send_changes`` (and the next write-out). O(1)."""
         state = self._open[partition]
         if offset <= state.applied:
             raise ValueError(
                 f"offset {offset} of partition {partition} is not after the applied offset "
                 f"{state.applied}: a redelivered record must be skipped"
             )
-        state.local.put(_META_APPLIED, _OFFSET.pack(offset))
         state.applied = offset
         if state.backfill is not None:
             state.backfill.wanted.set()
 
     def evict(self, partition: int, key: str, times: Iterable[int]) -> None:
-        """Delete ``key``'s entries at ``times`` (idle-key sweep): the local deletions and one
-        tombstone per entry are queued for the next ``send_changes``. O(len(times)); with
-        the native core one call (``stores._native.write_evictions``).
-
-        The local checkpoint is removed in the same local write (the next ``flush`` writes it
-        again): local deletions whose tombstones may not have reached the changelog make the
-        local copy unusable after a crash."""
+        """Delete ``key``'s entries at ``times`` (idle-key sweep, and ``emit=batch``'s expired
+        entries): the deletions go into ``pending``, one tombstone per entry is queued for the
+        next ``send_changes``. O(len(times)); with the native core one call
+        (``stores._native.write_evictions``)."""
         state = self._open[partition]
-        local = state.local
-        if self._native_writes is not None and state.backfill is None:
-            if not self._native_writes.write_evictions(key, times, local.delete, state.queued):
-                return
-        else:
-            prefix = key_prefix(key)
-            eids = [entry_id_of(prefix, t) for t in times]
-            if not eids:
-                return
-            for eid in eids:
-                local.delete(eid)
-            if state.backfill is not None:
-                state.backfill.since.update(dict.fromkeys(eids))
-                state.backfill.wanted.set()
-            state.queued.extend(zip(eids, repeat(None)))
-        local.delete(_META_CHECKPOINT)
-        if len(local) >= LOCAL_PIECE_OPS:
-            _cut_piece(state)
-        state.evictions += 1
+        if state.backfill is not None:
+            state.backfill.wanted.set()
+        if self._native_writes is not None:
+            self._native_writes.write_evictions(
+                key, times, state.pending, state.fresh, state.queued
+            )
+            return
+        prefix = key_prefix(key)
+        eids = [entry_id_of(prefix, t) for t in times]
+        pending, fresh = state.pending, state.fresh
+        for eid in eids:
+            _forget(pending, fresh, eid)
+        state.queued.extend(zip(eids, repeat(None)))
 
     async def send_changes(self, partition: int) -> None:
-        """Write ``partition``'s queued local writes, then hand its queued changelog records to
-        the producer, in order, as whole record batches (``agents.batched_send``), followed by an
-        applied marker if records without effect (``record_skipped``) came after the last
-        upsert, so that a restore does not read them again (their dead letters are not repeated
-        after a crash). O(records) C-level appends plus O(1) Python per batch; one compacted
-        marker (``APPLIED_KEY``) however many records without effect it covers.
+        """Hand ``partition``'s queued changelog records to the producer, in order, as whole
+        record batches (``agents.batched_send``), followed by an applied marker if records
+        without effect (``record_skipped``) came after the last upsert, so that a restore does
+        not read them again (their dead letters are not repeated after a crash). O(records)
+        C-level appends plus O(1) Python per batch; one compacted marker (``APPLIED_KEY``)
+        however many records without effect it covers.
 
-        The local writes go as RocksDB WriteBatches of about ``LOCAL_PIECE_OPS`` operations,
-        cut between two calls of ``record`` or ``evict``, with a turn of the event loop between
-        two: rocksdict holds the GIL while it writes, and one WriteBatch for an ``emit=batch``
-        batch's share held the loop for milliseconds. A record's writes end with its applied
-        offset, so the local copy is always a state the store has been in, and one whose
-        applied offset says how far it goes. Calls for one partition
-        run one at a time (``sending``): a ``flush`` in between cannot write newer pieces
-        before older ones.
+        First, when ``flush`` wants it or ``pending`` holds the partition's share of
+        ``LOCAL_PENDING_LIMIT`` entries (and no backfill runs), the local write-out
+        (``_write_out``): ``pending`` written to the local copy, in pieces. The local copy is
+        only a cache of a changelog prefix, usable only with its checkpoint, which a write-out
+        removes first (see the module doc), so it need not follow every event: an entry put and
+        deleted between two write-outs costs no RocksDB operation, one put several times costs
+        one. Calls for one partition run one at a time (``sending``): a ``flush`` in between
+        cannot write newer pieces before older ones.
 
         Before the changelog records go, ``before_changelog`` is awaited (the outputs of the
         records taken are acknowledged: outputs before the state that makes a redelivery skip
         them); if it fails, the store is abandoned, since the records taken would otherwise
-        leave a gap in the changelog. A crash before the changelog records are handed over
-        leaves the local copy ahead of the changelog, which its applied offset tells: the
-        restore discards it and rebuilds from the changelog (see the module doc). Nothing after
-        ``abandon``."""
+        leave a gap in the changelog. A crash after a write-out leaves a local copy without
+        checkpoint, which the restore discards (it may be ahead of the changelog); a crash
+        before leaves the copy at its checkpoint, the changelog tail replayed on top (see the
+        module doc). Nothing after ``abandon``."""
         if self._abandoned:
             return
         state = self._open[partition]
         async with state.sending:
             if self._abandoned or self._open.get(partition) is not state:
                 return  # abandoned, or released (and flushed) while this call waited
-            if not state.local.is_empty():
-                _cut_piece(state)
-            pieces, state.pieces = state.pieces, []
             records, state.queued = state.queued, []
             applied = state.applied
             if applied > state.queued_upto:
                 records.append((APPLIED_KEY, encode_offset(applied)))
                 state.queued_upto = applied
-            for index, piece in enumerate(pieces):
-                if index:
-                    await asyncio.sleep(0)  # the event loop's turn between two writes
-                    if self._abandoned:
-                        return
-                state.db.write(piece)
+            if state.backfill is None and (
+                state.write_out_wanted
+                or len(state.pending) >= LOCAL_PENDING_LIMIT // max(1, len(self._open))
+            ):
+                await self._write_out(state)
+                if self._abandoned:
+                    return
             if records:
                 await self._outputs_delivered()
                 if self._abandoned:
@@ -784,6 +757,46 @@ class WindowStore:
                     raise
             state.sent_applied = applied
 
+    async def _write_out(self, state: _OpenPartition) -> None:
+        """Write ``state.pending`` and the applied offset to the local copy: in entry id order
+        (RocksDB inserts sorted keys into its memtable about twice as fast), as WriteBatches of
+        ``LOCAL_PIECE_OPS`` operations, the event loop getting a turn between two; the first
+        deletes the checkpoint, the last writes the applied offset. ``pending``
+        starts anew at once (its ids lie at or below ``horizon``: none is fresh). An
+        interrupted write-out (abandon, cancellation, error) leaves the copy without checkpoint
+        for good: ``local_complete`` is cleared. O(pending) RocksDB operations."""
+        state.write_out_wanted = False
+        items = sorted(state.pending.items(), key=itemgetter(0))
+        applied = state.applied
+        if not items and applied == state.local_applied:
+            return
+        state.pending, state.fresh = {}, set()
+        state.write_outs += 1
+        db = state.db
+        try:
+            for start in range(0, max(1, len(items)), LOCAL_PIECE_OPS):
+                if start:
+                    await asyncio.sleep(0)  # the event loop's turn between two writes
+                    if self._abandoned:
+                        state.local_complete = False
+                        return
+                batch = WriteBatch(raw_mode=True)
+                if not start:
+                    batch.delete(_META_CHECKPOINT)
+                put, delete = batch.put, batch.delete
+                for eid, data in items[start : start + LOCAL_PIECE_OPS]:
+                    if data is None:
+                        delete(eid)
+                    else:
+                        put(eid, data)
+                if start + LOCAL_PIECE_OPS >= len(items):
+                    batch.put(_META_APPLIED, _OFFSET.pack(applied))
+                db.write(batch)
+        except BaseException:
+            state.local_complete = False
+            raise
+        state.local_applied = applied
+
     async def _outputs_delivered(self) -> None:
         """Await ``before_changelog`` (if set); on its failure (or cancellation) abandon the
         store and raise."""
@@ -797,9 +810,10 @@ class WindowStore:
             raise
 
     async def flush(self) -> None:
-        """Hand every open partition's queued changes over (``send_changes``), wait until every
-        changelog record handed over so far is acknowledged, then write each open partition's
-        local checkpoint (after its backfill, if one is running). Nothing after ``abandon``."""
+        """Hand every open partition's queued changes over (``send_changes``, its local
+        write-out included), wait until every changelog record handed over so far is
+        acknowledged, then write each open partition's local checkpoint (after its backfill, if
+        one is running) unless a write-out began meanwhile. Nothing after ``abandon``."""
         if self._abandoned:
             return
         for state in list(self._open.values()):
@@ -808,14 +822,16 @@ class WindowStore:
                 await asyncio.wait([state.backfill.task])  # it logs its own failure
         snapshot: dict[int, tuple[_OpenPartition, Awaitable[Any] | None, int, int]] = {}
         for partition, state in list(self._open.items()):
+            state.write_out_wanted = True
             await self.hand_over(partition)
-            snapshot[partition] = (state, state.last_delivery, state.sent_applied, state.evictions)
+            snapshot[partition] = (state, state.last_delivery, state.sent_applied, state.write_outs)
         await self._producer.flush()
-        for partition, (state, delivery, sent_applied, evictions) in snapshot.items():
+        for partition, (state, delivery, sent_applied, write_outs) in snapshot.items():
             if (
                 self._open.get(partition) is not state
-                or state.evictions != evictions
-                or not state.local_complete  # restored during this flush, or its write failed
+                or state.write_outs != write_outs  # written to after the snapshot
+                or state.local_applied != sent_applied  # not written out to it
+                or not state.local_complete  # restored during this flush, or a write failed
             ):
                 continue
             if delivery is not None:
@@ -837,8 +853,8 @@ class WindowStore:
         """Write the restored entries into the empty local copy of ``state`` once the partition
         is in use (first write or flush) or idle for ``_BACKFILL_IDLE_S``: one SST file, built
         ``_BACKFILL_CHUNK`` entries per event-loop turn, ingested at once (cheaper than
-        WriteBatches: no memtable, no WAL); then the writes made since the restore are applied
-        again on top, in the same synchronous step, since the ingested entries shadow them.
+        WriteBatches: no memtable, no WAL). The writes made since the restore wait in
+        ``pending`` meanwhile (no write-out before the ingestion, which would shadow it).
         Until it is done, ``flush`` writes no checkpoint: a crash before leaves a copy without
         one, which the next restore discards; so does a failure here (logged; the partition then
         gets no checkpoint while it stays open). O(entries) SST writes."""
@@ -857,13 +873,6 @@ class WindowStore:
             options = IngestExternalFileOptions()
             options.set_move_files(True)
             state.db.ingest_external_file([str(sst)], options)
-            batch = WriteBatch(raw_mode=True)
-            for eid, data in fill.since.items():
-                if data is None:
-                    batch.delete(eid)
-                else:
-                    batch.put(eid, data)
-            state.db.write(batch)
             state.local_complete = True
         except Exception:
             logger.exception(
@@ -897,6 +906,25 @@ class WindowStore:
             Rdict.destroy(str(path))
             shutil.rmtree(path, ignore_errors=True)
         return self._fresh_local(path), None, -1
+
+
+def _horizon_past(effects: list[Effect], horizon: int | None) -> int | None:
+    """``horizon``, or the largest time of ``effects`` if larger (a bound for the times of the
+    effects a failed ``write_effects`` call put in ``pending``)."""
+    times = [e[2] for e in effects if len(e) >= 3 and isinstance(e[2], int)]
+    if horizon is not None:
+        times.append(horizon)
+    return max(times, default=None)
+
+
+def _forget(pending: dict[bytes, bytes | None], fresh: set[bytes], eid: bytes) -> None:
+    """Note the deletion of entry ``eid`` in ``pending``: dropped if it is ``fresh`` (not in
+    the local copy), else a delete."""
+    if eid in fresh:
+        fresh.discard(eid)
+        del pending[eid]
+    else:
+        pending[eid] = None
 
 
 def _native_writes(codec: PartialCodec) -> ModuleType | None:

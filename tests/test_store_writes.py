@@ -6,11 +6,14 @@ partials (``NativeKeyWindows.apply_encoded``) must write exactly what the Python
 Hypothesis drives three stores with the same random programs (effects with and without
 evicted times, with partials of every built-in aggregation, composes of them, partials in the
 codec's state form, shared objects; keys with non-ASCII characters; times at the ends of int64;
-evictions, skipped offsets, single records, hand-overs): the Python path, the native path on
-partial objects and the native path on partials encoded beforehand. It compares the changelog
-records handed over and every local piece written (the local RocksDB's contents after each
-one, its applied offset included). Then ``dumps_partial`` against ``marshal.dumps`` on random
-objects, and the kernel's encoded effects against ``MarshalStateCodec.encode`` of its partials.
+evictions, skipped offsets, single records, hand-overs, flushes; write-outs at flushes and at a
+small pending limit): the Python path, the native path on partial objects and the native path
+on partials encoded beforehand. It compares the changelog records handed over and every local
+piece written (the local RocksDB's contents after each one, its applied offset included). The
+coalesced local writes: entries put and deleted between two write-outs cost no RocksDB
+operation, and a clean restart restores the windows from the copy so written. Then
+``dumps_partial`` against ``marshal.dumps`` on random objects, and the kernel's encoded effects
+against ``MarshalStateCodec.encode`` of its partials.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -119,6 +123,7 @@ def programs(draw: Any) -> list[tuple]:
         st.just(("skip",)),
         st.builds(lambda k, ts: ("evict", k, ts), KEYS, st.lists(TIMES, max_size=5)),
         st.just(("send",)),
+        st.just(("flush",)),
     )
     out = []
     for s in draw(st.lists(step, min_size=1, max_size=12)):
@@ -171,13 +176,16 @@ class EmptyReader:
 
 
 class Pieces:
-    """The local RocksDB of a partition, keeping its contents after every piece written."""
+    """The local RocksDB of a partition, keeping its contents after every piece written and
+    counting the operations written."""
 
     def __init__(self, db: Any) -> None:
         self.db = db
         self.states: list[dict[bytes, bytes]] = []
+        self.operations = 0
 
     def write(self, batch: Any, *options: Any) -> None:
+        self.operations += len(batch)
         self.db.write(batch, *options)
         self.states.append(dict(self.db.items()))
 
@@ -216,6 +224,8 @@ async def run(program: list[tuple], path: str, state_dir: Path) -> tuple[list, l
             store.record_skipped(0, offset)
         elif step[0] == "evict":
             store.evict(0, step[1], step[2])
+        elif step[0] == "flush":
+            await store.flush()
         else:
             await store.send_changes(0)
     try:  # a redelivered offset is refused, as on the Python path
@@ -232,17 +242,24 @@ async def run(program: list[tuple], path: str, state_dir: Path) -> tuple[list, l
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-@given(program=programs())
+@given(program=programs(), limit=st.sampled_from([3, 40, window_store.LOCAL_PENDING_LIMIT]))
 @example(  # more than a piece of effects with evictions, then one short of a piece
     program=[
         ("many", [(0, "é", t, (t, 1.5), [t - 5]) for t in range(LOCAL_PIECE_OPS)]),
         ("many", [(0, "a", t, (1,)) for t in range(LOCAL_PIECE_OPS - 2)]),
         ("send",),
-    ]
+    ],
+    limit=LOCAL_PIECE_OPS,
 )
-def test_the_native_writes_are_the_python_ones_byte_for_byte(program: list[tuple]) -> None:
+def test_the_native_writes_are_the_python_ones_byte_for_byte(
+    program: list[tuple], limit: int
+) -> None:
+    """``limit``: the pending limit, so that ``send_changes`` writes out too."""
     results = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        mock.patch.object(window_store, "LOCAL_PENDING_LIMIT", limit),
+    ):
         for path in ("python", "native", "encoded"):
             results[path] = asyncio.run(run(program, path, Path(tmp)))
     python = results["python"]
@@ -258,8 +275,7 @@ def test_the_native_writes_are_the_python_ones_byte_for_byte(program: list[tuple
 
 async def backfilling(path: str, effects: list[tuple], state_dir: Path) -> tuple[list, dict]:
     """``record_many(effects)`` on ``path`` while a backfill is pending (right after a
-    changelog-only restore): ``(changelog records queued, local writes noted for the
-    backfill)``."""
+    changelog-only restore): ``(changelog records queued, pending local writes)``."""
     settings = Settings(app_id=f"fill-{path}", partitions=1, state_dir=state_dir / path)
     codec = MarshalStateCodec(MOMENTS)
     store = WindowStore(settings, codec, Recorder())  # type: ignore[arg-type]
@@ -275,15 +291,19 @@ async def backfilling(path: str, effects: list[tuple], state_dir: Path) -> tuple
         [(o, k, t, codec.encode(p) if encoded else p, *ev) for o, k, t, p, *ev in effects],
         encoded,
     )
-    queued, since = list(state.queued), dict(state.backfill.since)
+    queued, since = list(state.queued), dict(state.pending)
+    await store.send_changes(0)  # no write-out while the backfill is pending
+    assert state.pending == since
+    assert all(k not in since for k in state.db.keys())  # noqa: SIM118 (Rdict) nothing written out yet
     state.backfill = None
     await store.stop()
     return queued, since
 
 
 def test_a_pending_backfill_notes_the_same_writes_on_every_path() -> None:
-    """While a backfill is pending, ``record_many`` records each effect as ``record`` does,
-    noting its writes for the backfill: the same on the three paths, encoded or not."""
+    """While a backfill is pending, ``record_many`` notes its writes in ``pending``, which
+    no write-out takes before the backfill is ingested: the same on the three paths, encoded
+    or not."""
     effects = [
         (1, "é", 5, (1, 2.5)),
         (2, "a", 7, (2, 0.5), (5, 6)),
@@ -297,6 +317,190 @@ def test_a_pending_backfill_notes_the_same_writes_on_every_path() -> None:
     assert got["python"][1][entry_id("é", 9)][:1] == b"\x00"  # the state form
     assert got["native"] == got["python"]
     assert got["encoded"] == got["python"]
+
+
+async def open_counted(path: str, state_dir: Path, app_id: str) -> tuple[WindowStore, Pieces]:
+    """A store on ``path`` (``python`` or ``native``) with partition 0 restored, its local
+    RocksDB counting the operations written."""
+    settings = Settings(app_id=app_id, partitions=1, state_dir=state_dir / path)
+    store = WindowStore(settings, MarshalStateCodec(MOMENTS), Recorder())  # type: ignore[arg-type]
+    if path == "python":
+        store._native_writes = None
+    await store.start()
+    await store.restore(0)
+    db = store._open[0].db = Pieces(store._open[0].db)  # type: ignore[assignment]
+    return store, db
+
+
+async def coalesced_operations(path: str, state_dir: Path) -> list[int]:
+    """RocksDB operations of three write-outs: 10 entries; then 1,000 events each putting an
+    entry and deleting the one before (every entry but the first 10 lives one event), and a
+    sweep of 9 of the first 10; then one entry rewritten 500 times and a sweep of 3 entries
+    the copy does not hold (deleted: it might)."""
+    store, db = await open_counted(path, state_dir, f"count-{path}")
+    counts = []
+    store.record_many(0, [(t, "k", t, (1, 1.5)) for t in range(10)])
+    await store.flush()
+    counts.append(db.operations)
+    for i in range(1000):
+        t = 10 + i
+        store.record_many(0, [(t, "k", t, (t, 0.5), [t - 1])])
+        await store.send_changes(0)
+    store.evict(0, "k", range(9))
+    await store.flush()
+    counts.append(db.operations - sum(counts))
+    for i in range(500):
+        store.record(0, 1010 + i, "j", 7, (i, 2.5))
+    store.evict(0, "k", [1005, 1006, 1007])
+    await store.flush()
+    counts.append(db.operations - sum(counts))
+    await store.stop()
+    return counts
+
+
+def test_entries_put_and_deleted_between_two_write_outs_cost_no_rocksdb_operation() -> None:
+    """The local copy gets the latest operation per entry at each write-out: 1,000 entries put
+    and deleted before the next write-out cost nothing, an entry rewritten 500 times one put;
+    deletions of entries the copy may hold are written. Each write-out adds 2 operations (the
+    checkpoint deleted, the applied offset). Writes per event would take 10, 2,009 (1,000
+    puts, 1,009 deletes) and 503, plus the applied offsets."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in ("python", "native"):
+            counts = asyncio.run(coalesced_operations(path, Path(tmp)))
+            # 10 puts; the last entry put, 1 + 9 of the first 10 deleted; 1 put, 3 deletes
+            assert counts == [10 + 2, 1 + 10 + 2, 1 + 3 + 2], path
+
+
+@st.composite
+def streams(draw: Any) -> list[tuple]:
+    """Steps of a stream over 3 keys and times 0-30: events (a put, sometimes deleting some
+    of the key's times), sweeps, skipped records, flushes and hand-overs."""
+    steps = []
+    for _ in range(draw(st.integers(1, 120))):
+        kind = draw(st.sampled_from(["event"] * 6 + ["sweep", "skip", "flush", "send"]))
+        key = draw(st.sampled_from(["a", "é", "b"]))
+        if kind == "event":
+            gone = draw(st.lists(st.integers(0, 30), max_size=2))
+            steps.append(("event", key, draw(st.integers(0, 30)), draw(st.integers(0, 9)), gone))
+        elif kind == "sweep":
+            steps.append(("sweep", key, draw(st.lists(st.integers(0, 30), max_size=4))))
+        else:
+            steps.append((kind,))
+    return steps
+
+
+async def restart_from_the_local_copy(path: str, steps: list[tuple], state_dir: Path) -> None:
+    """Run ``steps`` on a fresh store on ``path``, stop it cleanly, restore: the local copy is
+    reused, and its windows and applied offset are those of the stream."""
+    store, _ = await open_counted(path, state_dir, f"restart-{path}")
+    codec = store.codec
+    model: dict[tuple[str, int], Any] = {}
+    offset = -1
+    for step in steps:
+        if step[0] == "event":
+            _, key, t, value, gone = step
+            offset += 1
+            gone = sorted(set(gone) - {t})
+            store.record_many(0, [(offset, key, t, (value, 0.5), gone)])
+            model[(key, t)] = (value, 0.5)
+            for g in gone:
+                model.pop((key, g), None)
+        elif step[0] == "sweep":
+            store.evict(0, step[1], step[2])
+            for g in step[2]:
+                model.pop((step[1], g), None)
+        elif step[0] == "skip":
+            offset += 1
+            store.record_skipped(0, offset)
+        elif step[0] == "flush":
+            await store.flush()
+        else:
+            await store.send_changes(0)
+    await store.stop()
+    reopened = WindowStore(store.settings, codec, Recorder())  # type: ignore[arg-type]
+    await reopened.start()
+    restored = await reopened.restore(0)
+    await reopened.stop()
+    assert restored.local_entries_reused and restored.applied_offset == offset
+    want: dict[str, list[tuple[int, Any]]] = {}
+    for (key, t), partial in sorted(model.items()):
+        want.setdefault(key, []).append((t, partial))
+    assert restored.windows == want
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=streams(), limit=st.sampled_from([2, 9, window_store.LOCAL_PENDING_LIMIT]))
+def test_a_clean_restart_restores_the_windows_from_the_coalesced_local_copy(
+    steps: list[tuple], limit: int
+) -> None:
+    """Whatever the write-outs (at flushes, at a pending ``limit``), a clean stop leaves a
+    local copy whose restore (no changelog record to replay) is the stream's windows."""
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        mock.patch.object(window_store, "LOCAL_PENDING_LIMIT", limit),
+    ):
+        for path in ("python", "native"):
+            asyncio.run(restart_from_the_local_copy(path, steps, Path(tmp)))
+
+
+async def interrupted_write_out(path: str, state_dir: Path) -> Any:
+    """1,000 entries pending over the limit; the ``send_changes`` writing them out cancelled
+    after its first piece; then a clean stop and a restore."""
+    store, db = await open_counted(path, state_dir, f"cut-{path}")
+    store.record_many(0, [(t, "k", t, (t, 0.5)) for t in range(1000)])
+    with mock.patch.object(window_store, "LOCAL_PENDING_LIMIT", 10):
+        sending = asyncio.create_task(store.send_changes(0))
+        while len(db.states) < 1:
+            await asyncio.sleep(0)
+        sending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sending
+    assert len(db.states) == 1  # one piece of the write-out written
+    await store.stop()  # a flush: the rest is no longer pending, so no checkpoint
+    reopened = WindowStore(store.settings, store.codec, Recorder())  # type: ignore[arg-type]
+    await reopened.start()
+    restored = await reopened.restore(0)
+    await reopened.stop()
+    return restored
+
+
+def test_an_interrupted_write_out_leaves_no_checkpoint() -> None:
+    """A write-out cut after its first piece (cancelled) leaves the copy without the rest of
+    the pending writes: it must never get a checkpoint again, so the next restore discards it
+    (here, with nothing on the changelog, the state is empty) instead of serving a copy
+    missing entries."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in ("python", "native"):
+            restored = asyncio.run(interrupted_write_out(path, Path(tmp)))
+            assert not restored.local_entries_reused, path
+            assert restored.windows == {} and restored.applied_offset == -1, path
+
+
+async def after_a_refused_slice(path: str, state_dir: Path) -> Any:
+    """A ``record_many`` slice refused at its second effect (a redelivered offset) after its
+    first was noted; the entry written out, put again and deleted; a clean restart."""
+    store, _ = await open_counted(path, state_dir, f"refused-{path}")
+    with pytest.raises(ValueError, match="redelivered"):
+        store.record_many(0, [(5, "k", 100, (1, 0.5)), (5, "k", 101, (1, 0.5))])
+    await store.flush()  # (k, 100) is in the local copy now
+    store.record_many(0, [(6, "k", 100, (2, 0.5))])
+    store.evict(0, "k", [100])
+    await store.stop()
+    reopened = WindowStore(store.settings, store.codec, Recorder())  # type: ignore[arg-type]
+    await reopened.start()
+    restored = await reopened.restore(0)
+    await reopened.stop()
+    return restored
+
+
+def test_a_refused_slice_keeps_the_horizon_past_what_it_noted() -> None:
+    """The effects a refused ``record_many`` noted before its error are in ``pending``: the
+    horizon must cover their times, else a later put of one of them counts as fresh and its
+    deletion is dropped while the local copy holds it (a clean restart would serve it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in ("python", "native"):
+            restored = asyncio.run(after_a_refused_slice(path, Path(tmp)))
+            assert restored.local_entries_reused and restored.windows == {}, path
 
 
 SCALARS = st.one_of(

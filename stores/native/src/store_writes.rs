@@ -155,13 +155,16 @@ pub fn marshal_fields(spec: &Spec, fields: &[Val], out: &mut Vec<u8>) -> Result<
 #[cfg(feature = "python")]
 pub mod python {
     //! `stores._native.write_effects` / `write_evictions`: the store's writes of a slice of
-    //! effects into its local WriteBatch (`put` / `delete`, rocksdict's bound methods) and its
-    //! changelog queue (a list of `(entry id, value or None)`), one call per slice.
+    //! effects into its coalesced local writes (`pending`, entry id -> partial bytes or None,
+    //! and `fresh`, see `stores.window_store._OpenPartition`) and its changelog queue (a list
+    //! of `(entry id, value or None)`), one call per slice.
     use super::{entry_id, upsert, write_int, write_tuple_header, FLAG_REF};
     use pyo3::exceptions::{PyTypeError, PyValueError};
     use pyo3::ffi;
     use pyo3::prelude::*;
-    use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
+    use pyo3::types::{
+        PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PySet, PyString, PyTuple,
+    };
 
     /// Deeper tuples go to the Python codec (marshal's own limit is 2000).
     const MAX_DEPTH: usize = 64;
@@ -263,39 +266,50 @@ pub mod python {
         Ok(key.to_str()?.as_bytes())
     }
 
-    /// Write effects `effects[start:]` (a list of `(offset, key, time, partial)` or
+    /// Note the deletion of entry `eid` in `pending` (`stores.window_store._forget`): dropped
+    /// if it is in `fresh` (not in the local copy), else set to None.
+    fn forget(
+        pending: &Bound<'_, PyDict>,
+        fresh: &Bound<'_, PySet>,
+        eid: &Bound<'_, PyBytes>,
+    ) -> PyResult<()> {
+        if fresh.discard(eid)? {
+            pending.del_item(eid)
+        } else {
+            pending.set_item(eid, eid.py().None())
+        }
+    }
+
+    /// Write effects `effects` (a list of `(offset, key, time, partial)` or
     /// `(offset, key, time, partial, evicted_times)`), in order, as `WindowStore.record_many`
-    /// does: per effect `put(entry id, partial bytes)`, `delete(entry id)` per evicted time,
-    /// and onto `queued` the upsert `(entry id, header + evicted times + partial bytes)` and a
+    /// does: per effect `pending[entry id] = partial bytes` (the id added to `fresh` when its
+    /// time is after `horizon`, which then moves to it), `forget` per evicted time, and onto
+    /// `queued` the upsert `(entry id, header + evicted times + partial bytes)` and a
     /// tombstone `(entry id, None)` per evicted time. The partial bytes are the partial
     /// itself when `encoded` (bytes the codec wrote), else its marshal bytes (`encode(partial)`
-    /// for what is not native). Stops after the effect that brings the operations written to
-    /// `room` (at least one effect). Returns `(next index, applied offset)`; a ValueError,
-    /// as the Python path's, for an offset not after the applied one. O(effects written).
+    /// for what is not native). Returns `(applied offset, horizon)`; a ValueError, as the
+    /// Python path's, for an offset not after the applied one (the effects before it
+    /// written, as there). O(effects + evicted times).
     #[pyfunction]
-    #[pyo3(signature = (effects, start, room, applied, partition, encoded, encode, put, delete, queued))]
+    #[pyo3(signature = (effects, applied, partition, encoded, encode, pending, fresh, horizon, queued))]
     #[allow(clippy::too_many_arguments)]
     fn write_effects<'py>(
         py: Python<'py>,
         effects: &Bound<'py, PyList>,
-        start: usize,
-        room: usize,
         mut applied: i64,
         partition: i64,
         encoded: bool,
         encode: &Bound<'py, PyAny>,
-        put: &Bound<'py, PyAny>,
-        delete: &Bound<'py, PyAny>,
+        pending: &Bound<'py, PyDict>,
+        fresh: &Bound<'py, PySet>,
+        mut horizon: Option<i64>,
         queued: &Bound<'py, PyList>,
-    ) -> PyResult<(usize, i64)> {
-        let mut ops = 0;
-        let mut index = start;
+    ) -> PyResult<(i64, Option<i64>)> {
         let mut eid: Vec<u8> = Vec::with_capacity(64);
         let mut value: Vec<u8> = Vec::with_capacity(128);
         let mut evicted: Vec<i64> = Vec::new();
         let none = py.None();
-        while index < effects.len() {
-            let effect = effects.get_item(index)?;
+        for effect in effects.iter() {
             let effect = effect.downcast::<PyTuple>()?;
             let n = effect.len();
             if n != 4 && n != 5 {
@@ -330,33 +344,33 @@ pub mod python {
             let eid_bytes = PyBytes::new(py, &eid);
             value.clear();
             upsert(&mut value, offset, &evicted, data.as_bytes());
-            put.call1((&eid_bytes, &data))?;
+            if horizon.is_none_or(|h| time > h) {
+                horizon = Some(time);
+                fresh.add(&eid_bytes)?;
+            }
+            pending.set_item(&eid_bytes, &data)?;
             queued.append((&eid_bytes, PyBytes::new(py, &value)))?;
             for &t in &evicted {
                 eid.clear();
                 entry_id(&mut eid, key, t);
                 let gone = PyBytes::new(py, &eid);
-                delete.call1((&gone,))?;
+                forget(pending, fresh, &gone)?;
                 queued.append((gone, &none))?;
             }
             applied = offset;
-            ops += 1 + evicted.len();
-            index += 1;
-            if ops >= room {
-                break;
-            }
         }
-        Ok((index, applied))
+        Ok((applied, horizon))
     }
 
-    /// `WindowStore.evict`'s writes of `key`'s entries at `times`: `delete(entry id)` each and
-    /// a tombstone `(entry id, None)` each onto `queued`; returns their number.
+    /// `WindowStore.evict`'s writes of `key`'s entries at `times`: `forget` each in
+    /// `pending` and a tombstone `(entry id, None)` each onto `queued`; returns their number.
     #[pyfunction]
     fn write_evictions<'py>(
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
         times: &Bound<'py, PyAny>,
-        delete: &Bound<'py, PyAny>,
+        pending: &Bound<'py, PyDict>,
+        fresh: &Bound<'py, PySet>,
         queued: &Bound<'py, PyList>,
     ) -> PyResult<usize> {
         let key = utf8(key)?;
@@ -367,7 +381,7 @@ pub mod python {
             eid.clear();
             entry_id(&mut eid, key, t?.extract()?);
             let gone = PyBytes::new(py, &eid);
-            delete.call1((&gone,))?;
+            forget(pending, fresh, &gone)?;
             queued.append((gone, &none))?;
             count += 1;
         }
