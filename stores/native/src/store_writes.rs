@@ -162,9 +162,7 @@ pub mod python {
     use pyo3::exceptions::{PyTypeError, PyValueError};
     use pyo3::ffi;
     use pyo3::prelude::*;
-    use pyo3::types::{
-        PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PySet, PyString, PyTuple,
-    };
+    use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PySet, PyString, PyTuple};
 
     /// Deeper tuples go to the Python codec (marshal's own limit is 2000).
     const MAX_DEPTH: usize = 64;
