@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import stores
-from bench import goals
+from bench import goals, worker_harness
 from bench.bench_broker import BenchBroker
 from bench.goal_table import goal_rows
 from bench.goals_plan import FULL, QUICK, describe, estimate_s
@@ -99,20 +99,32 @@ def test_each_goal_is_judged_on_its_own_figures() -> None:
 SMOKE = replace(
     QUICK,
     jvm_peers=(),
-    occupancies=(QUICK.latency_occupancy,),
+    occupancies=(100,),
+    latency_occupancy=100,
+    pipeline_events=100_000,
     floor_events=600_000,
     scale_events=20_000,
     memory_entries=20_000,
 )
+"""The quick plan made smaller: k = 100 (windows pre-filled with 10^4 events, not 10^5), and
+worker cells long enough to be measured at once (with ``MEASURED_S`` below, no cell is run
+again on a longer stream)."""
+MEASURED_S = 0.2
+"""The smoke's ``worker_harness.MIN_MEASURED_S``: its figures are not used."""
 
 
 @pytest.mark.kafka
 @pytest.mark.timeout(600)
 def test_a_quick_run_records_every_part_and_the_table_judges_it(
-    kafka_bootstrap: str, broker_kind: str, broker_profile: str, tmp_path: Path
+    kafka_bootstrap: str,
+    broker_kind: str,
+    broker_profile: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if broker_profile == "embedded":
         pytest.skip("the embedded broker (Tansu) stamps no append time: the latency part needs it")
+    monkeypatch.setattr(worker_harness, "MIN_MEASURED_S", MEASURED_S)
     broker = BenchBroker(kafka_bootstrap, broker_profile, broker_kind)
     parts = goals.run(broker, SMOKE, tmp_path)
     assert [p["part"] for p in parts] == [
@@ -127,9 +139,9 @@ def test_a_quick_run_records_every_part_and_the_table_judges_it(
         assert part["seconds"] > 0 and part["load_before"] >= 0 and part["load_after"] >= 0
     pipeline = parts[1]["rows"]
     assert [(r["scenario"], r["occupancy"]) for r in pipeline] == [
-        ("floor", 1000),
-        ("batch", 1000),
-        ("event", 1000),
+        ("floor", 100),
+        ("batch", 100),
+        ("event", 100),
     ]
     assert all(r["events"] >= QUICK.pipeline_events for r in pipeline)
     latency = parts[3]["rows"]
@@ -137,13 +149,13 @@ def test_a_quick_run_records_every_part_and_the_table_judges_it(
     assert given == {
         r["scenario"]: r["events_per_s"]
         for r in pipeline
-        if r["occupancy"] == 1000 and r["scenario"] != "floor"
+        if r["occupancy"] == 100 and r["scenario"] != "floor"
     }
     assert parts[5]["rows"][0]["build"] == stores.build()
     rows = goal_rows(parts)
     judged = [row[-1] for row in rows]
     assert judged[0] in ("met", "not met") and judged[1] in ("met", "not met")
-    assert judged[2] == "not judged: k = 1,000 only"
+    assert judged[2] == "not judged: k = 100 only"
     assert (
         judged[3] == "not judged: no flink run"
         and judged[4] == "not judged: no kafka-streams-cache run"
