@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -68,3 +69,38 @@ def test_the_log_of_a_broker_that_died_is_kept() -> None:
         assert broker.log_path.exists()
     finally:
         broker.log_path.unlink()
+
+
+def test_a_stop_signal_while_the_broker_starts_stops_it_and_removes_its_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``fiba broker``'s SIGTERM handler raises ``SystemExit``; a SIGTERM arriving while
+    ``Popen`` starts the broker (the child running, its handle not yet kept) used to leave the
+    broker running and its log behind. Here it arrives exactly then: the broker is stopped by
+    the caller's ``stop`` and its temporary log deleted."""
+    real_popen = subprocess.Popen
+    children: list[subprocess.Popen] = []
+
+    def popen_then_sigterm(*args, **kwargs):  # type: ignore[no-untyped-def]
+        child = real_popen(*args, **kwargs)
+        children.append(child)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+        return child
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    monkeypatch.setattr("app.brokers.process.subprocess.Popen", popen_then_sigterm)
+    broker = EmbeddedBroker(port=free_port())
+    try:
+        with pytest.raises(SystemExit):
+            try:
+                broker.start()
+            finally:
+                broker.stop()  # as `fiba broker` does in its `finally`
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+                pytest.fail("the broker was left running")
+    assert children and not broker.log_path.exists()

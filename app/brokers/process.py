@@ -12,11 +12,14 @@ Reference: docs/reference/operations.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -64,6 +67,28 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout)
+
+
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """SIGTERM and SIGINT held (blocked in this thread) for the block, delivered after it: a
+    stop signal whose handler raises (``fiba broker``'s) cannot interrupt ``Popen`` after the
+    child started but before its handle is kept, which left the broker running and its log
+    behind."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def release_stop_signals() -> None:
+    """In the broker's child process before it runs the broker: the stop signals
+    ``stop_signals_held`` blocked are unblocked again (a child inherits the mask)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 class BrokerProcess:
@@ -145,7 +170,7 @@ class BrokerProcess:
             return self
         for attempt in range(1, PORT_ATTEMPTS + 1):
             self.prepare()
-            with open(self.log_path, "ab") as log:
+            with open(self.log_path, "ab") as log, stop_signals_held():
                 self._proc = subprocess.Popen(
                     self.command(),
                     stdout=log,
@@ -153,6 +178,7 @@ class BrokerProcess:
                     stdin=subprocess.DEVNULL,
                     env=self.environment(),
                     start_new_session=True,
+                    preexec_fn=release_stop_signals,
                 )
             ready = self.wait_ready(time.monotonic() + self.start_timeout)
             if ready and self.running:
