@@ -259,12 +259,11 @@ def measure_run(
         brokers.append({} if broker_pid is None else thread_cpu(broker_pid))
         if accepted > MEASURED[1] * total:
             first, last = measured_span(samples, total)
-            (t1, c1, a1), (t2, c2, a2) = samples[first], samples[last]
-            events = a2 - a1
-            figures = RunFigures(events / (t2 - t1), 1e6 * (c2 - c1) / events)
+            figures = RunFigures(*rate_of(samples[first], samples[last]))
             if broker_pid is None:
                 return figures
             spent = by_kind(brokers[first], brokers[last], thread_names(broker_pid))
+            events = samples[last][2] - samples[first][2]
             per_event = {kind: 1e6 * seconds / events for kind, seconds in spent.items()}
             return replace(
                 figures,
@@ -302,7 +301,13 @@ def measured_span(samples: list[tuple[float, float, int]], total: int) -> tuple[
 def rate_between(samples: list[tuple[float, float, int]], total: int) -> tuple[float, float]:
     """Events per second and CPU µs per event between the polls ``measured_span`` picks."""
     first, last = measured_span(samples, total)
-    (t1, c1, a1), (t2, c2, a2) = samples[first], samples[last]
+    return rate_of(samples[first], samples[last])
+
+
+def rate_of(first: tuple[float, float, int], last: tuple[float, float, int]) -> tuple[float, float]:
+    """Events per second and CPU µs per event from poll ``first`` to poll ``last`` (time, CPU
+    seconds, accepted events)."""
+    (t1, c1, a1), (t2, c2, a2) = first, last
     return (a2 - a1) / (t2 - t1), 1e6 * (c2 - c1) / (a2 - a1)
 
 
