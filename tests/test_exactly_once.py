@@ -39,8 +39,11 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(400)]
 
 CHAOS = [
     "--events", "3000", "--kills", "3", "--wipe-every", "2", "--queries", "6",
-    "--rate", "500", "--max-delay", "0.5", "--rebalance-kill",
+    "--rate", "150", "--max-delay", "0.5", "--rebalance-kill",
 ]  # fmt: skip
+"""At 150 events/s the stream still flows at every kill (20 s of it; the kills end by ~25 s):
+a worker caught up has handed its state over, so a kill then repeats nothing, and at 500/s
+the stream ended before the second kill (the at-least-once twin once saw no repeat at all)."""
 SLOW_CHANGELOG = {"FAULT_SLOW_CHANGELOG_S": "0.05"}
 FAULTY_WORKER = ("tests.faulty_worker",)
 
