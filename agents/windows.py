@@ -174,7 +174,7 @@ class WindowsPipeline:
                 state = PartitionState(partition, windows, restored.applied_offset)
                 async with state.lock:
                     for key, times in windows.sweep():
-                        self.store.evict(partition, key, times)
+                        self.store.expire(partition, key, times)
                     await self.store.send_changes(partition)
                     self._states[partition] = state
                 logger.info(
@@ -525,7 +525,7 @@ class WindowsPipeline:
         await self._record_in_order(state, effects, refused, encoded)
         for key, times in evicted:
             if times:
-                self.store.evict(state.partition, key, times)
+                self.store.expire(state.partition, key, times)
                 if time.perf_counter() >= turns.deadline:
                     await turns.take()
 
@@ -635,7 +635,7 @@ class WindowsPipeline:
                     continue
                 for key, times in state.windows.sweep():
                     evicted += len(times)
-                    self.store.evict(state.partition, key, times)
+                    self.store.expire(state.partition, key, times)
                     if time.perf_counter() >= self.turns.deadline:
                         await self.turns.take()
                 await self.store.send_changes(state.partition)

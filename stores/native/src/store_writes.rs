@@ -386,9 +386,153 @@ pub mod python {
         Ok(count)
     }
 
+    /// Bytes of an entry id compared inline when sorting a write-out (a key prefix of 4 bytes,
+    /// the key, the time's 8: ids of keys up to 20 bytes long are compared whole).
+    const SORT_PREFIX: usize = 32;
+
+    /// `WindowStore.expire`'s writes of `key`'s expired entries at `times` (all of its
+    /// entries up to the latest of them): each fresh one dropped from `pending` and `fresh`,
+    /// each other one from `pending`, and if there was any other one, `cleared[key prefix]`
+    /// raised to just past the latest expired id (the copy's range deletion); a tombstone
+    /// `(entry id, None)` each onto `queued`. Returns their number.
+    #[pyfunction]
+    fn write_expirations<'py>(
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        times: &Bound<'py, PyAny>,
+        pending: &Bound<'py, PyDict>,
+        fresh: &Bound<'py, PySet>,
+        cleared: &Bound<'py, PyDict>,
+        queued: &Bound<'py, PyList>,
+    ) -> PyResult<usize> {
+        let key = utf8(key)?;
+        let none = py.None();
+        let mut eid: Vec<u8> = Vec::with_capacity(64);
+        let mut end: Option<Vec<u8>> = None; // just past the latest id the copy may hold
+        let mut count = 0;
+        for t in times.try_iter()? {
+            eid.clear();
+            entry_id(&mut eid, key, t?.extract()?);
+            let gone = PyBytes::new(py, &eid);
+            if !fresh.discard(&gone)? && end.as_ref().is_none_or(|e| eid[..] >= e[..e.len() - 1]) {
+                end = Some([&eid[..], &[0u8]].concat());
+            }
+            if pending.contains(&gone)? {
+                pending.del_item(&gone)?;
+            }
+            queued.append((gone, &none))?;
+            count += 1;
+        }
+        if let Some(end) = end {
+            let prefix = PyBytes::new(py, &eid[..eid.len() - 8]);
+            let raised = match cleared.get_item(&prefix)? {
+                Some(old) => old.downcast::<PyBytes>()?.as_bytes() < &end[..],
+                None => true,
+            };
+            if raised {
+                cleared.set_item(prefix, PyBytes::new(py, &end))?;
+            }
+        }
+        Ok(count)
+    }
+
+    /// A write-out's operations (`WindowStore._write_out`): the items of a `pending` map
+    /// (entry id -> partial bytes, or None for a deletion) sorted by entry id (RocksDB's
+    /// memtable takes sorted keys about twice as fast), written into WriteBatches piece by
+    /// piece (`fill`). Sorting the ids as byte strings here costs a fraction of Python's
+    /// `sorted` with a key function (which compares through the objects); filling a batch
+    /// calls its `put`/`delete` per operation with no interpreter loop around them.
+    /// O(p log p) for p operations, then O(1) per operation.
+    #[pyclass(module = "stores._native", name = "SortedWrites", frozen, sequence)]
+    pub struct SortedWrites {
+        /// `(entry id, partial bytes or None)` in entry id order.
+        items: Vec<(Py<PyBytes>, PyObject)>,
+    }
+
+    #[pymethods]
+    impl SortedWrites {
+        /// The items of `pending` in entry id order (every key must be bytes).
+        #[new]
+        fn new(pending: &Bound<'_, PyDict>) -> PyResult<Self> {
+            let mut items: Vec<(Bound<'_, PyBytes>, Bound<'_, PyAny>)> =
+                Vec::with_capacity(pending.len());
+            for (eid, value) in pending.iter() {
+                items.push((eid.downcast_into::<PyBytes>()?, value));
+            }
+            // sorted by each id's first bytes held inline (no pointer chased per comparison:
+            // the ids lie scattered in memory), the whole ids compared only on a tie
+            let mut order: Vec<([u8; SORT_PREFIX], u32)> = items
+                .iter()
+                .enumerate()
+                .map(|(i, (eid, _))| {
+                    let bytes = eid.as_bytes();
+                    let mut prefix = [0u8; SORT_PREFIX];
+                    let n = bytes.len().min(SORT_PREFIX);
+                    prefix[..n].copy_from_slice(&bytes[..n]);
+                    (prefix, i as u32)
+                })
+                .collect();
+            order.sort_unstable_by(|a, b| {
+                a.0.cmp(&b.0).then_with(|| {
+                    items[a.1 as usize]
+                        .0
+                        .as_bytes()
+                        .cmp(items[b.1 as usize].0.as_bytes())
+                })
+            });
+            let mut slots: Vec<Option<(Bound<'_, PyBytes>, Bound<'_, PyAny>)>> =
+                items.into_iter().map(Some).collect();
+            Ok(SortedWrites {
+                items: order
+                    .into_iter()
+                    .map(|(_, i)| {
+                        let (eid, value) = slots[i as usize].take().expect("each index once");
+                        (eid.unbind(), value.unbind())
+                    })
+                    .collect(),
+            })
+        }
+
+        fn __len__(&self) -> usize {
+            self.items.len()
+        }
+
+        /// `(entry id, partial bytes or None)` at `index` (in entry id order).
+        fn __getitem__(&self, py: Python<'_>, index: usize) -> PyResult<(Py<PyBytes>, PyObject)> {
+            let (eid, value) = self
+                .items
+                .get(index)
+                .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("index out of range"))?;
+            Ok((eid.clone_ref(py), value.clone_ref(py)))
+        }
+
+        /// Write the items `start..stop` (clipped to the end) in order: `put(entry id,
+        /// bytes)`, or `delete(entry id)` for None; the number written.
+        fn fill(
+            &self,
+            put: &Bound<'_, PyAny>,
+            delete: &Bound<'_, PyAny>,
+            start: usize,
+            stop: usize,
+        ) -> PyResult<usize> {
+            let py = put.py();
+            let items = &self.items[start.min(self.items.len())..stop.min(self.items.len())];
+            for (eid, value) in items {
+                if value.is_none(py) {
+                    delete.call1((eid,))?;
+                } else {
+                    put.call1((eid, value))?;
+                }
+            }
+            Ok(items.len())
+        }
+    }
+
     pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add_class::<SortedWrites>()?;
         m.add_function(wrap_pyfunction!(write_effects, m)?)?;
         m.add_function(wrap_pyfunction!(write_evictions, m)?)?;
+        m.add_function(wrap_pyfunction!(write_expirations, m)?)?;
         m.add_function(wrap_pyfunction!(dumps_partial, m)?)
     }
 }
