@@ -562,6 +562,35 @@ def test_a_refused_slice_keeps_the_horizon_past_what_it_noted() -> None:
             assert restored.local_entries_reused and restored.windows == {}, path
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    pending=st.dictionaries(
+        st.binary(max_size=40).map(lambda b: b"k" * 40 + b if len(b) % 2 else b),
+        st.one_of(st.none(), st.binary(max_size=8)),
+        max_size=60,
+    ),
+    piece=st.integers(1, 70),
+)
+def test_the_native_write_out_order_is_the_python_one(
+    pending: dict[bytes, bytes | None], piece: int
+) -> None:
+    """``SortedWrites`` (ids compared by an inline prefix, then whole: here ids sharing 40+
+    bytes) gives the Python twin's order, and ``fill`` the same operations piece by piece."""
+    native = stores.native().SortedWrites(pending)  # type: ignore[union-attr]
+    python = window_store.PySortedWrites(pending)
+    assert len(native) == len(python) == len(pending)
+    assert [native[i] for i in range(len(native))] == sorted(pending.items())
+    for writes in (native, python):
+        ops: list[tuple] = []
+        put = lambda k, v, ops=ops: ops.append(("put", k, v))  # noqa: E731
+        delete = lambda k, ops=ops: ops.append(("delete", k))  # noqa: E731
+        for start in range(0, len(pending), piece):
+            n = writes.fill(put, delete, start, start + piece)
+            assert n == min(piece, len(pending) - start)
+        want = [("delete", k) if v is None else ("put", k, v) for k, v in sorted(pending.items())]
+        assert ops == want
+
+
 SCALARS = st.one_of(
     st.none(),
     st.booleans(),
