@@ -60,6 +60,8 @@ class DiscardingLink:
 
 
 class _EmptyReader:
+    position = 0
+
     async def __aenter__(self) -> _EmptyReader:
         return self
 
