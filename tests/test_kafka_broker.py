@@ -22,7 +22,7 @@ from app.topics import DATA_TOPIC_CONFIGS
 from bench.broker_cpu import kind_of, thread_names
 
 # Apache Kafka's own broker kind, whichever kind and build the pass runs: `make test` runs
-# these in its Kafka pass only
+# these in its embedded pass only
 pytestmark = [pytest.mark.timeout(600), pytest.mark.once]
 
 
