@@ -159,6 +159,7 @@ pub mod python {
     //! and `fresh`, see `stores.window_store._OpenPartition`) and its changelog queue (a list
     //! of `(entry id, value or None)`), one call per slice.
     use super::{entry_id, upsert, write_int, write_tuple_header, FLAG_REF};
+    use crate::record_batch::python::PyChangelogRecords;
     use pyo3::exceptions::{PyTypeError, PyValueError};
     use pyo3::ffi;
     use pyo3::prelude::*;
@@ -264,6 +265,41 @@ pub mod python {
         Ok(key.to_str()?.as_bytes())
     }
 
+    /// The changelog queue: the native `ChangelogRecords` (records written into it, no
+    /// Python object each) or a list of `(entry id, value or None)` tuples.
+    enum Queue<'a, 'py> {
+        Native(PyRefMut<'py, PyChangelogRecords>),
+        List(&'a Bound<'py, PyList>),
+    }
+
+    impl<'a, 'py> Queue<'a, 'py> {
+        fn of(queued: &'a Bound<'py, PyAny>) -> PyResult<Self> {
+            match queued.downcast::<PyChangelogRecords>() {
+                Ok(native) => Ok(Queue::Native(native.borrow_mut())),
+                Err(_) => Ok(Queue::List(queued.downcast::<PyList>()?)),
+            }
+        }
+
+        /// Queue `(eid, value)`; `eid` is `eid_bytes`'s content.
+        fn push(
+            &mut self,
+            eid: &[u8],
+            eid_bytes: &Bound<'py, PyBytes>,
+            value: Option<&[u8]>,
+        ) -> PyResult<()> {
+            match self {
+                Queue::Native(queue) => {
+                    queue.push(eid, value);
+                    Ok(())
+                }
+                Queue::List(list) => {
+                    let py = list.py();
+                    list.append((eid_bytes, value.map(|v| PyBytes::new(py, v))))
+                }
+            }
+        }
+    }
+
     /// Note the deletion of entry `eid` in `pending` (`stores.window_store._forget`): dropped
     /// if it is in `fresh` (not in the local copy), else set to None.
     fn forget(
@@ -282,7 +318,8 @@ pub mod python {
     /// `(offset, key, time, partial, evicted_times)`), in order, as `WindowStore.record_many`
     /// does: per effect `pending[entry id] = partial bytes` (the id added to `fresh` when its
     /// time is after `horizon`, which then moves to it), `forget` per evicted time, and onto
-    /// `queued` the upsert `(entry id, header + evicted times + partial bytes)` and a
+    /// `queued` (a `ChangelogRecords`, written into with no Python object, or a list) the
+    /// upsert `(entry id, header + evicted times + partial bytes)` and a
     /// tombstone `(entry id, None)` per evicted time. The partial bytes are the partial
     /// itself when `encoded` (bytes the codec wrote), else its marshal bytes (`encode(partial)`
     /// for what is not native). Returns `(applied offset, horizon)`; a ValueError, as the
@@ -301,12 +338,12 @@ pub mod python {
         pending: &Bound<'py, PyDict>,
         fresh: &Bound<'py, PySet>,
         mut horizon: Option<i64>,
-        queued: &Bound<'py, PyList>,
+        queued: &Bound<'py, PyAny>,
     ) -> PyResult<(i64, Option<i64>)> {
+        let mut queue = Queue::of(queued)?;
         let mut eid: Vec<u8> = Vec::with_capacity(64);
         let mut value: Vec<u8> = Vec::with_capacity(128);
         let mut evicted: Vec<i64> = Vec::new();
-        let none = py.None();
         for effect in effects.iter() {
             let effect = effect.downcast::<PyTuple>()?;
             let n = effect.len();
@@ -347,13 +384,13 @@ pub mod python {
                 fresh.add(&eid_bytes)?;
             }
             pending.set_item(&eid_bytes, &data)?;
-            queued.append((&eid_bytes, PyBytes::new(py, &value)))?;
+            queue.push(&eid, &eid_bytes, Some(&value))?;
             for &t in &evicted {
                 eid.clear();
                 entry_id(&mut eid, key, t);
                 let gone = PyBytes::new(py, &eid);
                 forget(pending, fresh, &gone)?;
-                queued.append((gone, &none))?;
+                queue.push(&eid, &gone, None)?;
             }
             applied = offset;
         }
@@ -369,10 +406,10 @@ pub mod python {
         times: &Bound<'py, PyAny>,
         pending: &Bound<'py, PyDict>,
         fresh: &Bound<'py, PySet>,
-        queued: &Bound<'py, PyList>,
+        queued: &Bound<'py, PyAny>,
     ) -> PyResult<usize> {
         let key = utf8(key)?;
-        let none = py.None();
+        let mut queue = Queue::of(queued)?;
         let mut eid: Vec<u8> = Vec::with_capacity(64);
         let mut count = 0;
         for t in times.try_iter()? {
@@ -380,7 +417,7 @@ pub mod python {
             entry_id(&mut eid, key, t?.extract()?);
             let gone = PyBytes::new(py, &eid);
             forget(pending, fresh, &gone)?;
-            queued.append((gone, &none))?;
+            queue.push(&eid, &gone, None)?;
             count += 1;
         }
         Ok(count)
