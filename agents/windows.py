@@ -457,7 +457,7 @@ class WindowsPipeline:
                 applied.keys, applied.records, applied.event_ts, source=partition
             )
             self.latency.add_many(partition, stamps)
-            await self._record_in_order(state, effects, refused)
+            await self._record_in_order(state, [effects], refused)
             self._fit_slice(time.perf_counter() - started)
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
@@ -465,20 +465,27 @@ class WindowsPipeline:
     async def _record_in_order(
         self,
         state: PartitionState,
-        effects: list[Any],
+        parts: list[Sequence[Any]],
         refused: list[tuple[ConsumerRecord, str, str]],
         encoded: bool = False,
     ) -> None:
-        """The store's records of accepted ``effects`` (in offset order; ``encoded``: their
-        partials are the store codec's bytes) and the dead letters and ``record_skipped`` of
-        ``refused`` records, interleaved in offset order."""
-        done = 0
-        for message, reason, detail in sorted(refused, key=_offset_of_refused):
-            upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
-            await self._record_effects(state, effects[done:upto], encoded)
+        """The store's records of accepted effects (``parts``: sequences of them, lists or
+        native ``Effects``, together in offset order; ``encoded``: their partials are the
+        store codec's bytes) and the dead letters and ``record_skipped`` of ``refused``
+        records, interleaved in offset order."""
+        dead = sorted(refused, key=_offset_of_refused)
+        i = 0
+        for effects in parts:
+            done = 0
+            while i < len(dead) and len(effects) and dead[i][0].offset < effects[-1][0]:
+                message, reason, detail = dead[i]
+                upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
+                await self._record_effects(state, effects[done:upto], encoded)
+                await self._reject(state, message, reason, detail)
+                done, i = upto, i + 1
+            await self._record_effects(state, effects[done:], encoded)
+        for message, reason, detail in dead[i:]:
             await self._reject(state, message, reason, detail)
-            done = upto
-        await self._record_effects(state, effects[done:], encoded)
 
     async def _process_share(self, state: PartitionState, fresh: list[InputChunk]) -> None:
         """One partition's share of a batch (``fresh``: its records after the applied offset),
@@ -496,7 +503,8 @@ class WindowsPipeline:
         # on the native kernel the effects carry the store's bytes of each partial
         encoded = isinstance(windows, NativeKeyWindows)
         codec = self.store.codec
-        effects: list[tuple[int, str, int, Any]] = []
+        effects: list[Sequence[Any]] = []
+        """The effects of each slice (a list, or the kernel's ``Effects`` buffer)."""
         refused: list[tuple[ConsumerRecord, str, str]] = []
         last: dict[str, tuple[int, int]] = {}
         native_parser = self.parser.native_parser if encoded else None
@@ -515,7 +523,7 @@ class WindowsPipeline:
                     applied = windows.apply_encoded(parsed, offsets, codec)  # type: ignore[union-attr, arg-type]
                 else:
                     applied = windows.apply(parsed, offsets)
-            effects.extend(applied.effects)
+            effects.append(applied.effects)
             refused.extend((piece.record_at(o), r.reason, r.detail) for o, r in applied.rejected)
             last.update(applied.last)
             self._fit_slice(time.perf_counter() - started)
@@ -574,7 +582,7 @@ class WindowsPipeline:
             self._slice = min(MAX_SLICE, self._slice * 2)
 
     async def _record_effects(
-        self, state: PartitionState, effects: list[Any], encoded: bool = False
+        self, state: PartitionState, effects: Sequence[Any], encoded: bool = False
     ) -> None:
         """Queue the store's records of accepted ``(offset, key, time, partial)`` effects, or
         ``(..., evicted_times)`` (``WindowStore.record_many``; ``encoded``: the partials are

@@ -259,8 +259,10 @@ class NativeKeyWindows:
         """``apply_encoded`` of the events that the native ``parser`` (``stores._native.
         EventParser``, as ``EventParser.parse_many`` would) reads from the records of the
         fetched ``chunk`` (``stores._native.FetchedRecords``), in one call, with no Python
-        object per event but its effect, the offsets as tags: the batch and ``(offset,
-        BadEvent)`` per malformed record. None, with nothing changed, where the caller must
+        object per event, the offsets as tags: the batch (its effects one
+        ``stores._native.Effects`` buffer, a sequence of ``(offset, key, time, bytes)`` that
+        ``WindowStore.record_many`` reads natively) and ``(offset, BadEvent)`` per malformed
+        record. None, with nothing changed, where the caller must
         parse and ``apply_encoded`` instead: ``chunk`` is not a ``FetchedRecords``, ``parser``
         is None, ``codec`` is not the ``marshal`` one, or the state is (or must move) on the
         Python path."""

@@ -592,7 +592,9 @@ class WindowStore:
         ``(offset, key, time, partial)`` or ``(offset, key, time, partial, evicted_times)`` of
         ``effects`` in order (offsets increasing), with the same ``pending`` writes and
         changelog records. ``encoded``: each partial is already the codec's bytes of it
-        (``NativeKeyWindows.apply_encoded``). O(len(effects) + evicted).
+        (``NativeKeyWindows.apply_encoded``; a native ``Effects`` buffer of such effects,
+        ``NativeKeyWindows.apply_fetched``'s, is read without a Python object each).
+        O(len(effects) + evicted).
 
         With the native core and the ``marshal`` codec, one native call
         (``stores._native.write_effects``) makes the entry ids, partial bytes, ``pending``
@@ -605,7 +607,7 @@ class WindowStore:
         if writes is None:
             self._record_many_python(state, partition, effects, encoded)
             return
-        if not isinstance(effects, list):
+        if not isinstance(effects, list | writes.Effects):
             effects = list(effects)
         try:
             applied, state.horizon = writes.write_effects(

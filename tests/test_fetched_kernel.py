@@ -6,12 +6,16 @@ Hypothesis draws a configuration and slices of raw input records (``tests.test_e
 in order, out of order, late, future, malformed, values the lift refuses or no native partial
 holds), each slice one Fetch response's record batch decoded by ``FetchedRecords``; both paths
 run on fresh native windows with the same clock and must give the same effects (the store's
-bytes), rejections, last events per key, dead letters and state. The pipeline test counts the
-calls: a natively fetched share is parsed by no ``parse_many``.
+bytes), rejections, last events per key, dead letters and state. The effects come as one
+native ``Effects`` buffer (the Python blocks a call keeps are counted), which the window store
+writes as it would the same effects as tuples.
 """
 
 from __future__ import annotations
 
+import asyncio
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +28,10 @@ from agents.events import BadEvent, EventParser
 from app.settings import Settings
 from stores.key_windows import WindowConfig
 from stores.native_windows import NativeKeyWindows
-from stores.window_store import MarshalStateCodec
+from stores.window_store import MarshalStateCodec, WindowStore
 from tests.test_event_chunks import Record, streams
 from tests.test_native_windows import FOREIGN, KEYS, NUMBERS, Clock, configs
+from tests.test_store_writes import MOMENTS, Recorder
 
 needs_native = pytest.mark.skipif(
     stores.native() is None, reason=f"no native core in this build ({stores.build()})"
@@ -59,7 +64,7 @@ def parsed_then_applied(windows: Any, parser: EventParser, chunk: Any, codec: An
 
 def log_of(applied: Any, bad: list) -> tuple:
     return (
-        applied.effects,
+        list(applied.effects),
         [(o, r.reason, r.detail) for o, r in applied.rejected],
         dict(applied.last),
         [(o, b.reason, b.detail) for o, b in bad],
@@ -132,3 +137,48 @@ def test_the_call_declines_what_it_cannot_take() -> None:
     assert windows.entry_count() == 0
     applied, bad = windows.apply_fetched(fetched(records), parser.native_parser, codec)
     assert [e[:3] for e in applied.effects] == [(10, "a", config.window_time(5))] and not bad
+
+
+async def stored(effects: Any, state_dir: Path) -> tuple[list, dict]:
+    """The changelog records and pending local writes of ``record_many(effects)`` on a fresh
+    store (``stores.window_store``, native writes)."""
+    settings = Settings(app_id="fetched", partitions=1, state_dir=state_dir)
+    link = Recorder()
+    store = WindowStore(settings, MarshalStateCodec(MOMENTS), link)  # type: ignore[arg-type]
+    await store.start()
+    await store.restore(0)
+    half = len(effects) // 2
+    store.record_many(0, effects[:half], encoded=True)
+    store.record_many(0, effects[half:], encoded=True)
+    pending = dict(store._open[0].pending)
+    await store.send_changes(0)
+    await store.stop()
+    return [r for _, batch in link.sent for r in batch], pending
+
+
+@needs_native
+def test_the_effects_buffer_is_written_as_its_tuples_would_be(tmp_path: Path) -> None:
+    """``apply_fetched``'s effects are one native ``Effects`` buffer (no Python object per
+    event), a sequence of ``(offset, key, time, partial bytes)`` whose slices are views;
+    ``WindowStore.record_many`` reads it natively and writes what the same effects as a list
+    of tuples write."""
+    config = WindowConfig.from_settings(Settings())
+    parser = EventParser(Settings())
+    codec = MarshalStateCodec(config.composed)
+    records = [
+        Record(f"k{i % 3}é".encode(), f'{{"ts": {i * 7}, "value": {i}}}'.encode(), 1_000, 10 + i)
+        for i in range(50)
+    ]
+    windows, chunk = NativeKeyWindows(config, emit="batch"), fetched(records)
+    windows.apply_fetched(fetched(records[:1]), parser.native_parser, codec)  # warm
+    before = sys.getallocatedblocks()
+    applied, _ = windows.apply_fetched(chunk, parser.native_parser, codec)
+    assert sys.getallocatedblocks() - before < 30  # what a batch of 3 keys keeps, not 50 events
+    effects = applied.effects
+    assert type(effects).__name__ == "Effects" and len(effects) == 50
+    tuples = list(effects)
+    assert list(effects[10:20]) == tuples[10:20] and effects[-1] == tuples[-1]
+    assert [e[0] for e in tuples] == [r.offset for r in records]
+    assert asyncio.run(stored(effects, tmp_path / "buffer")) == asyncio.run(
+        stored(tuples, tmp_path / "tuples")
+    )

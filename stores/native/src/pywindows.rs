@@ -16,6 +16,7 @@ use crate::overflow::{fits, Guard};
 use crate::py_io::{json_text_of, plain_strs, value_to_py, PyAggregateEncoder, PyEventParser};
 use crate::python::{partial_to_py, val_from_py, val_to_py};
 use crate::store_writes::marshal_fields;
+use crate::store_writes::python::{EffectsData, PyEffects};
 use crate::windows::{Group, Rejection, Settings, Source, Windows};
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -374,7 +375,21 @@ where
         .collect::<PyResult<Vec<_>>>()?;
     let keys: Vec<Option<&Bound<'_, PyString>>> =
         given.iter().map(|((k, _, _), _)| Some(k)).collect();
-    apply_events_batch(py, ctx, guard, w, &batch, &keys, now_ms, encoded)
+    let output = if encoded {
+        Output::Encoded
+    } else {
+        Output::Partials
+    };
+    apply_events_batch(py, ctx, guard, w, &batch, &keys, now_ms, output)
+}
+
+/// How `apply_events_batch` gives the effects: `(tag, key, time, partial)` tuples with the
+/// Python partials, the same with their `marshal` bytes, or one `Effects` buffer of the
+/// latter (the tags must be offsets).
+enum Output {
+    Partials,
+    Encoded,
+    Buffer,
 }
 
 /// `batch` applied as `KeyWindows.apply` applies a batch (see `PyKeyWindows::apply`);
@@ -390,7 +405,7 @@ fn apply_events_batch<const N: usize, M>(
     batch: &[BatchEvent<'_, '_>],
     key_objects: &[Option<&Bound<'_, PyString>>],
     now_ms: Option<i64>,
-    encoded: bool,
+    output: Output,
 ) -> PyResult<Option<Applied>>
 where
     M: crate::fiba::Monoid<P = [Val; N]> + Clone,
@@ -481,6 +496,29 @@ where
         let event = &batch[last_event];
         last.set_item(key, (event.tag.object(py)?, event.ts))?;
     }
+    if let Output::Buffer = output {
+        // offsets as tags (`apply_fetched`): the effects in one buffer
+        let mut data = EffectsData {
+            keys: group_keys.iter().map(|k| k.clone().unbind()).collect(),
+            ..EffectsData::default()
+        };
+        for ((i, t, g), p) in meta.into_iter().zip(&effects) {
+            let Tag::Offset(offset) = batch[i].tag else {
+                unreachable!("a buffer of effects is made for offsets")
+            };
+            data.offsets.push(offset);
+            data.key_of.push(g as u32);
+            data.times.push(t);
+            marshal_fields(&ctx.spec, p, &mut data.partials).map_err(PyOverflowError::new_err)?;
+            data.ends.push(data.partials.len());
+        }
+        return Ok(Some((
+            Py::new(py, PyEffects::new(data))?.into_any(),
+            rejected.into_any().unbind(),
+            last.into_any().unbind(),
+        )));
+    }
+    let encoded = matches!(output, Output::Encoded);
     let out = PyList::empty(py);
     let mut buf: Vec<u8> = Vec::with_capacity(64);
     for ((i, t, g), p) in meta.into_iter().zip(&effects) {
@@ -574,7 +612,7 @@ where
             }
         }
     }
-    let applied = apply_events_batch(py, ctx, guard, w, &batch, &[], now_ms, true)?;
+    let applied = apply_events_batch(py, ctx, guard, w, &batch, &[], now_ms, Output::Buffer)?;
     Ok(applied.map(|(effects, rejected, last)| (effects, rejected, last, bad.into_any().unbind())))
 }
 
@@ -944,9 +982,10 @@ impl PyKeyWindows {
     /// Parse the records of a fetched chunk (`FetchedRecords`) with `parser` (the native
     /// `EventParser`: `parse_many`'s outcomes, read from the chunk's bytes) and apply the
     /// events among them as `apply(events, offsets, now_ms, encoded=True)` does, with no
-    /// Python tuple, key, time or number per event: `(effects, rejected, last, bad)`,
-    /// `bad` holding `(offset, BadEvent)` per malformed record; None (nothing changed) where
-    /// `apply` answers None. O(records) plus one Python str per key.
+    /// Python object per event: `(effects, rejected, last, bad)`, the effects in one
+    /// `Effects` buffer (`store_writes`: what `write_effects` reads), `bad` holding
+    /// `(offset, BadEvent)` per malformed record; None (nothing changed) where `apply`
+    /// answers None. O(records) plus one Python str per key.
     #[pyo3(signature = (chunk, parser, now_ms=None))]
     fn apply_fetched(
         &mut self,
