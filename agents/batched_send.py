@@ -82,9 +82,15 @@ async def send_records(
     partition: int,
     records: Iterable[tuple[bytes | None, bytes | None]],
 ) -> BatchDelivery | None:
-    """Hand ``records`` (key, value; value None: a tombstone) to ``producer`` for ``topic``
-    ``partition``, in order, timestamped by the producer's clock, without headers: see
-    ``send_output_records``."""
+    """Hand ``records`` (key, value; value None: a tombstone; or a native
+    ``ChangelogRecords``, moved into native builders as they are) to ``producer`` for
+    ``topic`` ``partition``, in order, timestamped by the producer's clock, without headers:
+    see ``send_output_records``."""
+    native = stores.native()
+    if native is not None and isinstance(records, native.ChangelogRecords):
+        new_builder = native_builder(producer)
+        if new_builder is not None:
+            return await _send_native(producer, new_builder, topic, partition, records)
     return await send_output_records(
         producer, topic, partition, ((key, value, None, NO_HEADERS) for key, value in records)
     )
@@ -145,11 +151,15 @@ async def _send_native(
     new_builder: Callable[[], Any],
     topic: str,
     partition: int,
-    records: Iterable[OutputRecord],
+    records: Any,
 ) -> BatchDelivery | None:
-    """``send_output_records`` with native builders, each filled in one call."""
+    """``send_output_records`` with native builders, each filled in one call (``records``
+    may also be a ``ChangelogRecords``)."""
     native: Any = stores.native()
-    queued = records if isinstance(records, native.QueuedRecords) else native.QueuedRecords(records)
+    if isinstance(records, native.QueuedRecords | native.ChangelogRecords):
+        queued = records
+    else:
+        queued = native.QueuedRecords(records)
     if not len(queued):
         return None
     while True:

@@ -633,6 +633,88 @@ pub mod python {
         }
     }
 
+    /// Changelog records of one partition (`(key, value)`, value None: a tombstone; no
+    /// timestamp: the clock when it goes into a batch; no headers), each encoded once as it
+    /// is queued, in order: `append`/`extend` from Python, `push` from Rust (the window
+    /// store's writes, `store_writes`), `fill` moves the ones next in line into a
+    /// `RecordBatchBuilder` (as `QueuedRecords`); iterating gives the ones left as
+    /// `(key, value)` tuples, `len` their number.
+    #[pyclass(module = "stores._native", name = "ChangelogRecords")]
+    #[derive(Default)]
+    pub struct PyChangelogRecords {
+        queue: PartitionQueue,
+    }
+
+    impl PyChangelogRecords {
+        /// Queue the record `key`, `value` (None: a tombstone).
+        pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
+            self.queue.push(None, |out| {
+                put_tail(out, Some(key), value, std::iter::empty())
+            });
+        }
+
+        fn push_object(&mut self, record: &Bound<'_, PyAny>) -> PyResult<()> {
+            let (key, value): (PyBackedBytes, Option<PyBackedBytes>) = record.extract()?;
+            self.push(&key, value.as_deref());
+            Ok(())
+        }
+    }
+
+    #[pymethods]
+    impl PyChangelogRecords {
+        /// `records`: `(key, value)` pairs. O(bytes).
+        #[new]
+        #[pyo3(signature = (records = None))]
+        fn new(records: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+            let mut queued = PyChangelogRecords::default();
+            if let Some(records) = records {
+                queued.extend(records)?;
+            }
+            Ok(queued)
+        }
+
+        /// Queue one `(key, value)` record.
+        fn append(&mut self, record: &Bound<'_, PyAny>) -> PyResult<()> {
+            self.push_object(record)
+        }
+
+        /// Queue `(key, value)` records in order.
+        fn extend(&mut self, records: &Bound<'_, PyAny>) -> PyResult<()> {
+            for record in records.try_iter()? {
+                self.push_object(&record?)?;
+            }
+            Ok(())
+        }
+
+        /// `QueuedRecords.fill`.
+        fn fill(&mut self, mut builder: PyRefMut<'_, PyRecordBatchBuilder>) -> usize {
+            if builder.closed {
+                return 0;
+            }
+            let moved = self.queue.fill(&mut builder.batch, now_ms());
+            if self.queue.pending() > 0 {
+                builder.closed = true;
+            }
+            moved
+        }
+
+        fn __len__(&self) -> usize {
+            self.queue.pending()
+        }
+
+        fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+            let records = PyList::empty(py);
+            for (_, tail) in self.queue.iter() {
+                let (key, value, _) = read_tail(tail);
+                records.append((
+                    key.map(|k| PyBytes::new(py, k)),
+                    value.map(|v| PyBytes::new(py, v)),
+                ))?;
+            }
+            records.try_iter().map(Bound::into_any)
+        }
+    }
+
     /// Records of one topic queued per partition: a keyed record in its key's partition
     /// under Kafka's default partitioner (murmur2), one without a key in the partition given
     /// (modulo the count), in the order queued; `take` hands a partition's over. Timestamps
@@ -750,6 +832,7 @@ pub mod python {
         m.add_class::<RecordMetadata>()?;
         m.add_class::<PyRecordBatchBuilder>()?;
         m.add_class::<PyQueuedRecords>()?;
+        m.add_class::<PyChangelogRecords>()?;
         m.add_class::<PyOutputQueue>()?;
         m.add_function(wrap_pyfunction!(murmur2, m)?)
     }
