@@ -67,13 +67,21 @@ impl<T> CompactVec<T> {
 
     #[inline]
     pub fn push(&mut self, x: T) {
-        if self.len < self.cap {
-            // SAFETY: slot `len` is inside the buffer and holds no value.
-            unsafe { self.ptr.as_ptr().add(self.len as usize).write(x) };
-            self.len += 1;
-        } else {
-            self.with(|v| v.push(x));
+        if self.len == self.cap {
+            self.grow_one();
         }
+        // SAFETY: slot `len` is inside the buffer (`grow_one`) and holds no value.
+        unsafe { self.ptr.as_ptr().add(self.len as usize).write(x) };
+        self.len += 1;
+    }
+
+    /// Room for one more element as a full `Vec` grows (amortized doubling): out of line
+    /// and without the element, so that `push` and `insert` inline small and keep it in
+    /// registers.
+    #[cold]
+    #[inline(never)]
+    fn grow_one(&mut self) {
+        self.with(|v| v.reserve(1));
     }
 
     #[inline]
@@ -91,13 +99,15 @@ impl<T> CompactVec<T> {
         let len = self.len as usize;
         assert!(i <= len, "insertion index {i} > len {len}");
         if self.len == self.cap {
-            return self.with(|v| v.insert(i, x));
+            self.grow_one();
         }
-        // SAFETY: slots `i..len` hold values and slot `len` is free: shift them up by one
+        // SAFETY: slots `i..len` hold values and slot `len` is free (`grow_one`): shift them up by one
         // (overlapping copy), then fill slot `i`.
         unsafe {
             let at = self.ptr.as_ptr().add(i);
-            std::ptr::copy(at, at.add(1), len - i);
+            if i < len {
+                std::ptr::copy(at, at.add(1), len - i);
+            }
             at.write(x);
         }
         self.len += 1;
@@ -112,14 +122,23 @@ impl<T> CompactVec<T> {
         unsafe {
             let at = self.ptr.as_ptr().add(i);
             let x = at.read();
-            std::ptr::copy(at.add(1), at, len - i - 1);
+            if i + 1 < len {
+                std::ptr::copy(at.add(1), at, len - i - 1);
+            }
             self.len -= 1;
             x
         }
     }
 
+    #[inline]
     pub fn clear(&mut self) {
-        self.with(Vec::clear);
+        let len = self.len as usize;
+        self.len = 0;
+        // SAFETY: the first `len` slots held values, now outside the length: dropped once
+        // (a panicking drop leaks the rest, as `Vec::clear` may).
+        unsafe {
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), len));
+        }
     }
 
     pub fn reserve_exact(&mut self, extra: usize) {

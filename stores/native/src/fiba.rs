@@ -58,9 +58,8 @@ const SCRATCH: usize = 64;
 const SMALL: usize = 16;
 
 thread_local! {
-    /// The repair's work lists, the thread's: the nodes the running operation changed (one
-    /// tree's operation at a time on a thread; a monoid's combine never calls back into a
-    /// tree), and the repair's heap. Empty between operations, so no tree keeps them.
+    /// The repair's work lists, shared by the thread's trees between operations (a tree holds
+    /// its dirty list only while an operation runs): no tree keeps scratch capacity.
     static DIRTY: Cell<Vec<Idx>> = const { Cell::new(Vec::new()) };
     static HEAP: Cell<BinaryHeap<Reverse<(u8, Idx)>>> = const { Cell::new(BinaryHeap::new()) };
 }
@@ -115,7 +114,7 @@ pub struct Footprint {
     pub arena: usize,
     /// Times and partials of the slots reserved.
     pub entry_bytes: usize,
-    /// Child links and the free list.
+    /// Child links and the free and dirty lists.
     pub kid_bytes: usize,
     /// Spine caches outside the node structs (suffix folds).
     pub cache_bytes: usize,
@@ -177,6 +176,8 @@ pub struct FiBA<M: Monoid> {
     min_arity: u16,
     max_arity: u16,
     combines: AtomicU64,
+    /// The nodes a running operation changed (empty between operations; see `DIRTY`).
+    dirty: CompactVec<Idx>,
     /// The spine caches by height, left and right: `2 * height + side`.
     spines: CompactVec<Spine<M::S>>,
 }
@@ -227,6 +228,7 @@ impl<M: Monoid> FiBA<M> {
             min_arity: u16::try_from(min_arity).expect("min_arity fits 16 bits"),
             max_arity: u16::try_from(max_arity).expect("max_arity fits 16 bits"),
             combines: AtomicU64::new(0),
+            dirty: CompactVec::new(),
             spines: CompactVec::new(),
         };
         tree.reset();
@@ -284,19 +286,15 @@ impl<M: Monoid> FiBA<M> {
         self.min_arity as usize - 1
     }
 
-    /// Note changed nodes for the operation's `repair` (in the thread's list, `DIRTY`).
+    /// Note changed nodes for the operation's `repair`; the list's buffer comes from the
+    /// thread's (`DIRTY`) at the first note.
     fn mark_dirty(&mut self, ids: &[Idx]) {
-        let mut dirty = DIRTY.take();
-        dirty.extend_from_slice(ids);
-        DIRTY.set(dirty);
-    }
-
-    /// The node noted last by the running operation.
-    fn last_dirty(&self) -> Option<Idx> {
-        let dirty = DIRTY.take();
-        let last = dirty.last().copied();
-        DIRTY.set(dirty);
-        last
+        if self.dirty.capacity() == 0 {
+            self.dirty = DIRTY.take().into();
+        }
+        for &id in ids {
+            self.dirty.push(id);
+        }
     }
 
     fn comb(&self, a: &M::S, b: &M::S) -> M::S {
@@ -439,19 +437,27 @@ impl<M: Monoid> FiBA<M> {
 
     /// Room for one more entry at an end of leaf `idx` (a finger): a full buffer grows by
     /// half below `SMALL` slots, up to the most a leaf holds before it splits, else doubles.
+    #[inline]
     fn room_at_end(&mut self, idx: Idx) {
+        let node = self.n(idx);
+        if node.times.len() == node.times.capacity() {
+            self.grow_end(idx);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow_end(&mut self, idx: Idx) {
         let most = self.max_entries(0) + 1;
         let node = self.nm(idx);
         let len = node.times.len();
-        if len == node.times.capacity() {
-            let extra = if len < SMALL {
-                (len / 2).max(1).min(most.saturating_sub(len).max(1))
-            } else {
-                len
-            };
-            node.times.reserve_exact(extra);
-            node.vals.reserve_exact(extra);
-        }
+        let extra = if len < SMALL {
+            (len / 2).max(1).min(most.saturating_sub(len).max(1))
+        } else {
+            len
+        };
+        node.times.reserve_exact(extra);
+        node.vals.reserve_exact(extra);
     }
 
     /// Room for one more entry (and child) in `idx`: a full buffer of exact size (what an
@@ -740,7 +746,7 @@ impl<M: Monoid> FiBA<M> {
     /// bottom-up (each pushing its parent), then the root, then each spine from its highest
     /// changed node down to its finger.
     fn repair(&mut self) {
-        let mut dirty = DIRTY.take();
+        let mut dirty = std::mem::take(&mut self.dirty).into_vec();
         let mut heap = HEAP.take();
         for &idx in &dirty {
             let node = self.nm(idx);
@@ -1422,7 +1428,7 @@ impl<M: Monoid> FiBA<M> {
                 node.vals.insert(i, p);
                 self.split_up(idx);
             }
-            if self.last_dirty() != Some(idx) {
+            if self.dirty.last() != Some(&idx) {
                 self.mark_dirty(&[idx]);
             }
         }
@@ -1771,8 +1777,11 @@ impl<M: Monoid> FiBA<M> {
             ];
             f.blocks += blocks.iter().filter(|&&c| c > 0).count();
         }
-        f.kid_bytes += self.free.capacity() * std::mem::size_of::<Idx>();
-        f.blocks += usize::from(self.free.capacity() > 0);
+        f.kid_bytes += (self.free.capacity() + self.dirty.capacity()) * std::mem::size_of::<Idx>();
+        f.blocks += [self.free.capacity(), self.dirty.capacity()]
+            .iter()
+            .filter(|&&c| c > 0)
+            .count();
         f.cache_bytes += self.spines.capacity() * std::mem::size_of::<Spine<M::S>>();
         f.blocks += usize::from(self.spines.capacity() > 0);
         for c in &self.spines {
@@ -2136,9 +2145,9 @@ mod tests {
         use crate::monoids::{Fields, Packed};
         // a worker holds a tree struct per key (in its windows' map slot) and an arena slot
         // per node: buffer headers of 16 bytes (`CompactVec`), `u32` counts, `u8` heights,
-        // the dirty list the thread's (120, 136 and 64 bytes before)
+        // `u16` arities (120, 136 and 64 bytes before)
         assert_eq!(std::mem::size_of::<Node<Packed<3>>>(), 88);
-        assert_eq!(std::mem::size_of::<FiBA<Fields<3>>>(), 80);
+        assert_eq!(std::mem::size_of::<FiBA<Fields<3>>>(), 96);
         assert_eq!(std::mem::size_of::<Spine<Packed<3>>>(), 56);
     }
 
