@@ -67,9 +67,8 @@ fn bytes_per_key(keys: usize, per_key: usize) -> f64 {
 #[test]
 fn a_key_with_few_entries_costs_little_besides_them() {
     // an entry itself is 35 bytes (an 8-byte time, a 27-byte packed partial)
-    // main before the compact nodes (16-byte buffer headers, u32 counts, the dirty list the
-    // thread's, halves of a middle cut in exact buffers): 591 / 1,001 / 5,826; after: 444 /
-    // 855 / 5,123
+    // before the compact nodes (16-byte buffer headers, u32 counts, u8 heights, the halves of
+    // a middle cut in buffers of their size): 591 / 1,001 / 5,826; after: 477 / 887 / 5,155
     for (per_key, budget) in [(1, 500.0), (10, 900.0), (100, 5400.0)] {
         let per = bytes_per_key(2000, per_key);
         eprintln!("{per_key} entries per key: {per:.0} B per key");
