@@ -84,7 +84,12 @@ async def send_records(
 ) -> BatchDelivery | None:
     """Hand ``records`` (key, value; value None: a tombstone) to ``producer`` for ``topic``
     ``partition``, in order, timestamped by the producer's clock, without headers: see
-    ``send_output_records``."""
+    ``send_output_records``. With native builders the pairs go to ``QueuedRecords`` as they
+    are (one native call, no tuple made per record in Python)."""
+    new_builder = native_builder(producer)
+    if new_builder is not None:
+        queued = stores.native().QueuedRecords(records)  # type: ignore[union-attr]
+        return await _send_native(producer, new_builder, topic, partition, queued)
     return await send_output_records(
         producer, topic, partition, ((key, value, None, NO_HEADERS) for key, value in records)
     )
