@@ -83,14 +83,13 @@ async def send_records(
     records: Iterable[tuple[bytes | None, bytes | None]],
 ) -> BatchDelivery | None:
     """Hand ``records`` (key, value; value None: a tombstone; or a native
-    ``ChangelogRecords``, moved into native builders as they are) to ``producer`` for
-    ``topic`` ``partition``, in order, timestamped by the producer's clock, without headers:
-    see ``send_output_records``."""
-    native = stores.native()
-    if native is not None and isinstance(records, native.ChangelogRecords):
-        new_builder = native_builder(producer)
-        if new_builder is not None:
-            return await _send_native(producer, new_builder, topic, partition, records)
+    ``ChangelogRecords``) to ``producer`` for ``topic`` ``partition``, in order, timestamped by
+    the producer's clock, without headers: see ``send_output_records``. With native builders a
+    ``ChangelogRecords`` is moved into them as it is and pairs go to ``QueuedRecords`` in one
+    native call (no tuple made per record in Python)."""
+    new_builder = native_builder(producer)
+    if new_builder is not None:
+        return await _send_native(producer, new_builder, topic, partition, records)
     return await send_output_records(
         producer, topic, partition, ((key, value, None, NO_HEADERS) for key, value in records)
     )

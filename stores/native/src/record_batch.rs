@@ -564,7 +564,9 @@ pub mod python {
     #[pymethods]
     impl PyQueuedRecords {
         /// `records`: `(key, value, timestamp, headers)` tuples (timestamp None: the clock
-        /// when it goes into a batch). O(bytes) in one call.
+        /// when it goes into a batch), or `(key, value)` pairs (no timestamp, no headers: the
+        /// changelog's records, `agents.batched_send.send_records`, with no tuple made per
+        /// record in Python). O(bytes) in one call.
         #[new]
         #[pyo3(signature = (records = None))]
         fn new(records: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
@@ -573,15 +575,24 @@ pub mod python {
                 for record in records.try_iter()? {
                     let record = record?;
                     let record = record.downcast::<PyTuple>()?;
-                    if record.len() != 4 {
-                        return Err(PyValueError::new_err(
-                            "an output record is (key, value, timestamp, headers)",
-                        ));
-                    }
+                    let full = match record.len() {
+                        4 => true,
+                        2 => false,
+                        _ => {
+                            return Err(PyValueError::new_err(
+                                "an output record is (key, value, timestamp, headers) or \
+                                 (key, value)",
+                            ))
+                        }
+                    };
                     let key: Option<PyBackedBytes> = record.get_item(0)?.extract()?;
                     let value: Option<PyBackedBytes> = record.get_item(1)?.extract()?;
-                    let timestamp: Option<i64> = record.get_item(2)?.extract()?;
-                    let headers = headers_of(Some(&record.get_item(3)?))?;
+                    let (timestamp, headers) = if full {
+                        let timestamp: Option<i64> = record.get_item(2)?.extract()?;
+                        (timestamp, headers_of(Some(&record.get_item(3)?))?)
+                    } else {
+                        (None, headers_of(None)?)
+                    };
                     queue.push(timestamp, |out| {
                         write_tail(out, key.as_deref(), value.as_deref(), &headers)
                     });
