@@ -38,7 +38,8 @@ spark-jars: $(STAMP)
 # native build (when the install could build it) on Apache Kafka (`test-kafka`) and the
 # pure-Python build (FIBA_PURE_PYTHON=1) on Tansu (`test-embedded`), the two passes at once, beside
 # the newest-Python check (`test-newest-python`); a test marked `once` (the same on either build
-# and broker) runs in the Kafka pass only
+# and broker: the pure-Python modules' unit tests, the tests that start brokers of their own) runs
+# in the embedded pass only, the shorter one (the Kafka pass set the suite's time)
 # (their brokers, ports and temporary directories are their own; each pass's output is printed
 # when it ends). PYTEST_OPTS: three xdist workers per pass (most tests wait on brokers, Spark and
 # worker subprocesses), sharing one session broker, each with its own SparkSession; a file's
@@ -73,10 +74,10 @@ test-newest-python: $(NEWEST)/.installed
 	@echo "fiba demo: exact on $$($(NEWEST)/bin/python -V)"
 
 test-kafka: $(STAMP)
-	TEST_BROKER_KINDS=kafka $(PY) -m pytest -q $(PYTEST_OPTS)
+	TEST_BROKER_KINDS=kafka $(PY) -m pytest -q -m "not once" $(PYTEST_OPTS)
 
 test-embedded: $(STAMP)
-	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q -m "not once" $(PYTEST_OPTS)
+	FIBA_PURE_PYTHON=1 TEST_BROKER_KINDS=embedded $(PY) -m pytest -q $(PYTEST_OPTS)
 
 # (and the native crate's format and clippy, where cargo is installed)
 lint: $(STAMP)

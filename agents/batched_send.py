@@ -82,9 +82,14 @@ async def send_records(
     partition: int,
     records: Iterable[tuple[bytes | None, bytes | None]],
 ) -> BatchDelivery | None:
-    """Hand ``records`` (key, value; value None: a tombstone) to ``producer`` for ``topic``
-    ``partition``, in order, timestamped by the producer's clock, without headers: see
-    ``send_output_records``."""
+    """Hand ``records`` (key, value; value None: a tombstone; or a native
+    ``ChangelogRecords``) to ``producer`` for ``topic`` ``partition``, in order, timestamped by
+    the producer's clock, without headers: see ``send_output_records``. With native builders a
+    ``ChangelogRecords`` is moved into them as it is and pairs go to ``QueuedRecords`` in one
+    native call (no tuple made per record in Python)."""
+    new_builder = native_builder(producer)
+    if new_builder is not None:
+        return await _send_native(producer, new_builder, topic, partition, records)
     return await send_output_records(
         producer, topic, partition, ((key, value, None, NO_HEADERS) for key, value in records)
     )
@@ -145,11 +150,15 @@ async def _send_native(
     new_builder: Callable[[], Any],
     topic: str,
     partition: int,
-    records: Iterable[OutputRecord],
+    records: Any,
 ) -> BatchDelivery | None:
-    """``send_output_records`` with native builders, each filled in one call."""
+    """``send_output_records`` with native builders, each filled in one call (``records``
+    may also be a ``ChangelogRecords``)."""
     native: Any = stores.native()
-    queued = records if isinstance(records, native.QueuedRecords) else native.QueuedRecords(records)
+    if isinstance(records, native.QueuedRecords | native.ChangelogRecords):
+        queued = records
+    else:
+        queued = native.QueuedRecords(records)
     if not len(queued):
         return None
     while True:

@@ -5,9 +5,10 @@ end offsets, fetches that survive a failure.
 (fail fast with one line: no broker, rejected credentials), ``refusal``/``topic_refused`` (the
 broker's refusals as one line), ``end_offsets`` (ListOffsets on Kafka, the Fetch high watermark
 on the embedded profile), ``topic_partitions`` (never auto-creating a topic), ``fetch`` (a
-failed fetch is logged and retried) and ``throttle_failed_metadata_updates`` (no busy loop
-while no broker is reachable: a growing backoff; listeners hear of each update). Each
-function: docs/reference/operations.md.
+failed fetch is retried, logged by ``RepeatedFailures``: a failure repeated at every retry once
+in a while) and ``throttle_failed_metadata_updates`` (no busy loop while no broker is
+reachable: a growing backoff; listeners hear of each update). Each function:
+docs/reference/operations.md.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ logger = logging.getLogger(__name__)
 
 FETCH_RETRY_S = 0.1
 """Seconds before fetching again after a failed fetch (``fetch``)."""
+
+FAILURE_REPORT_S = 30.0
+"""At most one line per this many seconds for a failure repeated at every retry
+(``RepeatedFailures``)."""
 
 MAX_METADATA_BACKOFF_S = 1.0
 """The longest pause of a client between two failed metadata updates: the backoff starts at the
@@ -235,18 +240,63 @@ async def topic_refused(client: AIOKafkaClient, topic: str) -> bool:
     )
 
 
+class RepeatedFailures:
+    """The log of a retried operation (``what``): a failure is logged with its traceback, the
+    same failure again (same type and message) at every retry only as one line with its count,
+    at most once per ``FAILURE_REPORT_S``, and the first success after failures as one line.
+    (A fetch failing at every retry logged a traceback ten times a second, burying the log.)
+    O(1) per call; ``clock`` is for tests."""
+
+    def __init__(self, what: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.what = what
+        self._clock = clock
+        self._kind: tuple[str, str] | None = None
+        self._count = 0
+        self._since_report = 0
+        self._reported_at = 0.0
+
+    def failed(self, exc: BaseException) -> None:
+        """Log ``exc``, raised by the operation (call from its ``except`` block)."""
+        kind = (type(exc).__name__, str(exc))
+        now = self._clock()
+        self._count += 1
+        if kind != self._kind:
+            self._kind, self._since_report, self._reported_at = kind, 0, now
+            logger.error("%s failed; retrying", self.what, exc_info=exc)
+            return
+        self._since_report += 1
+        if now - self._reported_at >= FAILURE_REPORT_S:
+            logger.error(
+                "%s still failing (%s, %d times in %.0f s): %s",
+                self.what,
+                kind[0],
+                self._since_report,
+                now - self._reported_at,
+                kind[1],
+            )
+            self._since_report, self._reported_at = 0, now
+
+    def succeeded(self) -> None:
+        """The operation worked: after failures, say so once and start afresh."""
+        if self._count:
+            logger.warning("%s works again after %d failed attempts", self.what, self._count)
+            self._kind, self._count = None, 0
+
+
 async def fetch(
-    consumer: AIOKafkaConsumer, what: str, **getmany_args: Any
+    consumer: AIOKafkaConsumer, failures: RepeatedFailures, **getmany_args: Any
 ) -> dict[TopicPartition, list[ConsumerRecord]] | None:
     """``consumer.getmany(**getmany_args)``, or ``None`` after a failed fetch (e.g. a partition
-    unassigned by a rebalance while its fetch was in flight): the failure is logged as a
-    failed fetch of ``what`` and ``FETCH_RETRY_S`` pass before the caller fetches again."""
+    unassigned by a rebalance while its fetch was in flight): the failure goes to ``failures``
+    and ``FETCH_RETRY_S`` pass before the caller fetches again."""
     try:
-        return await consumer.getmany(**getmany_args)
-    except Exception:
-        logger.exception("fetching %s failed; retrying", what)
+        fetched = await consumer.getmany(**getmany_args)
+    except Exception as exc:
+        failures.failed(exc)
         await asyncio.sleep(FETCH_RETRY_S)
         return None
+    failures.succeeded()
+    return fetched
 
 
 def on_metadata_update(listener: MetadataListener) -> None:

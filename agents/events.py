@@ -270,6 +270,12 @@ class EventParser:
         """Whether ``parse_many`` is the native parser's."""
         return self._native is not None
 
+    @property
+    def native_parser(self) -> Any:
+        """The native parser (``stores._native.EventParser``) or None: what
+        ``NativeKeyWindows.apply_fetched`` parses a fetched chunk with."""
+        return self._native
+
     def parse(self, key: bytes | None, value: bytes | None, kafka_ts: int | None) -> Event:
         """The ``Event`` of one record (``kafka_ts``: the record timestamp in ms).
 

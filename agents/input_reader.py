@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import IllegalStateError
 
-from agents.clients import client_options, fetch
+from agents.clients import RepeatedFailures, client_options, fetch
 from agents.config import WorkerSettings
 from agents.fetched_input import InputChunk, native_fetches
 from agents.supervision import OnFailure, watched
@@ -316,6 +316,7 @@ class InputReader:
         turns = pipeline.turns
         epochs = self._epochs
         pending: dict[tuple[int, int], list[InputChunk]] = {}
+        failures = RepeatedFailures("fetching input records")
         gathered = 0
         """Records gathered (``batch``) or applied (else) since the last hand-over."""
         first_at = 0.0
@@ -331,7 +332,7 @@ class InputReader:
                 await turns.take()
             chunk = await fetch(
                 consumer,
-                "input records",
+                failures,
                 timeout_ms=0 if gathered else FETCH_WAIT_MS,
                 max_records=max(1, most - gathered) if native_batch else chunk_records,
             )

@@ -457,7 +457,7 @@ class WindowsPipeline:
                 applied.keys, applied.records, applied.event_ts, source=partition
             )
             self.latency.add_many(partition, stamps)
-            await self._record_in_order(state, effects, refused)
+            await self._record_in_order(state, [effects], refused)
             self._fit_slice(time.perf_counter() - started)
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
@@ -465,25 +465,34 @@ class WindowsPipeline:
     async def _record_in_order(
         self,
         state: PartitionState,
-        effects: list[Any],
+        parts: list[Sequence[Any]],
         refused: list[tuple[ConsumerRecord, str, str]],
         encoded: bool = False,
     ) -> None:
-        """The store's records of accepted ``effects`` (in offset order; ``encoded``: their
-        partials are the store codec's bytes) and the dead letters and ``record_skipped`` of
-        ``refused`` records, interleaved in offset order."""
-        done = 0
-        for message, reason, detail in sorted(refused, key=_offset_of_refused):
-            upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
-            await self._record_effects(state, effects[done:upto], encoded)
+        """The store's records of accepted effects (``parts``: sequences of them, lists or
+        native ``Effects``, together in offset order; ``encoded``: their partials are the
+        store codec's bytes) and the dead letters and ``record_skipped`` of ``refused``
+        records, interleaved in offset order."""
+        dead = sorted(refused, key=_offset_of_refused)
+        i = 0
+        for effects in parts:
+            done = 0
+            while i < len(dead) and len(effects) and dead[i][0].offset < effects[-1][0]:
+                message, reason, detail = dead[i]
+                upto = bisect_left(effects, message.offset, done, key=_offset_of_effect)
+                await self._record_effects(state, effects[done:upto], encoded)
+                await self._reject(state, message, reason, detail)
+                done, i = upto, i + 1
+            await self._record_effects(state, effects[done:], encoded)
+        for message, reason, detail in dead[i:]:
             await self._reject(state, message, reason, detail)
-            done = upto
-        await self._record_effects(state, effects[done:], encoded)
 
     async def _process_share(self, state: PartitionState, fresh: list[InputChunk]) -> None:
         """One partition's share of a batch (``fresh``: its records after the applied offset),
         columnar: parsed and applied
-        (``KeyWindows.apply``) in slices sized to take about ``SLICE_TIME`` each (the state
+        (``KeyWindows.apply``; natively fetched records on the native kernel in one
+        ``apply_fetched`` call, no Python object per event but its effect) in slices sized to
+        take about ``SLICE_TIME`` each (the state
         between slices is the one after the records applied so far, expired entries left for
         later), then per touched key its eviction and its record, then the store calls in
         offset order (outputs before the state that makes a redelivery skip them: at-least-once
@@ -494,17 +503,27 @@ class WindowsPipeline:
         # on the native kernel the effects carry the store's bytes of each partial
         encoded = isinstance(windows, NativeKeyWindows)
         codec = self.store.codec
-        effects: list[tuple[int, str, int, Any]] = []
+        effects: list[Sequence[Any]] = []
+        """The effects of each slice (a list, or the kernel's ``Effects`` buffer)."""
         refused: list[tuple[ConsumerRecord, str, str]] = []
         last: dict[str, tuple[int, int]] = {}
+        native_parser = self.parser.native_parser if encoded else None
         for piece in self._pieces(fresh):
             started = time.perf_counter()
-            parsed, offsets = _parsed_events(parse_many, piece, refused)
-            if encoded:
-                applied = windows.apply_encoded(parsed, offsets, codec)  # type: ignore[union-attr, arg-type]
+            # natively fetched records: parsed and applied in one kernel call
+            taken = None
+            if native_parser is not None:
+                taken = windows.apply_fetched(piece, native_parser, codec)  # type: ignore[union-attr]
+            if taken is not None:
+                applied, bad = taken
+                refused.extend((piece.record_at(o), b.reason, b.detail) for o, b in bad)
             else:
-                applied = windows.apply(parsed, offsets)
-            effects.extend(applied.effects)
+                parsed, offsets = _parsed_events(parse_many, piece, refused)
+                if encoded:
+                    applied = windows.apply_encoded(parsed, offsets, codec)  # type: ignore[union-attr, arg-type]
+                else:
+                    applied = windows.apply(parsed, offsets)
+            effects.append(applied.effects)
             refused.extend((piece.record_at(o), r.reason, r.detail) for o, r in applied.rejected)
             last.update(applied.last)
             self._fit_slice(time.perf_counter() - started)
@@ -563,7 +582,7 @@ class WindowsPipeline:
             self._slice = min(MAX_SLICE, self._slice * 2)
 
     async def _record_effects(
-        self, state: PartitionState, effects: list[Any], encoded: bool = False
+        self, state: PartitionState, effects: Sequence[Any], encoded: bool = False
     ) -> None:
         """Queue the store's records of accepted ``(offset, key, time, partial)`` effects, or
         ``(..., evicted_times)`` (``WindowStore.record_many``; ``encoded``: the partials are

@@ -24,13 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from app.brokers.apache_kafka import SERVER_JVM_OPTIONS
-from app.brokers.kinds import BROKER_KINDS, make_broker
+from app.brokers.kinds import BROKER_KINDS, make_broker, options_keeping_old_records
 from bench.broker_warmup import warm_up_sync
 from bench.machine import describe_machine
 
-BENCH_BROKER_OPTIONS: dict[str, dict[str, Any]] = {"kafka": {"jvm_options": SERVER_JVM_OPTIONS}}
+BENCH_BROKER_OPTIONS: dict[str, dict[str, Any]] = {
+    "kafka": {"jvm_options": SERVER_JVM_OPTIONS, **options_keeping_old_records("kafka")}
+}
 """``make_broker`` options of the benchmarks' brokers per kind: Apache Kafka's JVM as a server
-runs it (``app.brokers.apache_kafka.SERVER_JVM_OPTIONS``; the tests' brokers start small)."""
+runs it (``app.brokers.apache_kafka.SERVER_JVM_OPTIONS``; the tests' brokers start small), and
+records of any age kept (the workloads' event times are from 1970: the aggregates, stamped
+with them, went at Kafka's first retention check, 30 s after the start)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1049,6 +1049,14 @@ def goals_section() -> list[str]:
             f"`bench/results/{GOALS}`.",
             "",
         ]
+    elif (RESULTS / GOALS_QUICK).exists():
+        quick = run_facts(GOALS_QUICK)
+        lines += [
+            f"The last `--quick` run (`bench/results/{GOALS_QUICK}`, "
+            f"{quick.get('date', NOT_RECORDED)}) proves the wiring only: its figures are not "
+            "the goals'.",
+            "",
+        ]
     lines += [
         *run_provenance(run_facts(name), [name]),
         f"Load average after the run: {data.get('load_after', NOT_RECORDED)}.",

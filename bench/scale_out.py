@@ -157,7 +157,9 @@ def timed_run(
     if len(marks) == len(MARKS):
         (t1, a1, c1), (t2, a2, c2) = marks[MARKS[0]], marks[MARKS[1]]
         if t2 > t1 and a2 > a1:
-            steady, cpu_us = (a2 - a1) / (t2 - t1), 1e6 * (c2 - c1) / (a2 - a1)
+            steady = (a2 - a1) / (t2 - t1)
+            # no CPU tick between the marks (a short run): not measured, rather than 0
+            cpu_us = 1e6 * (c2 - c1) / (a2 - a1) if c2 > c1 else None
     return {
         "emit": settings.emit,
         "workers": count,
@@ -193,7 +195,9 @@ def ratios(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
                 n: [r[name] for r in results if r["emit"] == emit and r["workers"] == n]
                 for n in (1, 2)
             }
-            if all(rates[n] and None not in rates[n] for n in (1, 2)):
+            if all(rates[n] and None not in rates[n] for n in (1, 2)) and statistics.median(
+                rates[1]
+            ):
                 figures[kind] = statistics.median(rates[2]) / statistics.median(rates[1])
         out[emit] = figures
     return out

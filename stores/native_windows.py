@@ -253,6 +253,34 @@ class NativeKeyWindows:
         effects = [(tag, key, t, encode(partial)) for tag, key, t, partial in applied.effects]
         return AppliedBatch(effects, applied.rejected, applied.last)
 
+    def apply_fetched(
+        self, chunk: Any, parser: Any, codec: PartialCodec
+    ) -> tuple[AppliedBatch, list[tuple[int, Any]]] | None:
+        """``apply_encoded`` of the events that the native ``parser`` (``stores._native.
+        EventParser``, as ``EventParser.parse_many`` would) reads from the records of the
+        fetched ``chunk`` (``stores._native.FetchedRecords``), in one call, with no Python
+        object per event, the offsets as tags: the batch (its effects one
+        ``stores._native.Effects`` buffer, a sequence of ``(offset, key, time, bytes)`` that
+        ``WindowStore.record_many`` reads natively) and ``(offset, BadEvent)`` per malformed
+        record. None, with nothing changed, where the caller must
+        parse and ``apply_encoded`` instead: ``chunk`` is not a ``FetchedRecords``, ``parser``
+        is None, ``codec`` is not the ``marshal`` one, or the state is (or must move) on the
+        Python path."""
+        native = stores.native()
+        if (
+            self._python is not None
+            or parser is None
+            or codec.format != MARSHAL_FORMAT
+            or native is None
+            or not isinstance(chunk, native.FetchedRecords)
+        ):
+            return None
+        applied = self._core.apply_fetched(chunk, parser, self._now())
+        if applied is None:
+            return None
+        effects, rejected, last, bad = applied
+        return AppliedBatch(effects, rejected, last), bad
+
     def apply_one(self, key: str, ts: int, value: Any) -> Accepted:
         """``KeyWindows.apply_one``: admit, insert, evict the key's expired entries."""
         outcome = self._core.apply_one(key, ts, value, self._now())

@@ -230,8 +230,10 @@ class _OpenPartition:
     """Number of write-outs begun: one after a flush's snapshot withholds its checkpoint."""
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by ``send_changes``: one call per partition at a time, so pieces land in order."""
-    queued: list[tuple[bytes, bytes | None]] = field(default_factory=list)
-    """Changelog records not yet handed to the producer, in order."""
+    queued: Any = field(default_factory=list)
+    """Changelog records ``(key, value or None)`` not yet handed to the producer, in order: a
+    list, or with the native writes a ``stores._native.ChangelogRecords`` (each record
+    encoded once as it is queued, no Python object per record; ``_new_queue``)."""
     last_delivery: Awaitable[Any] | None = None
     backfill: _Backfill | None = None
     """Set while the local copy is being written after a changelog-only restore."""
@@ -382,7 +384,9 @@ class WindowStore:
         windows = self._windows(entries)
         if reused and replayed:
             db.flush(True)  # the replay skipped the WAL: make it durable before the checkpoint
-        state = _OpenPartition(db, applied, applied, position, queued_upto=applied)
+        state = _OpenPartition(
+            db, applied, applied, position, queued_upto=applied, queued=self._new_queue()
+        )
         state.local_applied = applied
         state.horizon = max((times[-1][0] for times in windows.values() if times), default=None)
         state.last_delivery = shape_delivery  # the next checkpoint lies after it
@@ -528,6 +532,11 @@ class WindowStore:
 
     # --- writes ----------------------------------------------------------------------------
 
+    def _new_queue(self) -> Any:
+        """An empty changelog queue: native with the native writes, else a list."""
+        writes = self._native_writes
+        return [] if writes is None else writes.ChangelogRecords()
+
     def record(
         self,
         partition: int,
@@ -587,7 +596,9 @@ class WindowStore:
         ``(offset, key, time, partial)`` or ``(offset, key, time, partial, evicted_times)`` of
         ``effects`` in order (offsets increasing), with the same ``pending`` writes and
         changelog records. ``encoded``: each partial is already the codec's bytes of it
-        (``NativeKeyWindows.apply_encoded``). O(len(effects) + evicted).
+        (``NativeKeyWindows.apply_encoded``; a native ``Effects`` buffer of such effects,
+        ``NativeKeyWindows.apply_fetched``'s, is read without a Python object each).
+        O(len(effects) + evicted).
 
         With the native core and the ``marshal`` codec, one native call
         (``stores._native.write_effects``) makes the entry ids, partial bytes, ``pending``
@@ -600,7 +611,7 @@ class WindowStore:
         if writes is None:
             self._record_many_python(state, partition, effects, encoded)
             return
-        if not isinstance(effects, list):
+        if not isinstance(effects, list | writes.Effects):
             effects = list(effects)
         try:
             applied, state.horizon = writes.write_effects(
@@ -766,7 +777,7 @@ class WindowStore:
         async with state.sending:
             if self._abandoned or self._open.get(partition) is not state:
                 return  # abandoned, or released (and flushed) while this call waited
-            records, state.queued = state.queued, []
+            records, state.queued = state.queued, self._new_queue()
             applied = state.applied
             if applied > state.queued_upto:
                 records.append((APPLIED_KEY, encode_offset(applied)))

@@ -32,6 +32,8 @@ from stores.monoids import compose, make_monoid, monoid
 from tests.oracle import OracleWindow
 from tests.window_machine import window_machine
 
+pytestmark = pytest.mark.once  # pure Python on either build, no broker
+
 # non-commutative (collect, first, last) and non-invertible (max) at once
 WINDOW_MONOID = compose(
     {

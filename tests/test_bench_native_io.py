@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import stores
-from bench import native_io
+from bench import fetch_decode, native_io
 
 
 @pytest.mark.skipif(stores.native() is None, reason=f"no native core ({stores.build()})")
@@ -38,3 +38,20 @@ def test_without_the_native_core_it_says_so_in_one_line(monkeypatch, capsys) -> 
         native_io.main(["--records", "8"])
     assert stopped.value.code == 2
     assert capsys.readouterr().err.startswith("bench.native_io: no native core loaded")
+
+
+@pytest.mark.skipif(stores.native() is None, reason=f"no native core ({stores.build()})")
+def test_a_tiny_fetch_decode_run_reports_every_codec_both_ways(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fetch_decode.json"
+    args = ["--records", "300", "--batch", "50", "--repetitions", "1", "--out", str(out)]
+    fetch_decode.main(args)
+    printed = capsys.readouterr().out
+    assert printed.startswith("command: python -m bench.fetch_decode --records 300")
+    assert "load average after" in printed and "x aiokafka" in printed
+    rows = json.loads(out.read_text())["results"]
+    assert {(r["codec"], r["path"]) for r in rows} == {
+        (codec, path) for codec in fetch_decode.CODECS for path in ("native", "aiokafka")
+    }
+    assert all(r["per_cpu_s"] > 0 and r["per_wall_s"] > 0 for r in rows)

@@ -102,9 +102,12 @@ def test_scale_out_ratios_are_two_workers_over_one_per_mode_from_medians() -> No
         run("batch", 2, 210, 80, 13),
         run("event", 1, 40, 20, 30),
         run("event", 2, None, 30, 30),  # never balanced: no steady figure
+        run("changes", 1, 40, 20, 0),  # no CPU tick measured: no ratio of it (no ZeroDivision)
+        run("changes", 2, 60, 30, 5),
     ]
     figures = scale_out.ratios(runs)
     assert figures["batch"] == pytest.approx(
         {"steady": 180 / 110, "overall": 70 / 60, "cpu_per_event": 12 / 11}
     )
     assert figures["event"] == pytest.approx({"overall": 1.5, "cpu_per_event": 1.0})
+    assert figures["changes"] == pytest.approx({"steady": 1.5, "overall": 1.5})

@@ -5,11 +5,12 @@ Hypothesis draws Fetch responses as a broker sends them: several record batches 
 aiokafka's ``BatchBuilder`` (keys and values None or bytes, headers, timestamps in any order,
 offsets with gaps as compaction leaves them), transactional batches of a few producers,
 commit and abort markers (control batches), batches stamped with the broker's append time,
-now and then a gzip batch (left to aiokafka), and the last batch cut short; a fetch offset
+now and then a batch compressed with one of Kafka's four codecs (decoded from its plain
+rewrite, ``compressed_batches.rs``), and the last batch cut short; a fetch offset
 inside the first batches; ``read_committed`` with the response's aborted transactions, or
 ``read_uncommitted``. The native records (offsets, timestamps and their type, keys, values,
-headers) and the next fetch offset must be those of aiokafka's ``PartitionRecords``, and the
-decoder must decline exactly the responses holding a compressed batch aiokafka would read.
+headers) and the next fetch offset must be those of aiokafka's ``PartitionRecords``, compressed
+batches included (the decoder declined them before, handing the response to aiokafka).
 The hook's reads of aiokafka's private names are pinned to the code they were written
 against; a real consumer on both brokers gives the same records through the hook as without.
 """
@@ -48,6 +49,7 @@ native: Any = stores.native()
 needs_native = pytest.mark.skipif(native is None, reason="no native core")
 
 TOPIC = "input"
+CODECS = ("gzip", "snappy", "lz4", "zstd")
 _ATTRIBUTES = 21
 _CRC = 17
 _LOG_APPEND_TIME = 0x08
@@ -63,7 +65,7 @@ batch_spec = st.fixed_dictionaries(
         "producer": st.sampled_from([-1, 1, 2, 3]),
         "control": st.sampled_from([None, None, None, "commit", "abort"]),
         "log_append": st.booleans(),
-        "gzip": st.integers(0, 9).map(lambda n: n == 0),
+        "codec": st.sampled_from([0] * 8 + [1, 2, 3, 4]),
     }
 )
 
@@ -73,8 +75,8 @@ def built(spec: dict[str, Any], base: int) -> bytes:
     into what a broker may hold: a control batch (its one record a marker), the broker's
     append time, the CRC rewritten."""
     transactional = spec["producer"] >= 0
-    gzip = spec["gzip"] and spec["control"] is None  # brokers write control batches plain
-    builder = BatchBuilder(1 << 20, 1 if gzip else 0, is_transactional=transactional)
+    codec = spec["codec"] if spec["control"] is None else 0  # brokers write control batches plain
+    builder = BatchBuilder(1 << 20, codec, is_transactional=transactional)
     if spec["control"] is not None:
         marker = 0 if spec["control"] == "abort" else 1
         builder.append(timestamp=5, key=b"\0\0\0" + bytes([marker]), value=b"\0\0\0\0\0\0")
@@ -96,8 +98,8 @@ def built(spec: dict[str, Any], base: int) -> bytes:
 
 
 @st.composite
-def responses(draw: st.DrawFn) -> tuple[bytes, int, list[tuple[int, int]], bool]:
-    """``(record bytes, fetch offset, aborted transactions, compressed)`` of a Fetch response."""
+def responses(draw: st.DrawFn) -> tuple[bytes, int, list[tuple[int, int]]]:
+    """``(record bytes, fetch offset, aborted transactions)`` of a Fetch response."""
     specs = draw(st.lists(batch_spec, min_size=1, max_size=5))
     data, base, firsts = b"", draw(st.integers(0, 1000)), []
     for spec in specs:
@@ -110,8 +112,7 @@ def responses(draw: st.DrawFn) -> tuple[bytes, int, list[tuple[int, int]], bool]
         data += built(draw(batch_spec), base)[:-cut]  # the broker cut the last batch short
     fetch_offset = draw(st.integers(firsts[0][1], firsts[-1][1]))
     aborted = draw(st.lists(st.sampled_from(firsts), max_size=3))
-    compressed = any(s["gzip"] and s["control"] is None for s in specs)
-    return data, fetch_offset, [a for a in aborted if a[0] >= 0], compressed
+    return data, fetch_offset, [a for a in aborted if a[0] >= 0]
 
 
 def aiokafka_records(data: bytes, fetch_offset: int, aborted: Any, isolation: int) -> Any:
@@ -126,16 +127,13 @@ def aiokafka_records(data: bytes, fetch_offset: int, aborted: Any, isolation: in
 @settings(max_examples=200, deadline=None)
 @given(responses(), st.booleans())
 def test_native_records_are_aiokafkas(response: Any, committed: bool) -> None:
-    data, fetch_offset, aborted, compressed = response
+    data, fetch_offset, aborted = response
     isolation = READ_COMMITTED if committed else READ_UNCOMMITTED
     want, next_offset = aiokafka_records(data, fetch_offset, aborted, isolation)
     got = native.FetchedRecords.decode(
         data, TOPIC, 3, fetch_offset, aborted if committed else None, True
     )
-    if got is None:
-        # declined: only for a compressed batch aiokafka reads (unless the fetch skipped it)
-        assert compressed
-        return
+    assert got is not None
     assert list(got) == want
     assert got.offsets() == [r.offset for r in want]
     assert got.timestamps() == [r.timestamp for r in want]
@@ -160,7 +158,7 @@ def test_a_corrupt_batch_is_left_to_aiokafka_which_raises() -> None:
                 "producer": -1,
                 "control": None,
                 "log_append": False,
-                "gzip": False,
+                "codec": 0,
             },
             0,
         )
@@ -178,7 +176,7 @@ def test_record_list_answers_as_the_native_chunk() -> None:
                 "producer": -1,
                 "control": None,
                 "log_append": False,
-                "gzip": False,
+                "codec": 0,
             },
             5 + 2 * i,
         )
@@ -220,9 +218,9 @@ def test_the_aiokafka_code_the_hook_mirrors_is_unchanged() -> None:
 def test_a_consumer_reads_the_same_records_through_the_hook(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
 ) -> None:
-    """Plain batches, then a gzip batch (aiokafka's path), a committed and an aborted
+    """Plain batches, then a batch of each of Kafka's codecs, a committed and an aborted
     transaction (Apache Kafka) and records with headers, read with ``read_committed`` in
-    chunks of at most 7 records, through the hook and without."""
+    chunks of at most 7 records, through the hook (all decoded natively) and without."""
     settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path, partitions=1)
     asyncio.run(_read_both_ways(settings, embedded_profile))
 
@@ -232,10 +230,11 @@ async def _read_both_ways(settings: Any, embedded: bool) -> None:
     await create_topics(settings, [TopicSpec(topic, 1, 1)])
     options = client_options(settings)
     plain = AIOKafkaProducer(**options, linger_ms=50)
-    gzip = AIOKafkaProducer(**options, compression_type="gzip")
+    compressing = [AIOKafkaProducer(**options, compression_type=c) for c in CODECS]
     # the embedded broker (Tansu) has no transactions: a plain record stands in for them
     transactional = plain if embedded else AIOKafkaProducer(**options, transactional_id=topic)
-    for producer in {plain, gzip, transactional}:
+    producers = {plain, *compressing, transactional}
+    for producer in producers:
         await producer.start()
     try:
         for i in range(30):
@@ -244,7 +243,8 @@ async def _read_both_ways(settings: Any, embedded: bool) -> None:
         kinds: set[str] = set()
         hooked = await _read(options, topic, 0, 30, kinds)
         assert hooked == await _read(options, topic, 0, 30)
-        await gzip.send_and_wait(topic, b"zipped", partition=0)
+        for codec, producer in zip(CODECS, compressing, strict=True):
+            await producer.send_and_wait(topic, codec.encode(), partition=0)
         if embedded:
             await plain.send_and_wait(topic, b"committed", partition=0)
         else:
@@ -257,13 +257,13 @@ async def _read_both_ways(settings: Any, embedded: bool) -> None:
             await plain.send(topic, f"w{i}".encode(), partition=0, headers=[("h", b"1")])
         await plain.flush()
     finally:
-        for producer in {plain, gzip, transactional}:
+        for producer in producers:
             await producer.stop()
-    rest = await _read(options, topic, 30, 7, kinds)
-    assert rest == await _read(options, topic, 30, 7)
-    assert [value for _, _, value, _ in rest][:2] == [b"zipped", b"committed"]
-    # a response holding the gzip batch through aiokafka, the plain ones decoded natively
-    assert kinds == ({"FetchedRecords", "RecordList"} if native else {"RecordList"})
+    rest = await _read(options, topic, 30, 10, kinds)
+    assert rest == await _read(options, topic, 30, 10)
+    assert [value for _, _, value, _ in rest][:5] == [*(c.encode() for c in CODECS), b"committed"]
+    # every response decoded natively, compressed batches included
+    assert kinds == ({"FetchedRecords"} if native else {"RecordList"})
 
 
 async def _read(

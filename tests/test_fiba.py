@@ -25,6 +25,8 @@ from tests.cyclic_garbage import cyclic_garbage
 from tests.oracle import OracleWindow
 from tests.window_machine import window_machine
 
+pytestmark = pytest.mark.once  # pure Python on either build, no broker
+
 COLLECT = monoid("collect")
 SUM = monoid("sum")
 MAX = monoid("max")

@@ -22,7 +22,7 @@ from app.topics import DATA_TOPIC_CONFIGS
 from bench.broker_cpu import kind_of, thread_names
 
 # Apache Kafka's own broker kind, whichever kind and build the pass runs: `make test` runs
-# these in its Kafka pass only
+# these in its embedded pass only
 pytestmark = [pytest.mark.timeout(600), pytest.mark.once]
 
 
@@ -87,20 +87,30 @@ def jvm_arguments(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[1:]
 
 
-def test_the_benchmarks_broker_runs_the_jvm_as_a_server_does():
+def test_the_benchmarks_broker_runs_the_jvm_as_a_server_does_and_keeps_old_records(
+    monkeypatch,
+):
     """``bench.bench_broker`` starts Apache Kafka with the whole heap committed up front
     (``SERVER_JVM_OPTIONS``: young collections several times rarer), the tests' brokers with a
-    small one."""
+    small one; and it keeps records older than their topic's ``retention.ms`` past Kafka's
+    retention checks (the workloads' times are from 1970; before, the first check deleted
+    the aggregates stamped with them)."""
     from bench.bench_broker import BENCH_BROKER_OPTIONS
 
     assert "-Xms512m" in apache_kafka.SERVER_JVM_OPTIONS
     assert "-Xms512m" not in apache_kafka.JVM_OPTIONS
+    fast_retention_checks(monkeypatch)
     with make_broker("kafka", **BENCH_BROKER_OPTIONS["kafka"]) as broker:
         assert broker.pid is not None
         arguments = jvm_arguments(broker.pid)
+        tp = TopicPartition("old-events", 0)
+        asyncio.run(create_old_record(broker.bootstrap, tp))
+        time.sleep(4)  # four retention checks without the keeping options
+        kept = asyncio.run(read_all(broker.bootstrap, tp))
     assert arguments[: len(apache_kafka.SERVER_JVM_OPTIONS)] == list(
         apache_kafka.SERVER_JVM_OPTIONS
     )
+    assert [(r.timestamp, r.value) for r in kept] == [(OLD_TS, b"2023")]
 
 
 def test_a_broker_whose_chosen_port_is_taken_starts_on_fresh_ports_and_a_given_one_fails():

@@ -1,7 +1,11 @@
 """``docs/design/modules.md`` is what ``bench.module_graph`` draws from today's imports."""
 
+import pytest
+
 from bench import module_graph
 from tests.test_layers import cycles
+
+pytestmark = pytest.mark.once  # pure Python on either build, no broker
 
 
 def test_the_committed_module_graph_is_current():

@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 
 from stores.monoids import Monoid, compose, make_monoid, monoid, monoid_names, premap
 
+pytestmark = pytest.mark.once  # pure Python on either build, no broker
+
 
 def fold(m: Any, xs: list) -> Any:
     """Partial aggregate of ``xs`` folded left to right (the naive reference order)."""

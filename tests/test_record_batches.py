@@ -98,6 +98,20 @@ def test_native_batches_are_aiokafkas_byte_for_byte(
     assert filled == [data for data, _ in expected]
 
 
+@given(st.lists(st.tuples(maybe_bytes, maybe_bytes), max_size=40))
+def test_key_value_pairs_queue_as_records_without_time_or_headers(pairs: list) -> None:
+    """``QueuedRecords`` takes the changelog's ``(key, value)`` pairs as they are
+    (``send_records``): queued as ``(key, value, None, [])`` records, into the same batch."""
+    queued = native.QueuedRecords(pairs)
+    assert list(queued) == [(key, value, None, []) for key, value in pairs]
+    builder = native.RecordBatchBuilder(1 << 20, False)
+    queued.fill(builder)
+    assert not len(queued)
+    if pairs:
+        read = list(DefaultRecordBatch(bytearray(builder._build())))
+        assert [(r.key, r.value, r.headers) for r in read] == [(k, v, []) for k, v in pairs]
+
+
 def test_a_batch_reads_back_and_its_crc_holds() -> None:
     """Read by aiokafka's own batch reader: records, headers, timestamps (None: the clock
     when appended) and a valid CRC; built twice, the same bytes."""

@@ -62,6 +62,21 @@ def test_a_changed_result_changes_the_page(tmp_path, monkeypatch):
     assert "- machine: not recorded" in page
 
 
+def test_a_quick_goals_run_beside_the_full_one_is_on_the_page(tmp_path, monkeypatch):
+    """``bench.goals --quick`` after the full run: the page shows the full run's table and
+    names the quick file as wiring only (it named neither, failing the page's check)."""
+    for path in results_page.RESULTS.iterdir():
+        if path.is_file():
+            (tmp_path / path.name).write_bytes(path.read_bytes())
+    full = json.loads((tmp_path / results_page.GOALS).read_text())
+    (tmp_path / results_page.GOALS_QUICK).write_text(json.dumps({**full, "date": "quick-day"}))
+    monkeypatch.setattr(results_page, "RESULTS", tmp_path)
+    page, _ = results_page.render()
+    assert f"`bench/results/{results_page.GOALS}`" in page
+    assert f"`bench/results/{results_page.GOALS_QUICK}`, quick-day) proves the wiring" in page
+    assert "**A `--quick` run**" not in page
+
+
 def test_a_readme_without_the_markers_is_refused():
     with pytest.raises(SystemExit, match="peers-table"):
         results_page.readme_with_peers("# no table here\n")

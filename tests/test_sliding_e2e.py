@@ -412,7 +412,11 @@ def test_standby_replica_takes_over_a_killed_worker(kafka_bootstrap, embedded_pr
     """Two workers (Faust's default ``table_standby_replicas=1``: each keeps the other's
     partition as a standby). Once every event so far has its output, one is SIGKILLed; the other
     takes its partition over without reading the changelog (its standby copy is up to date) and
-    continues exactly as check 3 says (on its own partition too)."""
+    continues exactly as check 3 says (on its own partition too). The rest of the stream is
+    produced once the survivor has recovered both partitions: events it processed while the
+    group still waited for the dead member are committed only after the rebalance and so
+    processed again (at-least-once; on a loaded CI machine nearly all of the second part of
+    its own partition twice), which is not the takeover this test is about."""
     run = ExampleRun(kafka_bootstrap, embedded_profile, tmp_path)
     clicks = make_clicks(FIRST + SECOND, seed=22)
     run.start("a")
@@ -424,6 +428,7 @@ def test_standby_replica_takes_over_a_killed_worker(kafka_bootstrap, embedded_pr
         time.sleep(3)  # the standby reads the last changelog records
         run.kill("a")
         committed = run.committed()
+        run.wait_for(lambda: recovered_all(run.log("b").read_text()), "the survivor's recovery")
         clicks, records, before, held = run.finish_after_kill(clicks)
     finally:
         run.stop_all()
@@ -490,6 +495,12 @@ def test_restart_with_a_backlog_processes_each_event_once(
             f"partition {p}: no output of {missing}, two of {repeated}"
         )
         check_exact_from_empty(events, outputs[p])
+
+
+def recovered_all(log: str) -> bool:
+    """Whether Faust's last recovery in ``log`` made every partition active."""
+    title = "Reading Starts At - Active"
+    return f"+{title}" in log and set(last_log_table(log, title)) == set(range(PARTITIONS))
 
 
 def last_log_table(log: str, title: str) -> dict[int, int]:

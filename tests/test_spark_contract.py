@@ -27,7 +27,7 @@ from tests.record_strategies import expected_row, json_values, record_values
 from tests.spark_fixtures import jvm_engine_df, kafka_records, python_engine_rows
 
 # The decoders are the same whichever broker and build the pass runs: `make test` runs these in
-# its Kafka pass only
+# its embedded pass only
 pytestmark = pytest.mark.once
 
 KINDS = (AGGREGATES, ANSWERS)

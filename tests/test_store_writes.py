@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import marshal
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -674,3 +675,39 @@ def test_the_kernel_encodes_its_partials_as_the_codec_does(
         ]
         assert got.last == want.last
         assert encoded.native == plain.native
+
+
+async def blocks_kept(path: str, effects: list[tuple], state_dir: Path) -> tuple[int, list]:
+    """Python memory blocks the store keeps after ``record_many(effects, encoded=True)`` on
+    ``path`` (``python`` or ``encoded``), and the changelog records it then hands over."""
+    settings = Settings(app_id=f"blocks-{path}", partitions=1, state_dir=state_dir / path)
+    link = Recorder()
+    store = WindowStore(settings, MarshalStateCodec(MOMENTS), link)  # type: ignore[arg-type]
+    if path == "python":
+        store._native_writes = None
+    await store.start()
+    await store.restore(0)
+    before = sys.getallocatedblocks()
+    store.record_many(0, effects, encoded=True)
+    kept = sys.getallocatedblocks() - before
+    await store.send_changes(0)
+    await store.stop()
+    return kept, [r for _, batch in link.sent for r in batch]
+
+
+def test_the_changelog_records_are_queued_without_a_python_object_each() -> None:
+    """With the native writes the changelog queue is one native buffer
+    (``ChangelogRecords``): ``record_many`` keeps no Python object per changelog record, where
+    a list kept an ``(entry id, value)`` tuple and the upsert's bytes per effect and a tuple
+    and the entry id per tombstone (each effect here evicts the previous entry, which was
+    never written out, so ``pending`` ends with one entry), and hands over the same records."""
+    n = 2_000
+    codec = MarshalStateCodec(MOMENTS)
+    partials = [codec.encode((i, 0.5)) for i in range(n)]
+    effects = [(i + 1, "k", i, partials[i], (i - 1,) if i else ()) for i in range(n)]
+    with tempfile.TemporaryDirectory() as tmp:
+        kept = {p: asyncio.run(blocks_kept(p, effects, Path(tmp))) for p in ("python", "encoded")}
+    assert kept["encoded"][1] == kept["python"][1]
+    assert len(kept["encoded"][1]) == 1 + 2 * n - 1  # the restore's shape record first
+    assert kept["python"][0] > 4 * n
+    assert kept["encoded"][0] < n // 10

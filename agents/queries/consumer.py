@@ -14,7 +14,7 @@ import logging
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from agents.batched_send import kafka_timestamp
-from agents.clients import client_options, fetch
+from agents.clients import RepeatedFailures, client_options, fetch
 from agents.config import FaustWorker, WorkerSettings
 from agents.queries.latency import query_fetch_wait_ms
 from agents.queries.service import QueryService
@@ -109,11 +109,12 @@ class QueryConsumer:
 
     async def _run(self, consumer: AIOKafkaConsumer) -> None:
         last_commit = asyncio.get_running_loop().time()
+        failures = RepeatedFailures("fetching queries")
         while True:
             if not consumer.assignment():
                 await asyncio.sleep(0.1)
                 continue
-            batches = await fetch(consumer, "queries", timeout_ms=100) or {}
+            batches = await fetch(consumer, failures, timeout_ms=100) or {}
             for tp, records in batches.items():
                 if tp.partition not in self._owned or not records:
                     continue

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from agents.clients import client_options, fetch
+from agents.clients import RepeatedFailures, client_options, fetch
 from agents.config import FaustWorker
 from agents.queries.latency import LatencyProducer, query_fetch_wait_ms
 from agents.records import Answer, RangeQuery, dumps
@@ -76,8 +76,9 @@ class AnswerForwarder:
             self._reader = watched(self._read(consumer), "fiba-answers-reader", self.on_failure)
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
+        failures = RepeatedFailures("fetching answers")
         while True:
-            batches = await fetch(consumer, "answers", timeout_ms=500) or {}
+            batches = await fetch(consumer, failures, timeout_ms=500) or {}
             for records in batches.values():
                 for record in records:
                     if not self._pending:

@@ -4,9 +4,10 @@
 //! the next fetch offset aiokafka's consumer gives for them (`PartitionRecords` of aiokafka
 //! 0.14: records before the fetch offset dropped, control batches skipped, with
 //! `read_committed` the batches of aborted transactions too, a truncated last batch left for
-//! the next fetch, CRCs checked). Anything else in the response (a compressed or legacy batch,
-//! bytes aiokafka would refuse) makes `decode` answer None and the caller hands the whole
-//! response to aiokafka, so the outcome is aiokafka's by construction
+//! the next fetch, CRCs checked). A compressed batch makes `decode` answer None, and the
+//! Python front decodes the response's plain rewrite instead (`compressed_batches`); anything
+//! else (a legacy batch, bytes aiokafka would refuse) makes it hand the whole response to
+//! aiokafka, so the outcome is aiokafka's by construction
 //! (tests/test_fetched_records.py compares them on random responses).
 
 use crate::record_batch::crc32c;
@@ -216,6 +217,7 @@ pub mod python {
     //! bytes, sliced without copying, read per column (offsets, timestamps) or, where one
     //! record is needed (a dead letter), as aiokafka's `ConsumerRecord`.
     use super::{decode, Record};
+    use crate::compressed_batches::expand;
     use crate::state_codec::{nullable, varint};
     use pyo3::exceptions::{PyIndexError, PyValueError};
     use pyo3::prelude::*;
@@ -320,9 +322,10 @@ pub mod python {
         /// The records aiokafka's consumer gives for a fetch of `topic`'s `partition` at
         /// `fetch_offset` whose response holds the record bytes `data` (`aborted`: the
         /// aborted transactions with `read_committed`, None with `read_uncommitted`), or None
-        /// when the response holds a batch not decoded here (compressed, legacy, or bytes
-        /// aiokafka refuses): then aiokafka must read it. O(len(data)), no Python object per
-        /// record.
+        /// when the response holds a batch not decoded here (legacy, a codec's bytes that do
+        /// not decompress, or bytes aiokafka refuses): then aiokafka must read it. Compressed
+        /// batches are decoded from their plain rewrite (`compressed_batches::expand`, one
+        /// copy). O(len(data)) plus what decompresses, no Python object per record.
         #[staticmethod]
         #[pyo3(signature = (data, topic, partition, fetch_offset, aborted, check_crcs=true))]
         fn decode(
@@ -333,12 +336,21 @@ pub mod python {
             aborted: Option<Vec<(i64, i64)>>,
             check_crcs: bool,
         ) -> Option<Self> {
-            let fetched = decode(
+            let plain = decode(
                 data.as_bytes(),
                 fetch_offset,
                 aborted.as_deref(),
                 check_crcs,
-            )?;
+            );
+            let (data, fetched) = match plain {
+                Some(fetched) => (data, fetched),
+                None => {
+                    // compressed batches: decoded from their plain rewrite
+                    let expanded = expand(data.as_bytes(), check_crcs)?;
+                    let fetched = decode(&expanded, fetch_offset, aborted.as_deref(), false)?;
+                    (PyBytes::new(data.py(), &expanded), fetched)
+                }
+            };
             let end = fetched.records.len();
             Some(PyFetchedRecords {
                 data: data.unbind(),

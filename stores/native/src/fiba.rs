@@ -33,6 +33,7 @@
 //! from the right finger) O(log d) per start d entries back; bulk_insert a loop of inserts
 //! (O(m log d), O(m) in order).
 
+use crate::compact_vec::CompactVec;
 use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -60,7 +61,7 @@ thread_local! {
     /// The repair's work lists, shared by the thread's trees between operations (a tree holds
     /// its dirty list only while an operation runs): no tree keeps scratch capacity.
     static DIRTY: Cell<Vec<Idx>> = const { Cell::new(Vec::new()) };
-    static HEAP: Cell<BinaryHeap<Reverse<(u32, Idx)>>> = const { Cell::new(BinaryHeap::new()) };
+    static HEAP: Cell<BinaryHeap<Reverse<(u8, Idx)>>> = const { Cell::new(BinaryHeap::new()) };
 }
 
 /// An associative operation with a neutral element (lift and lower live outside the tree).
@@ -113,7 +114,7 @@ pub struct Footprint {
     pub arena: usize,
     /// Times and partials of the slots reserved.
     pub entry_bytes: usize,
-    /// Child links and the free and dirty lists and the repair's heap.
+    /// Child links and the free and dirty lists.
     pub kid_bytes: usize,
     /// Spine caches outside the node structs (suffix folds).
     pub cache_bytes: usize,
@@ -133,14 +134,16 @@ impl Footprint {
     }
 }
 
+/// A node: 88 bytes with `sum,count,max` partials (its buffers' headers `CompactVec`s, its
+/// count `u32`: a key's tree holds far fewer than 2^32 entries, 140 GB of them).
 struct Node<P> {
-    parent: Idx,
-    times: Vec<Time>,
-    vals: Vec<P>,
-    kids: Vec<Idx>,
+    times: CompactVec<Time>,
+    vals: CompactVec<P>,
+    kids: CompactVec<Idx>,
     agg: P,
-    cnt: usize,
-    height: u32,
+    parent: Idx,
+    cnt: u32,
+    height: u8,
     left: bool,
     right: bool,
     alive: bool,
@@ -154,29 +157,29 @@ struct Spine<P> {
     owner: Idx,
     /// The node's own sequence folded (without the parent's term) and its count.
     local: P,
-    local_cnt: usize,
+    local_cnt: u32,
     /// A left-spine node's suffix folds, youngest first: for the left finger
     /// `suffix[k - 1 - i]` folds its entries from `i` on; for an inner node
     /// `suffix[k - 1 - i]` is `v_i up(c_{i+1}) ... v_{k-1} up(c_k)`. So dropping the oldest
     /// entry (and the child after it) pops the last fold, and the next is the new own fold.
-    suffix: Vec<P>,
+    suffix: CompactVec<P>,
 }
 
 /// The finger B-tree aggregator over monoid `M`.
 pub struct FiBA<M: Monoid> {
     m: M,
-    nodes: Vec<Node<M::S>>,
-    free: Vec<Idx>,
+    nodes: CompactVec<Node<M::S>>,
+    free: CompactVec<Idx>,
     root: Idx,
     lf: Idx,
     rf: Idx,
-    min_arity: u32,
-    max_arity: u32,
+    min_arity: u16,
+    max_arity: u16,
     combines: AtomicU64,
     /// The nodes a running operation changed (empty between operations; see `DIRTY`).
-    dirty: Vec<Idx>,
+    dirty: CompactVec<Idx>,
     /// The spine caches by height, left and right: `2 * height + side`.
-    spines: Vec<Spine<M::S>>,
+    spines: CompactVec<Spine<M::S>>,
 }
 
 fn kn_first<P>(nodes: &[Node<P>], idx: Idx) -> Option<&Idx> {
@@ -185,6 +188,11 @@ fn kn_first<P>(nodes: &[Node<P>], idx: Idx) -> Option<&Idx> {
 
 fn kn_last<P>(nodes: &[Node<P>], idx: Idx) -> Option<&Idx> {
     nodes[idx as usize].kids.last()
+}
+
+/// A count as a node stores it.
+fn narrow(cnt: usize) -> u32 {
+    u32::try_from(cnt).expect("a tree of fewer than 2^32 entries")
 }
 
 fn lower_bound(times: &[Time], t: Time) -> usize {
@@ -212,16 +220,16 @@ impl<M: Monoid> FiBA<M> {
         );
         let mut tree = FiBA {
             m,
-            nodes: Vec::new(),
-            free: Vec::new(),
+            nodes: CompactVec::new(),
+            free: CompactVec::new(),
             root: NIL,
             lf: NIL,
             rf: NIL,
-            min_arity: u32::try_from(min_arity).expect("min_arity fits 32 bits"),
-            max_arity: u32::try_from(max_arity).expect("max_arity fits 32 bits"),
+            min_arity: u16::try_from(min_arity).expect("min_arity fits 16 bits"),
+            max_arity: u16::try_from(max_arity).expect("max_arity fits 16 bits"),
             combines: AtomicU64::new(0),
-            dirty: Vec::new(),
-            spines: Vec::new(),
+            dirty: CompactVec::new(),
+            spines: CompactVec::new(),
         };
         tree.reset();
         tree
@@ -266,7 +274,7 @@ impl<M: Monoid> FiBA<M> {
 
     /// The most entries of a node at `height`: MAX_ARITY - 1 in a leaf, 2 * MIN_ARITY - 1
     /// in an inner node (whose aggregate a change below refolds: O(arity) combines).
-    fn max_entries(&self, height: u32) -> usize {
+    fn max_entries(&self, height: u8) -> usize {
         if height == 0 {
             self.max_arity as usize - 1
         } else {
@@ -282,9 +290,11 @@ impl<M: Monoid> FiBA<M> {
     /// thread's (`DIRTY`) at the first note.
     fn mark_dirty(&mut self, ids: &[Idx]) {
         if self.dirty.capacity() == 0 {
-            self.dirty = DIRTY.take();
+            self.dirty = DIRTY.take().into();
         }
-        self.dirty.extend_from_slice(ids);
+        for &id in ids {
+            self.dirty.push(id);
+        }
     }
 
     fn comb(&self, a: &M::S, b: &M::S) -> M::S {
@@ -300,7 +310,7 @@ impl<M: Monoid> FiBA<M> {
 
     /// A fresh node; reuses a node of the deferred free list, whose children (a subtree cut
     /// off by a bulk eviction) join the list: O(1) per allocation.
-    fn alloc(&mut self, height: u32) -> Idx {
+    fn alloc(&mut self, height: u8) -> Idx {
         let identity = self.m.identity_stored();
         if let Some(idx) = self.free.pop() {
             self.invalidate(idx);
@@ -333,9 +343,9 @@ impl<M: Monoid> FiBA<M> {
         }
         self.nodes.push(Node {
             parent: NIL,
-            times: Vec::new(),
-            vals: Vec::new(),
-            kids: Vec::new(),
+            times: CompactVec::new(),
+            vals: CompactVec::new(),
+            kids: CompactVec::new(),
             agg: identity,
             cnt: 0,
             height,
@@ -419,7 +429,7 @@ impl<M: Monoid> FiBA<M> {
                 owner: NIL,
                 local,
                 local_cnt: 0,
-                suffix: Vec::new(),
+                suffix: CompactVec::new(),
             });
         }
         &mut self.spines[at]
@@ -427,19 +437,27 @@ impl<M: Monoid> FiBA<M> {
 
     /// Room for one more entry at an end of leaf `idx` (a finger): a full buffer grows by
     /// half below `SMALL` slots, up to the most a leaf holds before it splits, else doubles.
+    #[inline]
     fn room_at_end(&mut self, idx: Idx) {
+        let node = self.n(idx);
+        if node.times.len() == node.times.capacity() {
+            self.grow_end(idx);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow_end(&mut self, idx: Idx) {
         let most = self.max_entries(0) + 1;
         let node = self.nm(idx);
         let len = node.times.len();
-        if len == node.times.capacity() {
-            let extra = if len < SMALL {
-                (len / 2).max(1).min(most.saturating_sub(len).max(1))
-            } else {
-                len
-            };
-            node.times.reserve_exact(extra);
-            node.vals.reserve_exact(extra);
-        }
+        let extra = if len < SMALL {
+            (len / 2).max(1).min(most.saturating_sub(len).max(1))
+        } else {
+            len
+        };
+        node.times.reserve_exact(extra);
+        node.vals.reserve_exact(extra);
     }
 
     /// Room for one more entry (and child) in `idx`: a full buffer of exact size (what an
@@ -468,9 +486,9 @@ impl<M: Monoid> FiBA<M> {
     pub fn len(&self) -> usize {
         let root = self.n(self.root);
         if root.kids.is_empty() {
-            root.cnt
+            root.cnt as usize
         } else {
-            self.n(self.lf).cnt + root.cnt + self.n(self.rf).cnt
+            self.n(self.lf).cnt as usize + root.cnt as usize + self.n(self.rf).cnt as usize
         }
     }
 
@@ -616,7 +634,7 @@ impl<M: Monoid> FiBA<M> {
             if !((i == 0 && skip_first) || (i == k && skip_last)) {
                 let kid = self.n(node.kids[i]);
                 push(&mut acc, &kid.agg);
-                cnt += kid.cnt;
+                cnt += kid.cnt as usize;
             }
             if i < k {
                 push(&mut acc, &node.vals[i]);
@@ -639,7 +657,7 @@ impl<M: Monoid> FiBA<M> {
             for i in (0..k).rev() {
                 if let Some(&kid) = node.kids.get(i + 1) {
                     let kn = self.n(kid);
-                    cnt += kn.cnt;
+                    cnt += kn.cnt as usize;
                     acc = Some(match acc {
                         None => kn.agg.clone(),
                         Some(a) => self.comb(&kn.agg, &a),
@@ -667,9 +685,9 @@ impl<M: Monoid> FiBA<M> {
         if p.parent == NIL {
             (local.clone(), cnt)
         } else if node.left {
-            (self.comb(local, &p.agg), cnt + p.cnt)
+            (self.comb(local, &p.agg), cnt + p.cnt as usize)
         } else {
-            (self.comb(&p.agg, local), cnt + p.cnt)
+            (self.comb(&p.agg, local), cnt + p.cnt as usize)
         }
     }
 
@@ -697,20 +715,20 @@ impl<M: Monoid> FiBA<M> {
             let (agg, cnt) = self.expected(idx);
             let node = self.nm(idx);
             node.agg = agg;
-            node.cnt = cnt;
+            node.cnt = narrow(cnt);
             return;
         }
-        let buffer = std::mem::take(&mut self.slot(idx).suffix);
+        let buffer = std::mem::take(&mut self.slot(idx).suffix).into_vec();
         let (local, local_cnt, suffix) = self.spine_local(idx, buffer);
         let (agg, cnt) = self.with_parent(idx, &local, local_cnt);
         let node = self.nm(idx);
         node.agg = agg;
-        node.cnt = cnt;
+        node.cnt = narrow(cnt);
         let slot = self.slot(idx);
         slot.owner = idx;
-        slot.suffix = suffix.unwrap_or_default();
+        slot.suffix = suffix.unwrap_or_default().into();
         slot.local = local;
-        slot.local_cnt = local_cnt;
+        slot.local_cnt = narrow(local_cnt);
     }
 
     /// A spine node whose parent's aggregate changed, its own fold not: one combine.
@@ -718,17 +736,17 @@ impl<M: Monoid> FiBA<M> {
         let Some(c) = self.cache(idx) else {
             return self.recalc(idx);
         };
-        let (agg, cnt) = self.with_parent(idx, &c.local, c.local_cnt);
+        let (agg, cnt) = self.with_parent(idx, &c.local, c.local_cnt as usize);
         let node = self.nm(idx);
         node.agg = agg;
-        node.cnt = cnt;
+        node.cnt = narrow(cnt);
     }
 
     /// Repair every aggregate after changes at the nodes of `self.dirty`: non-spine nodes
     /// bottom-up (each pushing its parent), then the root, then each spine from its highest
     /// changed node down to its finger.
     fn repair(&mut self) {
-        let mut dirty = std::mem::take(&mut self.dirty);
+        let mut dirty = std::mem::take(&mut self.dirty).into_vec();
         let mut heap = HEAP.take();
         for &idx in &dirty {
             let node = self.nm(idx);
@@ -804,7 +822,7 @@ impl<M: Monoid> FiBA<M> {
     /// `z` (whose parent links follow). A right-spine node (in-order appends overflow it) keeps
     /// all but `min_entries` and leaves the spine nearly full: its buffers, sized for growth, go
     /// to `z`, the new spine node, and its own part moves to buffers of its exact size; any
-    /// other node is cut in the middle.
+    /// other node is cut in the middle, both halves in buffers of their exact size.
     fn cut(&mut self, idx: Idx, z: Idx) -> (Time, M::S) {
         let min_entries = self.min_entries();
         let node = self.nm(idx);
@@ -820,26 +838,31 @@ impl<M: Monoid> FiBA<M> {
                 Vec::new()
             };
             let (sep_t, sep_v) = (node.times[mid], node.vals[mid].clone());
-            node.times.drain(..=mid);
-            node.vals.drain(..=mid);
+            node.times.remove_range(..=mid);
+            node.vals.remove_range(..=mid);
             if inner {
-                node.kids.drain(..=mid);
+                node.kids.remove_range(..=mid);
             }
-            let times = std::mem::replace(&mut node.times, older_t);
-            let vals = std::mem::replace(&mut node.vals, older_v);
-            let kids = std::mem::replace(&mut node.kids, older_k);
+            let times = std::mem::replace(&mut node.times, older_t.into());
+            let vals = std::mem::replace(&mut node.vals, older_v.into());
+            let kids = std::mem::replace(&mut node.kids, older_k.into());
             (sep_t, sep_v, times, vals, kids)
         } else {
             let mid = len / 2;
-            let times: Vec<Time> = node.times.drain(mid + 1..).collect();
-            let vals: Vec<M::S> = node.vals.drain(mid + 1..).collect();
-            let kids: Vec<Idx> = if inner {
-                node.kids.drain(mid + 1..).collect()
+            let times = CompactVec::from(node.times.take_range(mid + 1..));
+            let vals = CompactVec::from(node.vals.take_range(mid + 1..));
+            let kids = if inner {
+                CompactVec::from(node.kids.take_range(mid + 1..))
             } else {
-                Vec::new()
+                CompactVec::new()
             };
             let sep_t = node.times.pop().expect("mid entry");
             let sep_v = node.vals.pop().expect("mid entry");
+            // the half kept is its own size: a root leaf split as in-order appends filled it
+            // would keep half its slots spare for good (a middle cut is rarer than an append)
+            node.times.shrink_to_fit();
+            node.vals.shrink_to_fit();
+            node.kids.shrink_to_fit();
             (sep_t, sep_v, times, vals, kids)
         };
         let right = node.right;
@@ -923,29 +946,29 @@ impl<M: Monoid> FiBA<M> {
         {
             let ln = self.nm(l);
             ln.agg = up.clone();
-            ln.cnt = up_cnt;
+            ln.cnt = narrow(up_cnt);
         }
         let (own, own_cnt) = match self.cache(parent) {
             Some(c) if !root => (&c.local, c.local_cnt),
             _ => (&self.n(parent).agg, self.n(parent).cnt),
         };
         let own = self.comb(&self.comb(own, &up), &sep_v);
-        let own_cnt = own_cnt + up_cnt + 1;
+        let own_cnt = own_cnt as usize + up_cnt + 1;
         let pn = self.nm(parent);
         pn.times.push(sep_t);
         pn.vals.push(sep_v);
         pn.kids.push(z);
         if root {
             pn.agg = own;
-            pn.cnt = own_cnt;
+            pn.cnt = narrow(own_cnt);
         } else {
             let (agg, cnt) = self.with_parent(parent, &own, own_cnt);
             let pn = self.nm(parent);
             pn.agg = agg;
-            pn.cnt = cnt;
+            pn.cnt = narrow(cnt);
             let c = self.cache_mut(parent).expect("up to date");
             c.local = own;
-            c.local_cnt = own_cnt;
+            c.local_cnt = narrow(own_cnt);
         }
         self.recalc(z);
         true
@@ -1024,12 +1047,12 @@ impl<M: Monoid> FiBA<M> {
     fn move_left(&mut self, parent: Idx, a: Idx, b: Idx, si: usize, count: usize) {
         let (mut times, mut vals, kids) = {
             let bn = self.nm(b);
-            let times: Vec<Time> = bn.times.drain(..count).collect();
-            let vals: Vec<M::S> = bn.vals.drain(..count).collect();
-            let kids: Vec<Idx> = if bn.kids.is_empty() {
+            let times = bn.times.take_range(..count);
+            let vals = bn.vals.take_range(..count);
+            let kids = if bn.kids.is_empty() {
                 Vec::new()
             } else {
-                bn.kids.drain(..count).collect()
+                bn.kids.take_range(..count)
             };
             (times, vals, kids)
         };
@@ -1059,13 +1082,13 @@ impl<M: Monoid> FiBA<M> {
         let (mut times, mut vals, kids) = {
             let an = self.nm(a);
             let from = an.times.len() - count;
-            let times: Vec<Time> = an.times.drain(from..).collect();
-            let vals: Vec<M::S> = an.vals.drain(from..).collect();
-            let kids: Vec<Idx> = if an.kids.is_empty() {
+            let times = an.times.take_range(from..);
+            let vals = an.vals.take_range(from..);
+            let kids = if an.kids.is_empty() {
                 Vec::new()
             } else {
                 let from = an.kids.len() - count;
-                an.kids.drain(from..).collect()
+                an.kids.take_range(from..)
             };
             (times, vals, kids)
         };
@@ -1084,10 +1107,10 @@ impl<M: Monoid> FiBA<M> {
         times.push(sep_t);
         vals.push(sep_v);
         let bn = self.nm(b);
-        bn.times.splice(0..0, times);
-        bn.vals.splice(0..0, vals);
+        bn.times.prepend(times);
+        bn.vals.prepend(vals);
         if !kids.is_empty() {
-            bn.kids.splice(0..0, kids);
+            bn.kids.prepend(kids);
         }
     }
 
@@ -1210,11 +1233,11 @@ impl<M: Monoid> FiBA<M> {
                 c.suffix.pop();
                 let local = c.suffix.last().expect("entries left").clone();
                 c.local = local.clone();
-                c.local_cnt = left;
+                c.local_cnt = narrow(left);
                 let (agg, cnt) = self.with_parent(lf, &local, left);
                 let node = self.nm(lf);
                 node.agg = agg;
-                node.cnt = cnt;
+                node.cnt = narrow(cnt);
                 self.debug_check();
                 return true;
             }
@@ -1274,8 +1297,8 @@ impl<M: Monoid> FiBA<M> {
         self.nodes.truncate(1);
         self.nodes.shrink_to_fit();
         (self.root, self.lf, self.rf) = (0, 0, 0);
-        self.free = Vec::new();
-        self.spines = Vec::new();
+        self.free = CompactVec::new();
+        self.spines = CompactVec::new();
     }
 
     /// The in-order refill of an underflowing left finger: it merges with its sibling when
@@ -1309,11 +1332,11 @@ impl<M: Monoid> FiBA<M> {
         let own = c.suffix.last().expect("entries left").clone();
         c.local = own.clone();
         c.local_cnt -= gone;
-        let own_cnt = c.local_cnt;
+        let own_cnt = c.local_cnt as usize;
         let (agg, cnt) = self.with_parent(parent, &own, own_cnt);
         let pn = self.nm(parent);
         pn.agg = agg;
-        pn.cnt = cnt;
+        pn.cnt = narrow(cnt);
         self.recalc(lf);
         true
     }
@@ -1349,12 +1372,12 @@ impl<M: Monoid> FiBA<M> {
             path.push(cur);
             let node = self.nm(cur);
             let i = upper_bound(&node.times, t);
-            node.times.drain(..i);
-            node.vals.drain(..i);
+            node.times.remove_range(..i);
+            node.vals.remove_range(..i);
             if node.kids.is_empty() {
                 break;
             }
-            let cut: Vec<Idx> = node.kids.drain(..i).collect();
+            let cut = node.kids.take_range(..i);
             let next = node.kids[0];
             self.free.extend(cut);
             let kid = self.nm(next);
@@ -1873,7 +1896,7 @@ impl<M: Monoid> FiBA<M> {
             }
         }
         let (agg, cnt) = self.expected(idx);
-        if cnt != node.cnt {
+        if cnt != node.cnt as usize {
             return Err(format!(
                 "aggregates: node {idx} count {} != {cnt} (height {}, left {}, right {}, root {})",
                 node.cnt,
@@ -1888,7 +1911,7 @@ impl<M: Monoid> FiBA<M> {
         }
         if let Some(c) = self.cache(idx) {
             let (local, local_cnt, suffix) = self.spine_local(idx, Vec::new());
-            if local_cnt != c.local_cnt || !self.m.same_stored(&local, &c.local) {
+            if local_cnt != c.local_cnt as usize || !self.m.same_stored(&local, &c.local) {
                 return Err(format!("aggregates: spine node {idx} has a stale own fold"));
             }
             if let Some(suffix) = suffix {
@@ -2113,6 +2136,37 @@ mod tests {
                     "{min_arity}/{max_arity}: {:?}",
                     &sizes[..8]
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_s_tree_struct_and_nodes_are_small() {
+        use crate::monoids::{Fields, Packed};
+        // a worker holds a tree struct per key (in its windows' map slot) and an arena slot
+        // per node: buffer headers of 16 bytes (`CompactVec`), `u32` counts, `u8` heights,
+        // `u16` arities (120, 136 and 64 bytes before)
+        assert_eq!(std::mem::size_of::<Node<Packed<3>>>(), 88);
+        assert_eq!(std::mem::size_of::<FiBA<Fields<3>>>(), 96);
+        assert_eq!(std::mem::size_of::<Spine<Packed<3>>>(), 56);
+    }
+
+    #[test]
+    fn in_order_appends_leave_spare_slots_in_the_right_finger_and_inner_nodes_only() {
+        use crate::monoids::Val;
+        let p = [Val::Int(1), Val::Float(2.0), Val::Float(3.0)];
+        for n in [20, 37, 100, 1000] {
+            let mut tree = FiBA::new(scm(), 4);
+            for t in 0..n {
+                tree.insert(t, p);
+            }
+            // the first leaf, cut in the middle when the root leaf overflowed, kept the
+            // root's 16 slots for 8 entries before
+            for (idx, node) in tree.nodes.iter().enumerate() {
+                if node.alive && node.kids.is_empty() && idx as Idx != tree.rf {
+                    assert_eq!(node.times.capacity(), node.times.len(), "{n}: leaf {idx}");
+                    assert_eq!(node.vals.capacity(), node.vals.len(), "{n}: leaf {idx}");
+                }
             }
         }
     }

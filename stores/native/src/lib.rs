@@ -2,6 +2,8 @@
 //! monoids (`monoids`) and, with the `python` feature, the `stores._native` module.
 
 pub mod changelog_layouts;
+pub mod compact_vec;
+pub mod compressed_batches;
 pub mod event_records;
 pub mod events;
 pub mod fetched_records;

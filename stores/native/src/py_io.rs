@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::Value;
 
-fn value_to_py(py: Python<'_>, value: Value) -> PyResult<PyObject> {
+pub(crate) fn value_to_py(py: Python<'_>, value: Value) -> PyResult<PyObject> {
     Ok(match value {
         Value::Null => py.None(),
         Value::Bool(b) => PyBool::new(py, b).to_owned().into_any().unbind(),
@@ -49,9 +49,9 @@ fn value_to_py(py: Python<'_>, value: Value) -> PyResult<PyObject> {
 /// parser's one-record outcome function, `python_outcome(record)`).
 #[pyclass(module = "stores._native", name = "EventParser", frozen)]
 pub struct PyEventParser {
-    rules: Rules,
-    bad_event: PyObject,
-    python_outcome: PyObject,
+    pub(crate) rules: Rules,
+    pub(crate) bad_event: PyObject,
+    pub(crate) python_outcome: PyObject,
 }
 
 #[pymethods]

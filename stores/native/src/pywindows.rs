@@ -8,17 +8,22 @@
 //! and an `OverflowError` for such a `load`, so the front moves the state to the Python path.
 
 use crate::event_records::Layout;
+use crate::events::{Key, Outcome};
+use crate::fetched_records::python::PyFetchedRecords;
 use crate::fiba::Time;
 use crate::monoids::{lift_part, AddOne, Fields, Kind, Spec, Val};
 use crate::overflow::{fits, Guard};
-use crate::py_io::{json_text_of, plain_strs, PyAggregateEncoder};
-use crate::python::{partial_to_py, val_from_py};
+use crate::py_io::{json_text_of, plain_strs, value_to_py, PyAggregateEncoder, PyEventParser};
+use crate::python::{partial_to_py, val_from_py, val_to_py};
 use crate::store_writes::marshal_fields;
+use crate::store_writes::python::{EffectsData, PyEffects};
 use crate::windows::{Group, Rejection, Settings, Source, Windows};
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -271,6 +276,65 @@ where
     })
 }
 
+/// An event's value: a number read natively from the input's JSON, or a Python object.
+enum EventValue<'py> {
+    Number(Val),
+    Object(Bound<'py, PyAny>),
+}
+
+impl EventValue<'_> {
+    /// The value when it has a native lift: an int within int64, a float or None.
+    fn native(&self) -> Option<Val> {
+        match self {
+            EventValue::Number(v) => Some(*v),
+            EventValue::Object(x) => native_value(x),
+        }
+    }
+}
+
+/// An event's tag: a Python object (`apply`), or an input offset made a Python int only
+/// where an output names it (`apply_fetched`).
+enum Tag<'py> {
+    Object(Bound<'py, PyAny>),
+    Offset(i64),
+}
+
+impl<'py> Tag<'py> {
+    fn object(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Tag::Object(x) => Ok(x.clone()),
+            Tag::Offset(o) => Ok(o.into_pyobject(py)?.into_any()),
+        }
+    }
+}
+
+/// One event of a batch, however it reached the kernel.
+struct BatchEvent<'a, 'py> {
+    key: Cow<'a, str>,
+    ts: i64,
+    value: EventValue<'py>,
+    tag: Tag<'py>,
+}
+
+/// How `value` lifts (`lift_value`), a number without a Python object unless its native
+/// lift fails (the Python lift then says why).
+fn lift_event<const N: usize>(
+    py: Python<'_>,
+    ctx: &Ctx,
+    value: &EventValue<'_>,
+) -> PyResult<Lift<N>> {
+    match value {
+        EventValue::Object(x) => lift_value(py, ctx, x),
+        EventValue::Number(v) => {
+            let v = if ctx.needs_value { *v } else { Val::None };
+            match lift_native(&ctx.spec, v) {
+                Some(p) => Ok(Lift::Native(p)),
+                None => lift_value(py, ctx, val_to_py(py, v)?.bind(py)),
+            }
+        }
+    }
+}
+
 /// One batch (see `PyKeyWindows::apply`); None when a value has no native partial.
 #[allow(clippy::too_many_arguments)]
 fn apply_batch<const N: usize, M>(
@@ -287,23 +351,71 @@ where
     M: crate::fiba::Monoid<P = [Val; N]> + Clone,
 {
     type Event<'py> = (Bound<'py, PyString>, i64, Bound<'py, PyAny>);
-    let mut batch: Vec<(Event<'_>, Bound<'_, PyAny>)> = Vec::new();
+    let mut given: Vec<(Event<'_>, Bound<'_, PyAny>)> = Vec::new();
     let mut tags = tags.try_iter()?;
     for event in events.try_iter()? {
         let tag = tags
             .next()
             .ok_or_else(|| PyValueError::new_err("fewer tags than events"))??;
-        batch.push((event?.extract()?, tag));
+        given.push((event?.extract()?, tag));
     }
     if tags.next().is_some() {
         return Err(PyValueError::new_err("more tags than events"));
     }
+    let batch = given
+        .iter()
+        .map(|((key, ts, value), tag)| {
+            Ok(BatchEvent {
+                key: Cow::Borrowed(key.to_str()?),
+                ts: *ts,
+                value: EventValue::Object(value.clone()),
+                tag: Tag::Object(tag.clone()),
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let keys: Vec<Option<&Bound<'_, PyString>>> =
+        given.iter().map(|((k, _, _), _)| Some(k)).collect();
+    let output = if encoded {
+        Output::Encoded
+    } else {
+        Output::Partials
+    };
+    apply_events_batch(py, ctx, guard, w, &batch, &keys, now_ms, output)
+}
+
+/// How `apply_events_batch` gives the effects: `(tag, key, time, partial)` tuples with the
+/// Python partials, the same with their `marshal` bytes, or one `Effects` buffer of the
+/// latter (the tags must be offsets).
+enum Output {
+    Partials,
+    Encoded,
+    Buffer,
+}
+
+/// `batch` applied as `KeyWindows.apply` applies a batch (see `PyKeyWindows::apply`);
+/// `keys[i]`: event i's key as a Python str when there is one (else one is made per key
+/// and call). None (nothing changed) when a value has no native partial or int sums might
+/// leave int64.
+#[allow(clippy::too_many_arguments)]
+fn apply_events_batch<const N: usize, M>(
+    py: Python<'_>,
+    ctx: &Ctx,
+    guard: &mut Guard,
+    w: &mut Windows<M>,
+    batch: &[BatchEvent<'_, '_>],
+    key_objects: &[Option<&Bound<'_, PyString>>],
+    now_ms: Option<i64>,
+    output: Output,
+) -> PyResult<Option<Applied>>
+where
+    M: crate::fiba::Monoid<P = [Val; N]> + Clone,
+{
     // values without a native partial: refused by the Python lift (kept), or not native
     let mut lifts: Vec<Option<Lift<N>>> = Vec::with_capacity(batch.len());
     let mut bound = 1;
-    for ((_, _, value), _) in &batch {
+    for event in batch {
         let native = if ctx.needs_value {
-            native_value(value)
+            event.value.native()
         } else {
             Some(Val::None)
         };
@@ -313,16 +425,13 @@ where
                 lifts.push(None);
             }
             _ if !ctx.needs_value => lifts.push(None),
-            _ => match lift_value::<N>(py, ctx, value)? {
+            _ => match lift_event::<N>(py, ctx, &event.value)? {
                 Lift::NotNative => return Ok(None),
                 lift => lifts.push(Some(lift)),
             },
         }
     }
-    let keys: Vec<&str> = batch
-        .iter()
-        .map(|((key, _, _), _)| key.to_str())
-        .collect::<PyResult<_>>()?;
+    let keys: Vec<&str> = batch.iter().map(|e| e.key.as_ref()).collect();
     let n = batch.len() as u64;
     if !guard.fits_taken(bound, n) && !keys_fit(guard, w, &keys, bound) {
         return Ok(None);
@@ -330,24 +439,24 @@ where
     guard.take(bound, n, true);
     let wall = w.wall(now_ms);
     let mut effects: Vec<[Val; N]> = Vec::new();
-    let mut meta: Vec<(usize, Time)> = Vec::new(); // (event index, window time) per effect
+    let mut meta: Vec<(usize, Time, usize)> = Vec::new(); // (event index, window time, group) per effect
     let rejected = PyList::empty(py);
     let mut groups: Vec<(usize, Group<[Val; N]>, usize)> = Vec::new(); // (event of key, group, last event)
     let mut by_key: HashMap<&str, usize> = HashMap::new();
-    for (i, (((_, ts, value), tag), lift)) in batch.iter().zip(lifts).enumerate() {
-        let t = w.window_time(*ts);
+    for (i, (event, lift)) in batch.iter().zip(lifts).enumerate() {
+        let t = w.window_time(event.ts);
         if let Err(r) = w.check(t, wall) {
-            rejected.append((tag, rejected_obj(py, ctx, r)?))?;
+            rejected.append((event.tag.object(py)?, rejected_obj(py, ctx, r)?))?;
             continue;
         }
         let lift = match lift {
             Some(lift) => lift,
-            None => lift_value::<N>(py, ctx, value)?,
+            None => lift_event::<N>(py, ctx, &event.value)?,
         };
         let p = match lift {
             Lift::Native(p) => p,
             Lift::Refused(r) => {
-                rejected.append((tag, r))?;
+                rejected.append((event.tag.object(py)?, r))?;
                 continue;
             }
             Lift::NotNative => unreachable!("found before any change"),
@@ -371,18 +480,50 @@ where
         group.slots.push(effects.len());
         *last = i;
         effects.push(p);
-        meta.push((i, t));
+        meta.push((i, t, g));
+    }
+    // each key's Python str: the given one, else one per key
+    let mut group_keys: Vec<Bound<'_, PyString>> = Vec::with_capacity(groups.len());
+    for (first, _, _) in &groups {
+        group_keys.push(match key_objects.get(*first).copied().flatten() {
+            Some(key) => key.clone(),
+            None => PyString::new(py, keys[*first]),
+        });
     }
     let last = PyDict::new(py);
-    for (first, group, last_event) in groups {
+    for ((first, group, last_event), key) in groups.into_iter().zip(&group_keys) {
         w.insert_group(keys[first], group, &mut effects);
-        let ((key, ts, _), tag) = &batch[last_event];
-        last.set_item(key, (tag, *ts))?;
+        let event = &batch[last_event];
+        last.set_item(key, (event.tag.object(py)?, event.ts))?;
     }
+    if let Output::Buffer = output {
+        // offsets as tags (`apply_fetched`): the effects in one buffer
+        let mut data = EffectsData {
+            keys: group_keys.iter().map(|k| k.clone().unbind()).collect(),
+            ..EffectsData::default()
+        };
+        for ((i, t, g), p) in meta.into_iter().zip(&effects) {
+            let Tag::Offset(offset) = batch[i].tag else {
+                unreachable!("a buffer of effects is made for offsets")
+            };
+            data.offsets.push(offset);
+            data.key_of.push(g as u32);
+            data.times.push(t);
+            marshal_fields(&ctx.spec, p, &mut data.partials).map_err(PyOverflowError::new_err)?;
+            data.ends.push(data.partials.len());
+        }
+        return Ok(Some((
+            Py::new(py, PyEffects::new(data))?.into_any(),
+            rejected.into_any().unbind(),
+            last.into_any().unbind(),
+        )));
+    }
+    let encoded = matches!(output, Output::Encoded);
     let out = PyList::empty(py);
     let mut buf: Vec<u8> = Vec::with_capacity(64);
-    for ((i, t), p) in meta.into_iter().zip(&effects) {
-        let ((key, _, _), tag) = &batch[i];
+    for ((i, t, g), p) in meta.into_iter().zip(&effects) {
+        let tag = batch[i].tag.object(py)?;
+        let key = &group_keys[g];
         if encoded {
             buf.clear();
             marshal_fields(&ctx.spec, p, &mut buf).map_err(PyOverflowError::new_err)?;
@@ -396,6 +537,83 @@ where
         rejected.into_any().unbind(),
         last.into_any().unbind(),
     )))
+}
+
+/// A parsed event's value: a number natively (an int within int64, a float), anything else
+/// as the Python object `parse_many` would give.
+fn event_value<'py>(py: Python<'py>, value: Value) -> PyResult<EventValue<'py>> {
+    if let Value::Number(n) = &value {
+        if let Some(i) = n.as_i64() {
+            return Ok(EventValue::Number(Val::Int(i)));
+        }
+        if n.is_f64() {
+            return Ok(EventValue::Number(Val::Float(
+                n.as_f64().unwrap_or(f64::NAN),
+            )));
+        }
+    }
+    Ok(EventValue::Object(value_to_py(py, value)?.into_bound(py)))
+}
+
+type FetchedApplied = (PyObject, PyObject, PyObject, PyObject);
+
+/// One fetched chunk parsed and applied (see `PyKeyWindows::apply_fetched`).
+fn apply_fetched_chunk<const N: usize, M>(
+    py: Python<'_>,
+    ctx: &Ctx,
+    guard: &mut Guard,
+    w: &mut Windows<M>,
+    chunk: &PyFetchedRecords,
+    parser: &PyEventParser,
+    now_ms: Option<i64>,
+) -> PyResult<Option<FetchedApplied>>
+where
+    M: crate::fiba::Monoid<P = [Val; N]> + Clone,
+{
+    let data = chunk.data(py).as_bytes();
+    let bytes = |s: Option<(usize, usize)>| s.map(|(a, b)| &data[a..b]);
+    let bad = PyList::empty(py);
+    let mut batch: Vec<BatchEvent<'_, '_>> = Vec::with_capacity(chunk.records().len());
+    for record in chunk.records() {
+        let kafka_ts = parser.rules.kafka_time.then_some(record.timestamp);
+        match parser
+            .rules
+            .parse(bytes(record.key), bytes(record.value), kafka_ts)
+        {
+            Outcome::Event { key, ts, value } => batch.push(BatchEvent {
+                key: match key {
+                    Key::Kafka(s) => Cow::Borrowed(s),
+                    Key::Field(s) => Cow::Owned(s),
+                },
+                ts,
+                value: event_value(py, value)?,
+                tag: Tag::Offset(record.offset),
+            }),
+            Outcome::Bad { reason, detail } => {
+                bad.append((record.offset, parser.bad_event.call1(py, (reason, detail))?))?
+            }
+            Outcome::Python => {
+                let outcome = parser
+                    .python_outcome
+                    .bind(py)
+                    .call1((chunk.consumer_record(py, record)?,))?;
+                match outcome.downcast::<PyTuple>() {
+                    Ok(event) => {
+                        let (key, ts, value): (String, i64, Bound<'_, PyAny>) = event.extract()?;
+                        batch.push(BatchEvent {
+                            key: Cow::Owned(key),
+                            ts,
+                            value: EventValue::Object(value),
+                            tag: Tag::Offset(record.offset),
+                        })
+                    }
+                    Err(_) => bad.append((record.offset, outcome))?,
+                }
+            }
+        }
+    }
+    let applied = apply_events_batch(py, ctx, guard, w, &batch, &[], now_ms, Output::Buffer)?;
+    Ok(applied.map(|(effects, rejected, last)| (effects, rejected, last, bad.into_any().unbind())))
 }
 
 /// `x` as an int64 when it is an exact int within int64.
@@ -759,6 +977,25 @@ impl PyKeyWindows {
     ) -> PyResult<Option<Applied>> {
         let (ctx, guard) = (&self.ctx, &mut self.guard);
         with_core!(&mut self.core, w => apply_batch(py, ctx, guard, w, events, tags, now_ms, encoded))
+    }
+
+    /// Parse the records of a fetched chunk (`FetchedRecords`) with `parser` (the native
+    /// `EventParser`: `parse_many`'s outcomes, read from the chunk's bytes) and apply the
+    /// events among them as `apply(events, offsets, now_ms, encoded=True)` does, with no
+    /// Python object per event: `(effects, rejected, last, bad)`, the effects in one
+    /// `Effects` buffer (`store_writes`: what `write_effects` reads), `bad` holding
+    /// `(offset, BadEvent)` per malformed record; None (nothing changed) where `apply`
+    /// answers None. O(records) plus one Python str per key.
+    #[pyo3(signature = (chunk, parser, now_ms=None))]
+    fn apply_fetched(
+        &mut self,
+        py: Python<'_>,
+        chunk: PyRef<'_, PyFetchedRecords>,
+        parser: PyRef<'_, PyEventParser>,
+        now_ms: Option<i64>,
+    ) -> PyResult<Option<FetchedApplied>> {
+        let (ctx, guard) = (&self.ctx, &mut self.guard);
+        with_core!(&mut self.core, w => apply_fetched_chunk(py, ctx, guard, w, &chunk, &parser, now_ms))
     }
 
     /// Apply one event (`KeyWindows.apply_one`): `(time, partial, evicted)`, the Python

@@ -564,7 +564,9 @@ pub mod python {
     #[pymethods]
     impl PyQueuedRecords {
         /// `records`: `(key, value, timestamp, headers)` tuples (timestamp None: the clock
-        /// when it goes into a batch). O(bytes) in one call.
+        /// when it goes into a batch), or `(key, value)` pairs (no timestamp, no headers: the
+        /// changelog's records, `agents.batched_send.send_records`, with no tuple made per
+        /// record in Python). O(bytes) in one call.
         #[new]
         #[pyo3(signature = (records = None))]
         fn new(records: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
@@ -573,15 +575,24 @@ pub mod python {
                 for record in records.try_iter()? {
                     let record = record?;
                     let record = record.downcast::<PyTuple>()?;
-                    if record.len() != 4 {
-                        return Err(PyValueError::new_err(
-                            "an output record is (key, value, timestamp, headers)",
-                        ));
-                    }
+                    let full = match record.len() {
+                        4 => true,
+                        2 => false,
+                        _ => {
+                            return Err(PyValueError::new_err(
+                                "an output record is (key, value, timestamp, headers) or \
+                                 (key, value)",
+                            ))
+                        }
+                    };
                     let key: Option<PyBackedBytes> = record.get_item(0)?.extract()?;
                     let value: Option<PyBackedBytes> = record.get_item(1)?.extract()?;
-                    let timestamp: Option<i64> = record.get_item(2)?.extract()?;
-                    let headers = headers_of(Some(&record.get_item(3)?))?;
+                    let (timestamp, headers) = if full {
+                        let timestamp: Option<i64> = record.get_item(2)?.extract()?;
+                        (timestamp, headers_of(Some(&record.get_item(3)?))?)
+                    } else {
+                        (None, headers_of(None)?)
+                    };
                     queue.push(timestamp, |out| {
                         write_tail(out, key.as_deref(), value.as_deref(), &headers)
                     });
@@ -628,6 +639,88 @@ pub mod python {
                     headers,
                 );
                 records.append(record)?;
+            }
+            records.try_iter().map(Bound::into_any)
+        }
+    }
+
+    /// Changelog records of one partition (`(key, value)`, value None: a tombstone; no
+    /// timestamp: the clock when it goes into a batch; no headers), each encoded once as it
+    /// is queued, in order: `append`/`extend` from Python, `push` from Rust (the window
+    /// store's writes, `store_writes`), `fill` moves the ones next in line into a
+    /// `RecordBatchBuilder` (as `QueuedRecords`); iterating gives the ones left as
+    /// `(key, value)` tuples, `len` their number.
+    #[pyclass(module = "stores._native", name = "ChangelogRecords")]
+    #[derive(Default)]
+    pub struct PyChangelogRecords {
+        queue: PartitionQueue,
+    }
+
+    impl PyChangelogRecords {
+        /// Queue the record `key`, `value` (None: a tombstone).
+        pub(crate) fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
+            self.queue.push(None, |out| {
+                put_tail(out, Some(key), value, std::iter::empty())
+            });
+        }
+
+        fn push_object(&mut self, record: &Bound<'_, PyAny>) -> PyResult<()> {
+            let (key, value): (PyBackedBytes, Option<PyBackedBytes>) = record.extract()?;
+            self.push(&key, value.as_deref());
+            Ok(())
+        }
+    }
+
+    #[pymethods]
+    impl PyChangelogRecords {
+        /// `records`: `(key, value)` pairs. O(bytes).
+        #[new]
+        #[pyo3(signature = (records = None))]
+        fn new(records: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+            let mut queued = PyChangelogRecords::default();
+            if let Some(records) = records {
+                queued.extend(records)?;
+            }
+            Ok(queued)
+        }
+
+        /// Queue one `(key, value)` record.
+        fn append(&mut self, record: &Bound<'_, PyAny>) -> PyResult<()> {
+            self.push_object(record)
+        }
+
+        /// Queue `(key, value)` records in order.
+        fn extend(&mut self, records: &Bound<'_, PyAny>) -> PyResult<()> {
+            for record in records.try_iter()? {
+                self.push_object(&record?)?;
+            }
+            Ok(())
+        }
+
+        /// `QueuedRecords.fill`.
+        fn fill(&mut self, mut builder: PyRefMut<'_, PyRecordBatchBuilder>) -> usize {
+            if builder.closed {
+                return 0;
+            }
+            let moved = self.queue.fill(&mut builder.batch, now_ms());
+            if self.queue.pending() > 0 {
+                builder.closed = true;
+            }
+            moved
+        }
+
+        fn __len__(&self) -> usize {
+            self.queue.pending()
+        }
+
+        fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+            let records = PyList::empty(py);
+            for (_, tail) in self.queue.iter() {
+                let (key, value, _) = read_tail(tail);
+                records.append((
+                    key.map(|k| PyBytes::new(py, k)),
+                    value.map(|v| PyBytes::new(py, v)),
+                ))?;
             }
             records.try_iter().map(Bound::into_any)
         }
@@ -750,6 +843,7 @@ pub mod python {
         m.add_class::<RecordMetadata>()?;
         m.add_class::<PyRecordBatchBuilder>()?;
         m.add_class::<PyQueuedRecords>()?;
+        m.add_class::<PyChangelogRecords>()?;
         m.add_class::<PyOutputQueue>()?;
         m.add_function(wrap_pyfunction!(murmur2, m)?)
     }

@@ -159,10 +159,14 @@ pub mod python {
     //! and `fresh`, see `stores.window_store._OpenPartition`) and its changelog queue (a list
     //! of `(entry id, value or None)`), one call per slice.
     use super::{entry_id, upsert, write_int, write_tuple_header, FLAG_REF};
-    use pyo3::exceptions::{PyTypeError, PyValueError};
+    use crate::record_batch::python::PyChangelogRecords;
+    use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
     use pyo3::ffi;
     use pyo3::prelude::*;
-    use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PySet, PyString, PyTuple};
+    use pyo3::types::{
+        PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PySet, PySlice, PyString, PyTuple,
+    };
+    use std::sync::Arc;
 
     /// Deeper tuples go to the Python codec (marshal's own limit is 2000).
     const MAX_DEPTH: usize = 64;
@@ -264,6 +268,190 @@ pub mod python {
         Ok(key.to_str()?.as_bytes())
     }
 
+    /// The changelog queue: the native `ChangelogRecords` (records written into it, no
+    /// Python object each) or a list of `(entry id, value or None)` tuples.
+    enum Queue<'a, 'py> {
+        Native(PyRefMut<'py, PyChangelogRecords>),
+        List(&'a Bound<'py, PyList>),
+    }
+
+    impl<'a, 'py> Queue<'a, 'py> {
+        fn of(queued: &'a Bound<'py, PyAny>) -> PyResult<Self> {
+            match queued.downcast::<PyChangelogRecords>() {
+                Ok(native) => Ok(Queue::Native(native.borrow_mut())),
+                Err(_) => Ok(Queue::List(queued.downcast::<PyList>()?)),
+            }
+        }
+
+        /// Queue `(eid, value)`; `eid` is `eid_bytes`'s content.
+        fn push(
+            &mut self,
+            eid: &[u8],
+            eid_bytes: &Bound<'py, PyBytes>,
+            value: Option<&[u8]>,
+        ) -> PyResult<()> {
+            match self {
+                Queue::Native(queue) => {
+                    queue.push(eid, value);
+                    Ok(())
+                }
+                Queue::List(list) => {
+                    let py = list.py();
+                    list.append((eid_bytes, value.map(|v| PyBytes::new(py, v))))
+                }
+            }
+        }
+    }
+
+    /// The store effects of a batch in one buffer, as the kernel made them: per effect its
+    /// input offset, its key (an index into `keys`), its window time and its partial's bytes
+    /// (the codec's, `marshal_fields`) in `partials` up to `ends[i]`.
+    #[derive(Default)]
+    pub struct EffectsData {
+        pub offsets: Vec<i64>,
+        pub keys: Vec<Py<PyString>>,
+        pub key_of: Vec<u32>,
+        pub times: Vec<i64>,
+        pub partials: Vec<u8>,
+        pub ends: Vec<usize>,
+    }
+
+    impl EffectsData {
+        fn partial(&self, i: usize) -> &[u8] {
+            let begin = if i == 0 { 0 } else { self.ends[i - 1] };
+            &self.partials[begin..self.ends[i]]
+        }
+    }
+
+    /// `(offset, key, time, partial bytes)` effects of one batch without a Python object
+    /// each (`KeyWindows.apply_fetched`): a sequence of them (an item is made as a tuple
+    /// when asked; a slice is a view), which `write_effects` reads natively.
+    #[pyclass(module = "stores._native", name = "Effects", frozen, sequence)]
+    pub struct PyEffects {
+        data: Arc<EffectsData>,
+        start: usize,
+        end: usize,
+    }
+
+    impl PyEffects {
+        pub fn new(data: EffectsData) -> Self {
+            let end = data.offsets.len();
+            PyEffects {
+                data: Arc::new(data),
+                start: 0,
+                end,
+            }
+        }
+
+        fn item<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyTuple>> {
+            let d = &self.data;
+            (
+                d.offsets[i],
+                d.keys[d.key_of[i] as usize].clone_ref(py),
+                d.times[i],
+                PyBytes::new(py, d.partial(i)),
+            )
+                .into_pyobject(py)
+        }
+    }
+
+    #[pymethods]
+    impl PyEffects {
+        fn __len__(&self) -> usize {
+            self.end - self.start
+        }
+
+        /// An effect as a tuple, or a slice (step 1) as a view.
+        fn __getitem__(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+            let n = self.__len__();
+            if let Ok(slice) = index.downcast::<PySlice>() {
+                let indices = slice.indices(n as isize)?;
+                if indices.step != 1 {
+                    return Err(PyValueError::new_err("a slice of effects has step 1"));
+                }
+                let (start, stop) = (
+                    indices.start as usize,
+                    indices.stop.max(indices.start) as usize,
+                );
+                let view = PyEffects {
+                    data: self.data.clone(),
+                    start: self.start + start,
+                    end: self.start + stop,
+                };
+                return Ok(Py::new(py, view)?.into_any());
+            }
+            let i: isize = index.extract()?;
+            let i = if i < 0 { i + n as isize } else { i };
+            match usize::try_from(i) {
+                Ok(i) if i < n => Ok(self.item(py, self.start + i)?.into_any().unbind()),
+                _ => Err(PyIndexError::new_err("effect index out of range")),
+            }
+        }
+
+        fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+            let list = PyList::empty(py);
+            for i in self.start..self.end {
+                list.append(self.item(py, i)?)?;
+            }
+            list.try_iter().map(Bound::into_any)
+        }
+    }
+
+    /// `write_effects`' state: the store's pending writes and changelog queue, the applied
+    /// offset and the horizon, and reused buffers.
+    struct Writer<'a, 'py> {
+        py: Python<'py>,
+        partition: i64,
+        applied: i64,
+        horizon: Option<i64>,
+        pending: &'a Bound<'py, PyDict>,
+        fresh: &'a Bound<'py, PySet>,
+        queue: Queue<'a, 'py>,
+        eid: Vec<u8>,
+        value: Vec<u8>,
+    }
+
+    impl Writer<'_, '_> {
+        /// One effect (see `write_effects`).
+        fn write(
+            &mut self,
+            offset: i64,
+            key: &[u8],
+            time: i64,
+            data: &Bound<'_, PyBytes>,
+            evicted: &[i64],
+        ) -> PyResult<()> {
+            if offset <= self.applied {
+                return Err(PyValueError::new_err(format!(
+                    "offset {offset} of partition {} is not after the applied offset {}: a \
+                     redelivered record must be skipped",
+                    self.partition, self.applied
+                )));
+            }
+            let py = self.py;
+            self.eid.clear();
+            entry_id(&mut self.eid, key, time);
+            let eid_bytes = PyBytes::new(py, &self.eid);
+            self.value.clear();
+            upsert(&mut self.value, offset, evicted, data.as_bytes());
+            if self.horizon.is_none_or(|h| time > h) {
+                self.horizon = Some(time);
+                self.fresh.add(&eid_bytes)?;
+            }
+            self.pending.set_item(&eid_bytes, data)?;
+            self.queue.push(&self.eid, &eid_bytes, Some(&self.value))?;
+            for &t in evicted {
+                self.eid.clear();
+                entry_id(&mut self.eid, key, t);
+                let gone = PyBytes::new(py, &self.eid);
+                forget(self.pending, self.fresh, &gone)?;
+                self.queue.push(&self.eid, &gone, None)?;
+            }
+            self.applied = offset;
+            Ok(())
+        }
+    }
+
     /// Note the deletion of entry `eid` in `pending` (`stores.window_store._forget`): dropped
     /// if it is in `fresh` (not in the local copy), else set to None.
     fn forget(
@@ -279,10 +467,12 @@ pub mod python {
     }
 
     /// Write effects `effects` (a list of `(offset, key, time, partial)` or
-    /// `(offset, key, time, partial, evicted_times)`), in order, as `WindowStore.record_many`
+    /// `(offset, key, time, partial, evicted_times)`, or an `Effects` buffer of encoded
+    /// ones, read without a Python object each), in order, as `WindowStore.record_many`
     /// does: per effect `pending[entry id] = partial bytes` (the id added to `fresh` when its
     /// time is after `horizon`, which then moves to it), `forget` per evicted time, and onto
-    /// `queued` the upsert `(entry id, header + evicted times + partial bytes)` and a
+    /// `queued` (a `ChangelogRecords`, written into with no Python object, or a list) the
+    /// upsert `(entry id, header + evicted times + partial bytes)` and a
     /// tombstone `(entry id, None)` per evicted time. The partial bytes are the partial
     /// itself when `encoded` (bytes the codec wrote), else its marshal bytes (`encode(partial)`
     /// for what is not native). Returns `(applied offset, horizon)`; a ValueError, as the
@@ -293,21 +483,51 @@ pub mod python {
     #[allow(clippy::too_many_arguments)]
     fn write_effects<'py>(
         py: Python<'py>,
-        effects: &Bound<'py, PyList>,
-        mut applied: i64,
+        effects: &Bound<'py, PyAny>,
+        applied: i64,
         partition: i64,
         encoded: bool,
         encode: &Bound<'py, PyAny>,
         pending: &Bound<'py, PyDict>,
         fresh: &Bound<'py, PySet>,
-        mut horizon: Option<i64>,
-        queued: &Bound<'py, PyList>,
+        horizon: Option<i64>,
+        queued: &Bound<'py, PyAny>,
     ) -> PyResult<(i64, Option<i64>)> {
-        let mut eid: Vec<u8> = Vec::with_capacity(64);
-        let mut value: Vec<u8> = Vec::with_capacity(128);
+        let mut writer = Writer {
+            py,
+            partition,
+            applied,
+            horizon,
+            pending,
+            fresh,
+            queue: Queue::of(queued)?,
+            eid: Vec::with_capacity(64),
+            value: Vec::with_capacity(128),
+        };
+        let outcome = write_all(&mut writer, effects, encoded, encode);
+        // the effects written before an error stay written, as on the Python path
+        outcome.map(|()| (writer.applied, writer.horizon))
+    }
+
+    fn write_all<'py>(
+        writer: &mut Writer<'_, 'py>,
+        effects: &Bound<'py, PyAny>,
+        encoded: bool,
+        encode: &Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        let py = writer.py;
+        if let Ok(buffer) = effects.downcast::<PyEffects>() {
+            let buffer = buffer.get();
+            let d = &buffer.data;
+            for i in buffer.start..buffer.end {
+                let key = d.keys[d.key_of[i] as usize].bind(py).to_str()?;
+                let data = PyBytes::new(py, d.partial(i));
+                writer.write(d.offsets[i], key.as_bytes(), d.times[i], &data, &[])?;
+            }
+            return Ok(());
+        }
         let mut evicted: Vec<i64> = Vec::new();
-        let none = py.None();
-        for effect in effects.iter() {
+        for effect in effects.downcast::<PyList>()?.iter() {
             let effect = effect.downcast::<PyTuple>()?;
             let n = effect.len();
             if n != 4 && n != 5 {
@@ -316,12 +536,6 @@ pub mod python {
                 )));
             }
             let offset: i64 = effect.get_borrowed_item(0)?.extract()?;
-            if offset <= applied {
-                return Err(PyValueError::new_err(format!(
-                    "offset {offset} of partition {partition} is not after the applied offset \
-                     {applied}: a redelivered record must be skipped"
-                )));
-            }
             let key = effect.get_borrowed_item(1)?;
             let key = utf8(&key)?;
             let time: i64 = effect.get_borrowed_item(2)?.extract()?;
@@ -337,27 +551,9 @@ pub mod python {
                     evicted.push(t?.extract()?);
                 }
             }
-            eid.clear();
-            entry_id(&mut eid, key, time);
-            let eid_bytes = PyBytes::new(py, &eid);
-            value.clear();
-            upsert(&mut value, offset, &evicted, data.as_bytes());
-            if horizon.is_none_or(|h| time > h) {
-                horizon = Some(time);
-                fresh.add(&eid_bytes)?;
-            }
-            pending.set_item(&eid_bytes, &data)?;
-            queued.append((&eid_bytes, PyBytes::new(py, &value)))?;
-            for &t in &evicted {
-                eid.clear();
-                entry_id(&mut eid, key, t);
-                let gone = PyBytes::new(py, &eid);
-                forget(pending, fresh, &gone)?;
-                queued.append((gone, &none))?;
-            }
-            applied = offset;
+            writer.write(offset, key, time, &data, &evicted)?;
         }
-        Ok((applied, horizon))
+        Ok(())
     }
 
     /// `WindowStore.evict`'s writes of `key`'s entries at `times`: `forget` each in
@@ -369,10 +565,10 @@ pub mod python {
         times: &Bound<'py, PyAny>,
         pending: &Bound<'py, PyDict>,
         fresh: &Bound<'py, PySet>,
-        queued: &Bound<'py, PyList>,
+        queued: &Bound<'py, PyAny>,
     ) -> PyResult<usize> {
         let key = utf8(key)?;
-        let none = py.None();
+        let mut queue = Queue::of(queued)?;
         let mut eid: Vec<u8> = Vec::with_capacity(64);
         let mut count = 0;
         for t in times.try_iter()? {
@@ -380,7 +576,7 @@ pub mod python {
             entry_id(&mut eid, key, t?.extract()?);
             let gone = PyBytes::new(py, &eid);
             forget(pending, fresh, &gone)?;
-            queued.append((gone, &none))?;
+            queue.push(&eid, &gone, None)?;
             count += 1;
         }
         Ok(count)
@@ -403,10 +599,10 @@ pub mod python {
         pending: &Bound<'py, PyDict>,
         fresh: &Bound<'py, PySet>,
         cleared: &Bound<'py, PyDict>,
-        queued: &Bound<'py, PyList>,
+        queued: &Bound<'py, PyAny>,
     ) -> PyResult<usize> {
         let key = utf8(key)?;
-        let none = py.None();
+        let mut queue = Queue::of(queued)?;
         let mut eid: Vec<u8> = Vec::with_capacity(64);
         let mut end: Option<Vec<u8>> = None; // just past the latest id the copy may hold
         let mut count = 0;
@@ -420,7 +616,7 @@ pub mod python {
             if pending.contains(&gone)? {
                 pending.del_item(&gone)?;
             }
-            queued.append((gone, &none))?;
+            queue.push(&eid, &gone, None)?;
             count += 1;
         }
         if let Some(end) = end {
@@ -530,6 +726,7 @@ pub mod python {
 
     pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_class::<SortedWrites>()?;
+        m.add_class::<PyEffects>()?;
         m.add_function(wrap_pyfunction!(write_effects, m)?)?;
         m.add_function(wrap_pyfunction!(write_evictions, m)?)?;
         m.add_function(wrap_pyfunction!(write_expirations, m)?)?;
