@@ -84,10 +84,17 @@ LOCAL_PIECE_OPS = 192
 a millisecond of writing, the event loop getting a turn between two."""
 LOCAL_PENDING_LIMIT = 1 << 18
 """Entries whose latest local operation the store holds in memory (``pending``), over all its
-open partitions, before a ``send_changes`` writes a partition's out (each open partition may
-hold its share): about 134 bytes each (half puts, half deletes), 34 MB in all. A partition
-whose windows hold fewer than about half its share of entries is written out only at
-checkpoints (its pending map holds at most its live entries' puts and its copy's deletes)."""
+open partitions, before a ``send_changes`` starts writing a partition's out in the background
+(each open partition may hold its share; twice it while that write-out is still running makes
+the next ``send_changes`` wait for it): about 134 bytes each (half puts, half deletes), 34 MB in
+all, twice that at most during write-outs. A partition whose windows hold fewer than about half
+its share of entries is written out only at checkpoints (its pending map holds at most its live
+entries' puts and its copy's deletes)."""
+WRITE_OUT_PAUSE_S = 0.0005
+"""Pause of a background write-out after each piece while nothing waits for it (a ``flush``,
+or a ``send_changes`` past twice the pending share): the piece's quarter millisecond of writing
+then takes at most about a third of the event loop while the reader is busy, so a 2^16-entry
+write-out (tens of milliseconds of RocksDB writes) never holds the outputs back."""
 _BACKFILL_CHUNK = 20_000
 """Entries the background backfill writes between two event-loop turns."""
 _BACKFILL_IDLE_S = 10.0
@@ -195,6 +202,15 @@ class _Backfill:
     task: asyncio.Task[None] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _TakenWrites:
+    """The local writes one write-out takes (``WindowStore._take_writes``)."""
+
+    cleared: dict[bytes, bytes]
+    pending: dict[bytes, bytes | None]
+    applied: int
+
+
 @dataclass(slots=True)
 class _OpenPartition:
     """Bookkeeping of one open partition."""
@@ -228,6 +244,9 @@ class _OpenPartition:
     """Set by ``flush``: its ``send_changes`` writes ``pending`` out, whatever its size."""
     write_outs: int = 0
     """Number of write-outs begun: one after a flush's snapshot withholds its checkpoint."""
+    writing: asyncio.Task[None] | None = None
+    """The background write-out started by ``send_changes`` (``_write_out_later``), until a
+    later call collects it (and its error, if it failed)."""
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held by ``send_changes``: one call per partition at a time, so pieces land in order."""
     queued: Any = field(default_factory=list)
@@ -278,6 +297,12 @@ class WindowStore:
         self._follow_lock = asyncio.Lock()
         self._restoring: set[int] = set()
         self._abandoned = False
+        self._write_slot = asyncio.Lock()
+        """Held by a background write-out: one partition's at a time (each sorts its pending
+        map in one step, so several at once would add up to one long pause)."""
+        self._hurried = 0
+        """Callers waiting for a background write-out: while any does, its pieces (and those
+        of the one holding ``_write_slot``) go without ``WRITE_OUT_PAUSE_S``."""
         self.before_changelog: Callable[[], Awaitable[None]] | None = None
         """Awaited by ``send_changes`` before it hands changelog records over: the owner's
         outputs barrier (``agents.windows.WindowsPipeline.deliver_outputs``), which returns once
@@ -755,39 +780,56 @@ class WindowStore:
         C-level appends plus O(1) Python per batch; one compacted marker (``APPLIED_KEY``)
         however many records without effect it covers.
 
-        First, when ``flush`` wants it or ``pending`` holds the partition's share of
-        ``LOCAL_PENDING_LIMIT`` entries (and no backfill runs), the local write-out
-        (``_write_out``): ``pending`` written to the local copy, in pieces. The local copy is
-        only a cache of a changelog prefix, usable only with its checkpoint, which a write-out
-        removes first (see the module doc), so it need not follow every event: an entry put and
-        deleted between two write-outs costs no RocksDB operation, one put several times costs
-        one. Calls for one partition run one at a time (``sending``): a ``flush`` in between
-        cannot write newer pieces before older ones.
+        First the local write-out (``_write_out``: ``pending`` written to the local copy, in
+        pieces), unless a backfill runs: when ``flush`` wants it, here and now (after the
+        background one, if any); when ``pending`` holds the partition's share of
+        ``LOCAL_PENDING_LIMIT`` entries, in the background (``_write_out_later``), paced so
+        that the reader's outputs and changelog records keep going out while it writes (a
+        write-out of 2^16 entries is tens of milliseconds of RocksDB writes); past twice the
+        share while one still runs, this call waits for it first. A failed background
+        write-out raises here, at the next call. The local copy is only a cache of a
+        changelog prefix, usable only with its checkpoint, which a write-out removes first
+        (see the module doc), so it need not follow every event: an entry put and deleted
+        between two write-outs costs no RocksDB operation, one put several times costs one.
+        Calls for one partition run one at a time (``sending``) and a write-out begins only
+        after the previous one ended, so newer pieces never land before older ones.
 
         Before the changelog records go, ``before_changelog`` is awaited (the outputs of the
         records taken are acknowledged: outputs before the state that makes a redelivery skip
         them); if it fails, the store is abandoned, since the records taken would otherwise
-        leave a gap in the changelog. A crash after a write-out leaves a local copy without
-        checkpoint, which the restore discards (it may be ahead of the changelog); a crash
-        before leaves the copy at its checkpoint, the changelog tail replayed on top (see the
-        module doc). Nothing after ``abandon``."""
+        leave a gap in the changelog. A crash after a write-out began leaves a local copy
+        without checkpoint, which the restore discards (it may be ahead of the changelog); a
+        crash before leaves the copy at its checkpoint, the changelog tail replayed on top (see
+        the module doc). Nothing after ``abandon``."""
         if self._abandoned:
             return
         state = self._open[partition]
         async with state.sending:
             if self._abandoned or self._open.get(partition) is not state:
                 return  # abandoned, or released (and flushed) while this call waited
+            if state.writing is not None and state.writing.done():
+                await self._finish_write_out(state)  # its error, if it failed
             records, state.queued = state.queued, self._new_queue()
             applied = state.applied
             if applied > state.queued_upto:
                 records.append((APPLIED_KEY, encode_offset(applied)))
                 state.queued_upto = applied
-            if state.backfill is None and (
-                state.write_out_wanted
-                or len(state.pending) + len(state.cleared)
-                >= LOCAL_PENDING_LIMIT // max(1, len(self._open))
-            ):
-                await self._write_out(state)
+            if state.backfill is None:
+                share = LOCAL_PENDING_LIMIT // max(1, len(self._open))
+                held = len(state.pending) + len(state.cleared)
+                if state.write_out_wanted or (state.writing is not None and held >= 2 * share):
+                    await self._finish_write_out(state)
+                if self._abandoned:
+                    return
+                if state.write_out_wanted:
+                    await self._write_out(state)
+                elif held >= share and state.writing is None:
+                    taken = self._take_writes(state)
+                    if taken is not None:
+                        state.writing = asyncio.create_task(
+                            self._write_out_later(partition, state, taken),
+                            name=f"fiba-write-out-{partition}",
+                        )
                 if self._abandoned:
                     return
             if records:
@@ -806,29 +848,81 @@ class WindowStore:
                     raise
             state.sent_applied = applied
 
-    async def _write_out(self, state: _OpenPartition) -> None:
-        """Write ``state.cleared`` (range deletions, first: every put of ``pending`` lies above
-        its key's range), ``state.pending`` and the applied offset to the local copy: in entry
-        id order (RocksDB inserts sorted keys into its memtable about twice as fast), as
-        WriteBatches of ``LOCAL_PIECE_OPS`` operations, the event loop getting a turn between
-        two; the first deletes the checkpoint, the last writes the applied offset. ``pending``
-        starts anew at once (its ids lie at or below ``horizon``: none is fresh). An
-        interrupted write-out (abandon, cancellation, error) leaves the copy without checkpoint
-        for good: ``local_complete`` is cleared. O(pending + cleared) RocksDB operations."""
+    async def _write_out_later(
+        self, partition: int, state: _OpenPartition, taken: _TakenWrites
+    ) -> None:
+        """``_write_pieces`` of ``taken`` in the background (``send_changes``): once no other
+        partition's background write-out runs (``_write_slot``), unless the partition was
+        released or the store abandoned meanwhile; paced (``WRITE_OUT_PAUSE_S``). Cut before
+        its end (cancelled), it leaves the copy without checkpoint for good."""
+        try:
+            async with self._write_slot:
+                if self._abandoned or self._open.get(partition) is not state:
+                    state.local_complete = False
+                    return
+                await self._write_pieces(state, taken, paced=True)
+        except BaseException:
+            state.local_complete = False
+            raise
+
+    async def _finish_write_out(self, state: _OpenPartition) -> None:
+        """Wait for ``state``'s background write-out, if any, its pieces (and those of the one
+        ahead of it) going without pause meanwhile; raise its error, if it failed (one
+        cancelled, by ``_close``, left the copy without checkpoint: nothing to raise)."""
+        writing = state.writing
+        if writing is None:
+            return
+        if not writing.done():
+            self._hurried += 1
+            try:
+                await asyncio.wait([writing])  # a cancelled caller leaves it running
+            finally:
+                self._hurried -= 1
+        state.writing = None
+        if not writing.cancelled():
+            writing.result()
+
+    def _take_writes(self, state: _OpenPartition) -> _TakenWrites | None:
+        """The local writes of ``state`` for a write-out (None: nothing to write), taken:
+        ``pending`` and ``cleared`` start anew at once (the ids taken lie at or below
+        ``horizon``: none is fresh) and the write-out counts as begun. O(1)."""
         state.write_out_wanted = False
         applied = state.applied
         if not state.pending and not state.cleared and applied == state.local_applied:
-            return
-        cleared = sorted(state.cleared.items())
-        items = sorted_writes(state.pending)
+            return None
+        taken = _TakenWrites(state.cleared, state.pending, applied)
         state.pending, state.fresh, state.cleared = {}, set(), {}
         state.write_outs += 1
+        return taken
+
+    async def _write_out(self, state: _OpenPartition) -> None:
+        """The local write-out of ``state`` now (``_take_writes``, ``_write_pieces``)."""
+        taken = self._take_writes(state)
+        if taken is not None:
+            await self._write_pieces(state, taken)
+
+    async def _write_pieces(
+        self, state: _OpenPartition, taken: _TakenWrites, paced: bool = False
+    ) -> None:
+        """Write ``taken.cleared`` (range deletions, first: every put of ``pending`` lies
+        above its key's range), ``taken.pending`` and the applied offset to the local copy: in
+        entry id order (RocksDB inserts sorted keys into its memtable about twice as fast), as
+        WriteBatches of ``LOCAL_PIECE_OPS`` operations, the event loop getting a turn between
+        two (``paced``: a pause of ``WRITE_OUT_PAUSE_S`` while nothing waits for it, see
+        ``_finish_write_out``); the first deletes the checkpoint, the last writes the applied
+        offset. An interrupted write-out (abandon, cancellation, error) leaves the copy without
+        checkpoint for good: ``local_complete`` is cleared. O(p log p) to sort, then
+        O(pending + cleared) RocksDB operations."""
+        applied = taken.applied
+        cleared = sorted(taken.cleared.items())
+        items = sorted_writes(taken.pending)
         db = state.db
         total = len(cleared) + len(items)
         try:
             for start in range(0, max(1, total), LOCAL_PIECE_OPS):
                 if start:
-                    await asyncio.sleep(0)  # the event loop's turn between two writes
+                    # the event loop's turn between two writes
+                    await asyncio.sleep(WRITE_OUT_PAUSE_S if paced and not self._hurried else 0)
                     if self._abandoned:
                         state.local_complete = False
                         return
@@ -897,6 +991,8 @@ class WindowStore:
 
     def _close(self, partition: int) -> None:
         state = self._open.pop(partition)
+        if state.writing is not None:
+            state.writing.cancel()  # (flushed: done) a write-out cut: no checkpoint any more
         if state.backfill is not None and state.backfill.task is not None:
             state.backfill.task.cancel()  # no checkpoint: the copy will be discarded
         state.db.close()

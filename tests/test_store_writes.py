@@ -504,17 +504,20 @@ def test_a_clean_restart_restores_the_windows_from_the_coalesced_local_copy(
 
 
 async def interrupted_write_out(path: str, state_dir: Path) -> Any:
-    """1,000 entries pending over the limit; the ``send_changes`` writing them out cancelled
-    after its first piece; then a clean stop and a restore."""
+    """1,000 entries pending over the limit; the background write-out ``send_changes`` starts
+    cancelled after its first piece (as closing the store does); then a clean stop and a
+    restore."""
     store, db = await open_counted(path, state_dir, f"cut-{path}")
     store.record_many(0, [(t, "k", t, (t, 0.5)) for t in range(1000)])
     with mock.patch.object(window_store, "LOCAL_PENDING_LIMIT", 10):
-        sending = asyncio.create_task(store.send_changes(0))
+        await store.send_changes(0)
+        writing = store._open[0].writing
+        assert writing is not None
         while len(db.states) < 1:
             await asyncio.sleep(0)
-        sending.cancel()
+        writing.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await sending
+            await writing
     assert len(db.states) == 1  # one piece of the write-out written
     await store.stop()  # a flush: the rest is no longer pending, so no checkpoint
     reopened = WindowStore(store.settings, store.codec, Recorder())  # type: ignore[arg-type]
@@ -534,6 +537,50 @@ def test_an_interrupted_write_out_leaves_no_checkpoint() -> None:
             restored = asyncio.run(interrupted_write_out(path, Path(tmp)))
             assert not restored.local_entries_reused, path
             assert restored.windows == {} and restored.applied_offset == -1, path
+
+
+async def sends_beside_a_write_out(path: str, state_dir: Path) -> dict[str, Any]:
+    """1,000 entries pending over the limit (a write-out of six pieces), handed over; ten more
+    handed over; a clean stop and a restore: the pieces written and changelog batches handed
+    over at each step, and the restored windows."""
+    store, db = await open_counted(path, state_dir, f"beside-{path}")
+    sent: list = store._producer.sent  # type: ignore[attr-defined]
+    before = len(sent)
+    seen: dict[str, Any] = {}
+    with mock.patch.object(window_store, "LOCAL_PENDING_LIMIT", 100):
+        store.record_many(0, [(t, "k", t, (t, 0.5)) for t in range(1000)])
+        await store.send_changes(0)
+        seen["first"] = (len(db.states), len(sent) - before)
+        store.record_many(0, [(1000 + t, "j", t, (t, 0.5)) for t in range(10)])
+        await store.send_changes(0)
+        seen["second"] = (len(db.states), len(sent) - before)
+        await store.stop()
+    seen["pieces"] = len(db.states)
+    reopened = WindowStore(store.settings, store.codec, Recorder())  # type: ignore[arg-type]
+    await reopened.start()
+    seen["restored"] = await reopened.restore(0)
+    await reopened.stop()
+    return seen
+
+
+def test_changelog_records_go_while_a_long_write_out_is_written() -> None:
+    """A write-out of the pending local writes (here six pieces of ``LOCAL_PIECE_OPS``) runs
+    in the background: the ``send_changes`` that starts it, and the next one, hand their
+    changelog records over before its pieces are written (the reader's next outputs and
+    changelog round no longer wait behind tens of milliseconds of RocksDB writes); the stop's
+    flush then completes it, in order, and a clean restart reads the copy back exactly."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in ("python", "native"):
+            seen = asyncio.run(sends_beside_a_write_out(path, Path(tmp)))
+            assert seen["first"] == (0, 1), path  # handed over, nothing written yet
+            assert seen["second"][1] == 2 and seen["second"][0] < 1000 // LOCAL_PIECE_OPS, path
+            assert seen["pieces"] > 1000 // LOCAL_PIECE_OPS, path
+            restored = seen["restored"]
+            assert restored.local_entries_reused and restored.applied_offset == 1009, path
+            assert restored.windows == {
+                "k": [(t, (t, 0.5)) for t in range(1000)],
+                "j": [(t, (t, 0.5)) for t in range(10)],
+            }, path
 
 
 async def after_a_refused_slice(path: str, state_dir: Path) -> Any:

@@ -698,10 +698,10 @@ async def test_a_failed_backfill_leaves_no_checkpoint(
 async def test_local_writes_go_in_pieces_in_order_with_the_loops_turns_between(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Pending local writes over the pending limit are written out in pieces of
-    ``LOCAL_PIECE_OPS`` operations with the event loop's turns in between; a ``flush`` that
-    comes meanwhile waits for them, so newer writes never land before older ones: a clean
-    restart reads the local copy back exactly."""
+    """Pending local writes over the pending limit are written out in the background, in
+    pieces of ``LOCAL_PIECE_OPS`` operations with the event loop's turns in between; a
+    ``flush`` that comes meanwhile waits for them, so newer writes never land before older
+    ones: a clean restart reads the local copy back exactly."""
     monkeypatch.setattr(window_store, "LOCAL_PENDING_LIMIT", 500)
     settings = make_settings(kafka_bootstrap, embedded_profile, tmp_path / "a", partitions=1)
     await create_changelog(settings)
@@ -718,12 +718,14 @@ async def test_local_writes_go_in_pieces_in_order_with_the_loops_turns_between(
             offset += 1
 
     record(range(1000), 1)  # over the pending limit: written out in about five pieces
-    sending = asyncio.create_task(store.send_changes(0))
-    await asyncio.sleep(0)  # the send has written its first piece and given the loop a turn
+    await store.send_changes(0)
+    writing = store._open[0].writing
+    assert writing is not None
+    await asyncio.sleep(0)  # the write-out has written its first piece and paused
     record(range(950, 1000), 2)  # newer partials of the entries of its last piece
     flushing = asyncio.create_task(store.flush())
     turns = 0
-    while not sending.done():
+    while not writing.done():
         turns += 1
         await asyncio.sleep(0)
     await flushing
