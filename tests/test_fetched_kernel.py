@@ -139,7 +139,7 @@ def test_the_call_declines_what_it_cannot_take() -> None:
     assert [e[:3] for e in applied.effects] == [(10, "a", config.window_time(5))] and not bad
 
 
-async def stored(effects: Any, state_dir: Path) -> tuple[list, dict]:
+async def stored(effects: Any, state_dir: Path) -> tuple[list, list]:
     """The changelog records and pending local writes of ``record_many(effects)`` on a fresh
     store (``stores.window_store``, native writes)."""
     settings = Settings(app_id="fetched", partitions=1, state_dir=state_dir)
@@ -150,7 +150,7 @@ async def stored(effects: Any, state_dir: Path) -> tuple[list, dict]:
     half = len(effects) // 2
     store.record_many(0, effects[:half], encoded=True)
     store.record_many(0, effects[half:], encoded=True)
-    pending = dict(store._open[0].pending)
+    pending = store._open[0].pending.items()
     await store.send_changes(0)
     await store.stop()
     return [r for _, batch in link.sent for r in batch], pending

@@ -11,6 +11,7 @@ pub mod fiba;
 pub mod json_text;
 pub mod monoids;
 pub mod overflow;
+pub mod pending_writes;
 #[cfg(feature = "python")]
 mod py_io;
 #[cfg(feature = "python")]

@@ -519,6 +519,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::state_codec::python::register(m)?;
     crate::changelog_layouts::python::register(m)?;
     crate::store_writes::python::register(m)?;
+    crate::pending_writes::python::register(m)?;
     crate::record_batch::python::register(m)?;
     crate::fetched_records::python::register(m)?;
     Ok(())
