@@ -295,6 +295,10 @@ async def run_steps(program: list[tuple], path: str, store: WindowStore, db: Pie
     ],
     limit=LOCAL_PIECE_OPS,
 )
+@example(  # an expiration of a fresh entry and one the copy may hold: one range past both
+    program=[("many", [(0, "a", 10, (1,))]), ("expire", "a", [5, 10]), ("flush",), ("send",)],
+    limit=window_store.LOCAL_PENDING_LIMIT,
+)
 def test_the_native_writes_are_the_python_ones_byte_for_byte(
     program: list[tuple], limit: int
 ) -> None:
