@@ -1092,9 +1092,7 @@ def other_files_section(used: set[str]) -> list[str]:
             series[series_of(path.name)].append(path.name)
     lines = []
     for files in series.values():
-        rows = [
-            {"run": run_of(f), **r} if len(files) > 1 else r for f in files for r in rows_of(f)
-        ]
+        rows = [{"run": run_of(f), **r} if len(files) > 1 else r for f in files for r in rows_of(f)]
         keys = list(
             dict.fromkeys(k for r in rows for k, v in r.items() if not isinstance(v, dict | list))
         )

@@ -105,9 +105,7 @@ def test_the_native_k_section_gives_each_cell_against_the_same_runs_floor(tmp_pa
     assert "Load average after the run: 1 2 3." in text
 
 
-def test_other_files_show_their_recorded_run_and_numbered_runs_share_a_table(
-    tmp_path, monkeypatch
-):
+def test_other_files_show_their_recorded_run_and_numbered_runs_share_a_table(tmp_path, monkeypatch):
     """A file no section reads shows the command and date it records (it said ``not recorded``
     for every fact), and the numbered runs of one A/B are one table with a ``run`` column."""
     run = {
