@@ -14,6 +14,8 @@ pub mod overflow;
 #[cfg(feature = "python")]
 mod py_io;
 #[cfg(feature = "python")]
+mod py_sequence;
+#[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]
 mod pywindows;
