@@ -30,6 +30,7 @@ from stores.key_windows import WindowConfig
 from stores.native_windows import NativeKeyWindows
 from stores.window_store import MarshalStateCodec, WindowStore
 from tests.test_event_chunks import Record, streams
+from tests.test_fetched_records import assert_indexes_as_a_list
 from tests.test_native_windows import FOREIGN, KEYS, NUMBERS, Clock, configs
 from tests.test_store_writes import MOMENTS, Recorder
 
@@ -177,7 +178,7 @@ def test_the_effects_buffer_is_written_as_its_tuples_would_be(tmp_path: Path) ->
     effects = applied.effects
     assert type(effects).__name__ == "Effects" and len(effects) == 50
     tuples = list(effects)
-    assert list(effects[10:20]) == tuples[10:20] and effects[-1] == tuples[-1]
+    assert_indexes_as_a_list(effects, tuples, "effect")
     assert [e[0] for e in tuples] == [r.offset for r in records]
     assert asyncio.run(stored(effects, tmp_path / "buffer")) == asyncio.run(
         stored(tuples, tmp_path / "tuples")

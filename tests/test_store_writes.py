@@ -38,6 +38,7 @@ from stores.key_windows import WindowConfig
 from stores.monoids import make_monoid, monoid, monoid_names
 from stores.native_fiba import NATIVE_NAMES
 from stores.native_windows import NativeKeyWindows
+from stores.null_changelog import NullChangelog
 from stores.pending_writes import PyPendingWrites, forget
 from stores.restored_entries import restored_entries
 from stores.window_store import LOCAL_PIECE_OPS, MarshalStateCodec, WindowStore, WriteBatch
@@ -138,43 +139,14 @@ def programs(draw: Any) -> list[tuple]:
     return [*out, ("send",)]
 
 
-class Recorder:
+class Recorder(NullChangelog):
     """A ``ChangelogLink`` keeping what is handed over, in order; nothing is read back."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[int, list[tuple[bytes, bytes | None]]]] = []
 
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
-
     async def send_records(self, topic: str, partition: int, records: Any) -> None:
         self.sent.append((partition, list(records)))
-
-    async def flush(self) -> None:
-        return None
-
-    def reader(self) -> Any:
-        return EmptyReader()
-
-    def on_standbys(self, follow: Any) -> None:
-        return None
-
-
-class EmptyReader:
-    position = 0
-
-    async def __aenter__(self) -> EmptyReader:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-    async def read(self, tp: Any, start: int, timeout: float = 30.0) -> Any:
-        for _ in ():
-            yield []
 
 
 class RecordingBatch:

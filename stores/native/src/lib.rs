@@ -15,6 +15,8 @@ pub mod pending_writes;
 #[cfg(feature = "python")]
 mod py_io;
 #[cfg(feature = "python")]
+mod py_sequence;
+#[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]
 mod pywindows;

@@ -160,13 +160,12 @@ pub mod python {
     //! `ChangelogRecords`, or a list of `(entry id, value or None)`), one call per slice.
     use super::{entry_id, upsert, write_int, write_tuple_header, FLAG_REF, TIME_BIAS};
     use crate::pending_writes::python::PyPendingWrites;
+    use crate::py_sequence::SequenceIndex;
     use crate::record_batch::python::PyChangelogRecords;
-    use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+    use pyo3::exceptions::{PyTypeError, PyValueError};
     use pyo3::ffi;
     use pyo3::prelude::*;
-    use pyo3::types::{
-        PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PySlice, PyString, PyTuple,
-    };
+    use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
     use std::sync::Arc;
 
     /// Deeper tuples go to the Python codec (marshal's own limit is 2000).
@@ -359,28 +358,16 @@ pub mod python {
 
         /// An effect as a tuple, or a slice (step 1) as a view.
         fn __getitem__(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<PyObject> {
-            let n = self.__len__();
-            if let Ok(slice) = index.downcast::<PySlice>() {
-                let indices = slice.indices(n as isize)?;
-                if indices.step != 1 {
-                    return Err(PyValueError::new_err("a slice of effects has step 1"));
+            match SequenceIndex::resolve(index, self.__len__(), "effect")? {
+                SequenceIndex::Slice(start, stop) => {
+                    let view = PyEffects {
+                        data: self.data.clone(),
+                        start: self.start + start,
+                        end: self.start + stop,
+                    };
+                    Ok(Py::new(py, view)?.into_any())
                 }
-                let (start, stop) = (
-                    indices.start as usize,
-                    indices.stop.max(indices.start) as usize,
-                );
-                let view = PyEffects {
-                    data: self.data.clone(),
-                    start: self.start + start,
-                    end: self.start + stop,
-                };
-                return Ok(Py::new(py, view)?.into_any());
-            }
-            let i: isize = index.extract()?;
-            let i = if i < 0 { i + n as isize } else { i };
-            match usize::try_from(i) {
-                Ok(i) if i < n => Ok(self.item(py, self.start + i)?.into_any().unbind()),
-                _ => Err(PyIndexError::new_err("effect index out of range")),
+                SequenceIndex::Item(i) => Ok(self.item(py, self.start + i)?.into_any().unbind()),
             }
         }
 
