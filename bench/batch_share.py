@@ -23,7 +23,6 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from agents.records import aggregate_encoder
 from bench.bench_broker import BenchBroker
@@ -32,45 +31,10 @@ from bench.worker_scenarios import prefilled_pairs
 from stores.gc_pause import paused_gc
 from stores.key_windows import WindowConfig
 from stores.native_windows import new_key_windows
+from stores.null_changelog import NullChangelog
 from stores.window_store import MarshalStateCodec, WindowStore
 
 PARTITIONS = 4
-
-
-class DiscardingLink:
-    """A ``ChangelogLink`` that drops what it is handed and has nothing to read back."""
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
-
-    async def send_records(self, topic: str, partition: int, records: Any) -> None:
-        return None
-
-    async def flush(self) -> None:
-        return None
-
-    def reader(self) -> Any:
-        return _EmptyReader()
-
-    def on_standbys(self, follow: Any) -> None:
-        return None
-
-
-class _EmptyReader:
-    position = 0
-
-    async def __aenter__(self) -> _EmptyReader:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-    async def read(self, tp: Any, start: int, timeout: float = 30.0) -> Any:
-        for _ in ():
-            yield []
 
 
 async def run_once(occupancy: int, events: int, batch: int, state_dir: Path) -> dict[str, float]:
@@ -82,7 +46,7 @@ async def run_once(occupancy: int, events: int, batch: int, state_dir: Path) -> 
     config = WindowConfig.from_settings(settings)
     encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
     codec = MarshalStateCodec(config.composed)
-    store = WindowStore(settings, codec, DiscardingLink())  # type: ignore[arg-type]
+    store = WindowStore(settings, codec, NullChangelog())  # type: ignore[arg-type]
     await store.start()
     windows = {}
     for p in range(PARTITIONS):

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -26,7 +24,7 @@ from typing import Any
 from app.brokers.apache_kafka import SERVER_JVM_OPTIONS
 from app.brokers.kinds import BROKER_KINDS, make_broker, options_keeping_old_records
 from bench.broker_warmup import warm_up_sync
-from bench.machine import describe_machine
+from bench.run_frame import announce, load_after, write_json
 
 BENCH_BROKER_OPTIONS: dict[str, dict[str, Any]] = {
     "kafka": {"jvm_options": SERVER_JVM_OPTIONS, **options_keeping_old_records("kafka")}
@@ -72,14 +70,9 @@ def bench_broker(kind: str) -> Iterator[BenchBroker]:
 
 def announce_run(module: str) -> dict[str, Any]:
     """Start a broker benchmark's run: print its command (``python -m module`` and this
-    process's arguments) and the machine (``bench.machine.describe_machine``: CPU, cores, load
+    process's arguments) and the machine (``bench.run_frame.announce``: CPU, cores, load
     average, date, code...); return both (``command``, ``machine``) for ``write_results``."""
-    command = " ".join([f"python -m {module}", *sys.argv[1:]])
-    machine = describe_machine()
-    print("command:", command)
-    for name, value in machine.items():
-        print(f"{name}: {value}")
-    return {"command": command, "machine": machine}
+    return announce(" ".join([f"python -m {module}", *sys.argv[1:]]))
 
 
 def write_results(
@@ -89,17 +82,14 @@ def write_results(
     ``results_path(path, kind)`` a JSON object: the run's ``command``, its start ``date``,
     the ``machine`` (``run`` from ``announce_run``), the ``load_after`` (1, 5, 15 min) and
     the ``results``."""
-    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"load average after (1, 5, 15 min): {load}")
     document = {
         "command": run["command"],
         "date": run["machine"]["date"],
         "machine": run["machine"],
-        "load_after": load,
+        "load_after": load_after(),
         "results": results,
     }
-    path.parent.mkdir(exist_ok=True)
-    results_path(path, kind).write_text(json.dumps(document, indent=2) + "\n")
+    write_json(results_path(path, kind), document)
 
 
 def results_path(path: Path, kind: str) -> Path:

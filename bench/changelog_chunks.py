@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import marshal
 import statistics
 import struct
@@ -29,7 +28,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from rocksdict import Options, Rdict, WriteBatch
 
 from app.settings import Settings
-from bench.machine import describe_machine
+from bench.run_frame import announce, load_after, write_json
 from stores.changelog import (
     APPLIED_KEY,
     UPSERT_HEADER,
@@ -451,10 +450,7 @@ def main_native(args: argparse.Namespace) -> None:
         f"python -m bench.changelog_chunks --native --occupancies {args.occupancies} "
         f"--rounds {args.rounds} --snapshot-factor {args.snapshot_factor}"
     )
-    machine = describe_machine()
-    print(f"command: {command}")
-    for name, value in machine.items():
-        print(f"{name}: {value}")
+    run = announce(command)
     rows = native_layouts(
         list(map(int, args.occupancies.split(","))), args.rounds, args.snapshot_factor
     )
@@ -471,19 +467,17 @@ def main_native(args: argparse.Namespace) -> None:
                 f"| {r['records_per_event']:.2f} | {r['bytes_per_event']:.1f} "
                 f"| {r['compacted_bytes_per_entry']:.1f} | {r['replay_ns_per_entry']:.0f} |"
             )
-    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    print(f"\nload average after: {load}")
+    print()
     document = {
         "command": command,
-        "date": machine["date"],
-        "machine": machine,
-        "load_after": load,
+        "date": run["machine"]["date"],
+        "machine": run["machine"],
+        "load_after": load_after(),
         "snapshot_factor": args.snapshot_factor,
         "events_per_batch": BATCH,
         "results": rows,
     }
-    path = Path(__file__).parent / "results" / "changelog_layouts_native.json"
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    write_json(Path(__file__).parent / "results" / "changelog_layouts_native.json", document)
 
 
 def main() -> None:
@@ -497,12 +491,10 @@ def main() -> None:
     if args.native:
         main_native(args)
         return
-    print(
-        f"command: python -m bench.changelog_chunks --occupancies {args.occupancies} "
+    announce(
+        f"python -m bench.changelog_chunks --occupancies {args.occupancies} "
         f"--batches {args.batches} --rounds {args.rounds} --snapshot-factor {args.snapshot_factor}"
     )
-    for name, value in describe_machine().items():
-        print(f"{name}: {value}")
     print()
     print(
         "| events/key retained | store today | changelog per-entry | chunks | chunks + snapshots "

@@ -14,9 +14,6 @@ machine and the load, and writes ``bench/results/fetch_decode.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,7 +24,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 
 import stores
-from bench.machine import describe_machine
+from bench.run_frame import announce, offline_command, write_offline_results
 from bench.timing import median_rates, wall_and_cpu_s
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fetch_decode.json"
@@ -101,26 +98,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if stores.native() is None:
         parser.exit(2, f"bench.fetch_decode: no native core loaded (build {stores.build()})\n")
-    command = shlex.join(["python", "-m", "bench.fetch_decode", *(argv or sys.argv[1:])])
-    machine = describe_machine()
-    print(f"command: {command}")
-    for key, value in machine.items():
-        print(f"{key}: {value}")
+    run = announce(offline_command("bench.fetch_decode", argv))
     rows = measure(args)
     print(table(rows))
-    load_after = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"load average after (1, 5, 15 min): {load_after}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    document = {
-        "command": command,
-        "machine": machine,
-        "load_after": load_after,
-        "build": stores.build(),
-        "settings": settings,
-        "results": rows,
-    }
-    args.out.write_text(json.dumps(document, indent=2) + "\n")
+    write_offline_results(args.out, run, args, rows)
 
 
 if __name__ == "__main__":

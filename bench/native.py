@@ -18,9 +18,6 @@ writes the results to ``bench/results/native_fiba.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -28,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import stores
-from bench.machine import describe_machine
+from bench.run_frame import announce, offline_command, write_offline_results
 from bench.timing import median_rates, wall_and_cpu_s
 from stores.fiba import FiBA
 from stores.monoids import SUM
@@ -188,11 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "-m", "bench.native", *(argv or sys.argv[1:])])
-    machine = describe_machine()
-    print(f"command: {command}")
-    for key, value in machine.items():
-        print(f"{key}: {value}")
+    run = announce(offline_command("bench.native", argv))
     print(f"build: {stores.build()}, MIN_ARITY {args.min_arity}, n = {args.n}, sum")
     rows = measure(args)
     print(_table(rows))
@@ -210,29 +203,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{AUTHORS_CPP_IN_ORDER / 1e6:.1f}M"
     )
     print(verdict)
-    load_after = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"load average after (1, 5, 15 min): {load_after}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": command,
-                "machine": machine,
-                "load_after": load_after,
-                "build": stores.build(),
-                "settings": {
-                    k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                },
-                "results": rows,
-                "goal_in_order_rounds_per_s": GOAL_IN_ORDER,
-                "goal_met": met,
-                "verdict": verdict,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"results: {os.path.relpath(args.out)}")
+    extra = {"goal_in_order_rounds_per_s": GOAL_IN_ORDER, "goal_met": met, "verdict": verdict}
+    write_offline_results(args.out, run, args, rows, **extra)
 
 
 if __name__ == "__main__":

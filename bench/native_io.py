@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ import stores
 from agents.events import EventParser
 from agents.records import AggregateEncoder, aggregate_encoder
 from app.settings import Settings
-from bench.machine import describe_machine
+from bench.run_frame import announce, offline_command, write_offline_results
 from bench.timing import median_rates, wall_and_cpu_s
 from stores.key_windows import KeyWindows, WindowConfig
 
@@ -148,33 +146,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if stores.native() is None:
         parser.exit(2, f"bench.native_io: no native core loaded (build {stores.build()})\n")
-    command = shlex.join(["python", "-m", "bench.native_io", *(argv or sys.argv[1:])])
-    machine = describe_machine()
-    print(f"command: {command}")
-    for key, value in machine.items():
-        print(f"{key}: {value}")
+    run = announce(offline_command("bench.native_io", argv))
     print(f"build: {stores.build()}")
     rows = measure(args)
     print(_table(rows))
-    load_after = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"load average after (1, 5, 15 min): {load_after}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": command,
-                "machine": machine,
-                "load_after": load_after,
-                "build": stores.build(),
-                "settings": settings,
-                "results": rows,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"results: {os.path.relpath(args.out)}")
+    write_offline_results(args.out, run, args, rows)
 
 
 if __name__ == "__main__":

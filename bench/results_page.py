@@ -58,7 +58,8 @@ def run_facts(name: str) -> dict[str, str]:
     data = load_json(name)
     if not (isinstance(data, dict) and "results" in data):
         return {}
-    return {**(data.get("machine") or {}), "command": data["command"], "date": data["date"]}
+    facts = {**(data.get("machine") or {}), "command": data.get("command")}
+    return {k: v for k, v in {**facts, "date": data.get("date") or facts.get("date")}.items() if v}
 
 
 def load_csv(name: str) -> list[dict[str, str]]:
@@ -118,17 +119,21 @@ def provenance(
     code: str | None = None,
     files: Iterable[str] = (),
 ) -> list[str]:
-    """The run's facts as the data records them, each ``not recorded`` when missing."""
+    """The run's facts as the data records them; the missing ones named on one line, ``not
+    recorded``."""
     facts = [
-        ("data", ", ".join(f"`bench/results/{f}`" for f in files)),
         ("machine", machine),
         ("command", f"`{command}`" if command else None),
         ("date", date),
         ("load average", load),
+        ("code", f"`{code}`" if code else None),
     ]
-    if code:
-        facts.append(("code", f"`{code}`"))
-    return [*(f"- {name}: {value or NOT_RECORDED}" for name, value in facts), ""]
+    lines = [f"- data: {', '.join(f'`bench/results/{f}`' for f in files)}"]
+    lines += [f"- {name}: {value}" for name, value in facts if value]
+    missing = [name for name, value in facts[:4] if not value]
+    if missing:
+        lines.append(f"- {', '.join(missing)}: {NOT_RECORDED}")
+    return [*lines, ""]
 
 
 def run_provenance(run: dict[str, str], files: Iterable[str]) -> list[str]:
@@ -1079,16 +1084,24 @@ def goals_section() -> list[str]:
 
 
 def other_files_section(used: set[str]) -> list[str]:
-    """Every results JSON no section above reads, as a plain table of its rows."""
-    lines = []
+    """Every results JSON no section above reads, as a plain table of its rows; the runs of one
+    series (``series_of``) in one table, a ``run`` column naming each file."""
+    series: dict[str, list[str]] = defaultdict(list)
     for path in sorted(RESULTS.glob("*.json")):
-        if path.name in used:
-            continue
-        rows = rows_of(path.name)
+        if path.name not in used:
+            series[series_of(path.name)].append(path.name)
+    lines = []
+    for files in series.values():
+        rows = [{"run": run_of(f), **r} if len(files) > 1 else r for f in files for r in rows_of(f)]
         keys = list(
             dict.fromkeys(k for r in rows for k, v in r.items() if not isinstance(v, dict | list))
         )
-        lines += [f"### `{path.name}`", "", *provenance(files=[path.name])]
+        lines += [f"### `{files[0] if len(files) == 1 else series_name(files)}`", ""]
+        if len(files) == 1:
+            lines += run_provenance(run_facts(files[0]), files)
+        else:
+            for f in files:
+                lines += [f"`{run_of(f)}`:", "", *run_provenance(run_facts(f), [f])]
         lines += table(
             [f"`{k}`" for k in keys],
             (
@@ -1100,11 +1113,38 @@ def other_files_section(used: set[str]) -> list[str]:
         lines = [
             "## Other results files",
             "",
-            "Earlier or partial runs kept in `bench/results/`.",
+            "Earlier or partial runs kept in `bench/results/`; the numbered runs of one A/B in"
+            " one table.",
             "",
             *lines,
         ]
     return lines
+
+
+SERIES = re.compile(r"^(?P<stem>.*?)_?(?P<run>[a-z]*\d+)(?P<suffix>(_kafka)?\.json)$")
+"""A numbered run's file name: ``<stem>_<run><suffix>``, ``run`` a word ending in its number
+(``worker_pipeline_batchcpu_main2_kafka.json``: stem ``worker_pipeline_batchcpu``, run
+``main2``)."""
+
+
+def series_of(name: str) -> str:
+    """The series a results file belongs to: its name with the numbered run part replaced by
+    ``*`` (``worker_pipeline_batchcpu_*_kafka.json``), or the name itself."""
+    match = SERIES.match(name)
+    return f"{match['stem']}_*{match['suffix']}" if match else name
+
+
+def series_name(files: list[str]) -> str:
+    """A series' files in one name: ``worker_pipeline_batchcpu_{main1, main2}_kafka.json``."""
+    match = SERIES.match(files[0])
+    assert match is not None
+    return f"{match['stem']}_{{{', '.join(map(run_of, files))}}}{match['suffix']}"
+
+
+def run_of(name: str) -> str:
+    """The run part of a numbered run's file name (``main2``), or the name itself."""
+    match = SERIES.match(name)
+    return match["run"] if match else name
 
 
 USED = {

@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 
 from app.settings import Settings, WindowSpec
-from bench.machine import describe_machine
+from bench.run_frame import announce
 from bench.worker_harness import KEYS, SPACING_MS, event_stream
 from bench.worker_scenarios import prefilled_pairs
 from stores.durations import format_duration
@@ -95,9 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     occupancies = [int(o) for o in args.occupancies.split(",")]
-    print("command: python -m bench.window_end " + " ".join(sys.argv[1:] if argv is None else argv))
-    for name, value in describe_machine().items():
-        print(f"{name}: {value}")
+    announce("python -m bench.window_end " + " ".join(sys.argv[1:] if argv is None else argv))
     print(markdown(measure(args.events, occupancies, args.rounds)))
 
 

@@ -27,7 +27,6 @@ import struct
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import itemgetter
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -59,6 +58,7 @@ from stores.changelog import (
     replay_changelog,
 )
 from stores.gc_pause import paused_gc
+from stores.pending_writes import PyPendingWrites, forget
 from stores.restored_entries import (
     MARSHAL_FORMAT,
     RestoredEntries,
@@ -86,10 +86,11 @@ LOCAL_PENDING_LIMIT = 1 << 18
 """Entries whose latest local operation the store holds in memory (``pending``), over all its
 open partitions, before a ``send_changes`` starts writing a partition's out in the background
 (each open partition may hold its share; twice it while that write-out is still running makes
-the next ``send_changes`` wait for it): about 134 bytes each (half puts, half deletes), 34 MB in
-all, twice that at most during write-outs. A partition whose windows hold fewer than about half
-its share of entries is written out only at checkpoints (its pending map holds at most its live
-entries' puts and its copy's deletes)."""
+the next ``send_changes`` wait for it): with the native writes about 40 bytes each plus the
+partial's bytes (``stores._native.PendingWrites``), in Python about 134 (half puts, half
+deletes), 34 MB in all, twice that at most during write-outs. A partition whose windows hold
+fewer than about half its share of entries is written out only at checkpoints (its pending map
+holds at most its live entries' puts and its copy's deletes)."""
 WRITE_OUT_PAUSE_S = 0.0005
 """Pause of a background write-out after each piece while nothing waits for it (a ``flush``,
 or a ``send_changes`` past twice the pending share): the piece's quarter millisecond of writing
@@ -207,7 +208,8 @@ class _TakenWrites:
     """The local writes one write-out takes (``WindowStore._take_writes``)."""
 
     cleared: dict[bytes, bytes]
-    pending: dict[bytes, bytes | None]
+    pending: Any
+    """A ``PendingWrites`` (or its Python twin) no longer written to: ``take()`` sorts it."""
     applied: int
 
 
@@ -230,12 +232,12 @@ class _OpenPartition:
     none): an entry at a later time is in neither."""
     local_applied: int = -1
     """The applied offset the local copy holds (``_META_APPLIED``)."""
-    pending: dict[bytes, bytes | None] = field(default_factory=dict)
-    """The local writes since the last write-out, coalesced: entry id -> its latest partial
-    bytes, None: deleted; in the order each id was first touched."""
-    fresh: set[bytes] = field(default_factory=set)
-    """The ids of ``pending`` first put at a time after ``horizon``: not in the local copy, so
-    deleting one drops it from ``pending`` instead of queueing a RocksDB delete."""
+    pending: Any = field(default_factory=PyPendingWrites)
+    """The local writes since the last write-out, coalesced: per entry id its latest partial
+    bytes or a delete, and which ids are *fresh* (first put at a time after ``horizon``: not in
+    the local copy, so deleting one drops it instead of queueing a RocksDB delete). A
+    ``stores._native.PendingWrites`` with the native writes (no Python object per entry),
+    else its Python twin ``stores.pending_writes.PyPendingWrites`` (``_new_pending``)."""
     cleared: dict[bytes, bytes] = field(default_factory=dict)
     """The local copy's expirations since the last write-out (``expire``): a key's prefix ->
     the end (exclusive) of the range of its entry ids to delete, everything of the key up to
@@ -410,7 +412,13 @@ class WindowStore:
         if reused and replayed:
             db.flush(True)  # the replay skipped the WAL: make it durable before the checkpoint
         state = _OpenPartition(
-            db, applied, applied, position, queued_upto=applied, queued=self._new_queue()
+            db,
+            applied,
+            applied,
+            position,
+            queued_upto=applied,
+            pending=self._new_pending(),
+            queued=self._new_queue(),
         )
         state.local_applied = applied
         state.horizon = max((times[-1][0] for times in windows.values() if times), default=None)
@@ -562,6 +570,11 @@ class WindowStore:
         writes = self._native_writes
         return [] if writes is None else writes.ChangelogRecords()
 
+    def _new_pending(self) -> Any:
+        """Empty pending local writes: native with the native writes, else in Python."""
+        writes = self._native_writes
+        return PyPendingWrites() if writes is None else writes.PendingWrites()
+
     def record(
         self,
         partition: int,
@@ -576,45 +589,8 @@ class WindowStore:
         ``evicted_times`` (which must not contain ``time``) are gone. Its local writes (entry,
         deletions) go into ``pending`` (see ``send_changes``), its changelog records (the
         upsert, then one tombstone per evicted entry) are queued for the next
-        ``send_changes``. O(1 + evicted)."""
-        self._record(self._open[partition], partition, offset, key, time, partial, evicted_times)
-
-    def _record(
-        self,
-        state: _OpenPartition,
-        partition: int,
-        offset: int,
-        key: str,
-        time: int,
-        partial: Any,
-        evicted_times: Iterable[int],
-        encoded: bool = False,
-    ) -> None:
-        """``record``; ``encoded``: ``partial`` is already the codec's bytes of it."""
-        if offset <= state.applied:
-            raise ValueError(
-                f"offset {offset} of partition {partition} is not after the applied offset "
-                f"{state.applied}: a redelivered record must be skipped"
-            )
-        prefix = key_prefix(key)
-        eid = entry_id_of(prefix, time)
-        data = partial if encoded else self.codec.encode(partial)
-        evicted = list(evicted_times)
-        evicted_ids = [entry_id_of(prefix, t) for t in evicted]
-        pending, fresh = state.pending, state.fresh
-        if state.horizon is None or time > state.horizon:
-            state.horizon = time
-            fresh.add(eid)
-        pending[eid] = data
-        for evicted_id in evicted_ids:
-            _forget(pending, fresh, evicted_id)
-        state.applied = offset
-        if state.backfill is not None:
-            state.backfill.wanted.set()
-        queued = state.queued
-        queued.append((eid, encode_upsert(offset, evicted, data)))
-        queued.extend(zip(evicted_ids, repeat(None)))
-        state.queued_upto = offset
+        ``send_changes``. O(1 + evicted): ``record_many`` of this one effect."""
+        self.record_many(partition, [(offset, key, time, partial, list(evicted_times))])
 
     def record_many(self, partition: int, effects: Iterable[Effect], encoded: bool = False) -> None:
         """``record(partition, offset, key, time, partial[, evicted_times])`` for each effect
@@ -646,7 +622,6 @@ class WindowStore:
                 encoded,
                 self.codec.encode,
                 state.pending,
-                state.fresh,
                 state.horizon,
                 state.queued,
             )
@@ -667,7 +642,7 @@ class WindowStore:
         """``record_many`` in Python: one key prefix per key."""
         encode, pack_header = self.codec.encode, UPSERT_HEADER.pack
         append = state.queued.append
-        pending, fresh, horizon = state.pending, state.fresh, state.horizon
+        pending, fresh, horizon = state.pending.puts, state.pending.fresh, state.horizon
         prefixes: dict[str, bytes] = {}
         applied = state.applied
         try:
@@ -695,7 +670,7 @@ class WindowStore:
                     evicted = list(evicted)
                     evicted_ids = [entry_id_of(prefix, t) for t in evicted]
                     for evicted_id in evicted_ids:
-                        _forget(pending, fresh, evicted_id)
+                        forget(pending, fresh, evicted_id)
                     append((eid, encode_upsert(offset, evicted, data)))
                     state.queued.extend(zip(evicted_ids, repeat(None)))
                 else:
@@ -728,15 +703,13 @@ class WindowStore:
         if state.backfill is not None:
             state.backfill.wanted.set()
         if self._native_writes is not None:
-            self._native_writes.write_evictions(
-                key, times, state.pending, state.fresh, state.queued
-            )
+            self._native_writes.write_evictions(key, times, state.pending, state.queued)
             return
         prefix = key_prefix(key)
         eids = [entry_id_of(prefix, t) for t in times]
-        pending, fresh = state.pending, state.fresh
+        pending, fresh = state.pending.puts, state.pending.fresh
         for eid in eids:
-            _forget(pending, fresh, eid)
+            forget(pending, fresh, eid)
         state.queued.extend(zip(eids, repeat(None)))
 
     def expire(self, partition: int, key: str, times: Iterable[int]) -> None:
@@ -752,12 +725,12 @@ class WindowStore:
             state.backfill.wanted.set()
         if self._native_writes is not None:
             self._native_writes.write_expirations(
-                key, times, state.pending, state.fresh, state.cleared, state.queued
+                key, times, state.pending, state.cleared, state.queued
             )
             return
         prefix = key_prefix(key)
         eids = [entry_id_of(prefix, t) for t in times]
-        pending, fresh = state.pending, state.fresh
+        pending, fresh = state.pending.puts, state.pending.fresh
         held = False  # an entry the copy may hold
         for eid in eids:
             if eid in fresh:
@@ -891,7 +864,7 @@ class WindowStore:
         if not state.pending and not state.cleared and applied == state.local_applied:
             return None
         taken = _TakenWrites(state.cleared, state.pending, applied)
-        state.pending, state.fresh, state.cleared = {}, set(), {}
+        state.pending, state.cleared = self._new_pending(), {}
         state.write_outs += 1
         return taken
 
@@ -915,7 +888,7 @@ class WindowStore:
         O(pending + cleared) RocksDB operations."""
         applied = taken.applied
         cleared = sorted(taken.cleared.items())
-        items = sorted_writes(taken.pending)
+        items = taken.pending.take()  # sorted here, in the background task
         db = state.db
         total = len(cleared) + len(items)
         try:
@@ -1056,47 +1029,6 @@ class WindowStore:
         return self._fresh_local(path), None, -1
 
 
-class PySortedWrites:
-    """A write-out's operations in entry id order: the Python twin of
-    ``stores._native.SortedWrites`` (the items of a ``pending`` map sorted by entry id;
-    ``fill(put, delete, start, stop)`` writes items ``start..stop`` in order, ``put(entry id,
-    bytes)`` or ``delete(entry id)`` for None, and returns their number). O(p log p)."""
-
-    def __init__(self, pending: dict[bytes, bytes | None]) -> None:
-        self._items = sorted(pending.items(), key=itemgetter(0))
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __getitem__(self, index: int) -> tuple[bytes, bytes | None]:
-        return self._items[index]
-
-    def fill(
-        self,
-        put: Callable[[bytes, bytes], object],
-        delete: Callable[[bytes], object],
-        start: int,
-        stop: int,
-    ) -> int:
-        items = self._items[start:stop]
-        for eid, data in items:
-            if data is None:
-                delete(eid)
-            else:
-                put(eid, data)
-        return len(items)
-
-
-def sorted_writes(pending: dict[bytes, bytes | None]) -> PySortedWrites:
-    """``pending``'s operations in entry id order, natively (``stores._native.SortedWrites``:
-    the ids sorted as bytes and each piece written with no interpreter loop, about a third of
-    the Python twin's CPU) when the native core is there."""
-    native = stores.native()
-    if native is None:
-        return PySortedWrites(pending)
-    return native.SortedWrites(pending)  # type: ignore[no-any-return]
-
-
 def _horizon_past(effects: list[Effect], horizon: int | None) -> int | None:
     """``horizon``, or the largest time of ``effects`` if larger (a bound for the times of the
     effects a failed ``write_effects`` call put in ``pending``)."""
@@ -1104,16 +1036,6 @@ def _horizon_past(effects: list[Effect], horizon: int | None) -> int | None:
     if horizon is not None:
         times.append(horizon)
     return max(times, default=None)
-
-
-def _forget(pending: dict[bytes, bytes | None], fresh: set[bytes], eid: bytes) -> None:
-    """Note the deletion of entry ``eid`` in ``pending``: dropped if it is ``fresh`` (not in
-    the local copy), else a delete."""
-    if eid in fresh:
-        fresh.discard(eid)
-        del pending[eid]
-    else:
-        pending[eid] = None
 
 
 def _native_writes(codec: PartialCodec) -> ModuleType | None:

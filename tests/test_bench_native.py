@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,3 +29,14 @@ def test_a_tiny_run_reports_every_workload_and_writes_its_results(
         assert {"native, loop in Rust", "native, through the Python API"} <= paths
         assert "Python FiBA" in paths
     assert all(row["per_cpu_s"] > 0 and row["per_wall_s"] > 0 for row in results["results"])
+
+
+@pytest.mark.skipif(stores.native() is None, reason=f"no native core ({stores.build()})")
+def test_the_rust_loops_measure_rounds_on_a_window_of_n_entries() -> None:
+    """Each Rust loop of ``bench.native`` starts from its window of n ones (out of order: d of
+    them at the young end) and keeps n entries through its rounds: every query sums to n."""
+    core: Any = stores.native()
+    n, rounds = 300, 50
+    assert core.bench_in_order(n, rounds, 4)[2] == n * rounds
+    assert core.bench_out_of_order(n, 16, rounds, 4)[2] == n * rounds
+    assert core.bench_bulk(n, 20, rounds, 4)[2] == n * rounds

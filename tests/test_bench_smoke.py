@@ -421,6 +421,16 @@ def test_broker_benchmark_results_record_the_command_machine_and_date(
     assert document["results"] == [{"scenario": "event"}]
 
 
+async def test_batch_share_prices_each_call_on_a_store_without_kafka(tmp_path) -> None:
+    """``bench.batch_share`` runs the store's calls offline (``stores.null_changelog``): every
+    call is priced and the store restores its partitions from the empty changelog."""
+    from bench.batch_share import run_once
+
+    figures = await run_once(occupancy=10, events=400, batch=100, state_dir=tmp_path)
+    calls = {"apply_encoded", "lowered_windows", "encode_many", "record_many", "send_changes"}
+    assert calls <= set(figures) and all(figures[name] > 0 for name in calls)
+
+
 def test_worker_pipeline_micro_measures_the_window_work_offline() -> None:
     """``python -m bench.worker_pipeline micro`` needs no broker: per-event CPU of both emit
     modes and of a partition's batch shares in small and whole slices at each occupancy, and

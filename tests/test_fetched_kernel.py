@@ -30,6 +30,7 @@ from stores.key_windows import WindowConfig
 from stores.native_windows import NativeKeyWindows
 from stores.window_store import MarshalStateCodec, WindowStore
 from tests.test_event_chunks import Record, streams
+from tests.test_fetched_records import assert_indexes_as_a_list
 from tests.test_native_windows import FOREIGN, KEYS, NUMBERS, Clock, configs
 from tests.test_store_writes import MOMENTS, Recorder
 
@@ -139,7 +140,7 @@ def test_the_call_declines_what_it_cannot_take() -> None:
     assert [e[:3] for e in applied.effects] == [(10, "a", config.window_time(5))] and not bad
 
 
-async def stored(effects: Any, state_dir: Path) -> tuple[list, dict]:
+async def stored(effects: Any, state_dir: Path) -> tuple[list, list]:
     """The changelog records and pending local writes of ``record_many(effects)`` on a fresh
     store (``stores.window_store``, native writes)."""
     settings = Settings(app_id="fetched", partitions=1, state_dir=state_dir)
@@ -150,7 +151,7 @@ async def stored(effects: Any, state_dir: Path) -> tuple[list, dict]:
     half = len(effects) // 2
     store.record_many(0, effects[:half], encoded=True)
     store.record_many(0, effects[half:], encoded=True)
-    pending = dict(store._open[0].pending)
+    pending = store._open[0].pending.items()
     await store.send_changes(0)
     await store.stop()
     return [r for _, batch in link.sent for r in batch], pending
@@ -177,7 +178,7 @@ def test_the_effects_buffer_is_written_as_its_tuples_would_be(tmp_path: Path) ->
     effects = applied.effects
     assert type(effects).__name__ == "Effects" and len(effects) == 50
     tuples = list(effects)
-    assert list(effects[10:20]) == tuples[10:20] and effects[-1] == tuples[-1]
+    assert_indexes_as_a_list(effects, tuples, "effect")
     assert [e[0] for e in tuples] == [r.offset for r in records]
     assert asyncio.run(stored(effects, tmp_path / "buffer")) == asyncio.run(
         stored(tuples, tmp_path / "tuples")

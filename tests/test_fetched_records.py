@@ -148,6 +148,39 @@ def test_native_records_are_aiokafkas(response: Any, committed: bool) -> None:
         assert list(got[1:3]) == want[1:3]
 
 
+def assert_indexes_as_a_list(view: Any, items: list[Any], what: str) -> None:
+    """``view`` (a native sequence: ``FetchedRecords``, ``Effects``) answers every index and
+    step-1 slice as the list ``items`` does, a slice being a view that slices again; an index
+    out of range is an IndexError and another step a ValueError, both naming ``what``."""
+    n = len(items)
+    assert len(view) == n
+    for i in range(-n - 1, n + 1):
+        if -n <= i < n:
+            assert view[i] == items[i]
+        else:
+            with pytest.raises(IndexError, match=f"^{what} index out of range$"):
+                view[i]
+    bounds = (None, -n - 2, -2, 0, 1, n // 2, n, n + 2)
+    for start in bounds:
+        for stop in bounds:
+            part, want = view[start:stop], items[start:stop]
+            assert list(part) == want and len(part) == len(want)
+            assert list(part[1:-1]) == want[1:-1] and (not want or part[-1] == want[-1])
+    with pytest.raises(ValueError, match=f"^a slice of {what}s has step 1$"):
+        view[::2]
+
+
+@needs_native
+def test_fetched_records_index_and_slice_as_a_list() -> None:
+    spec = {"gap": 0, "producer": -1, "control": None, "log_append": False, "codec": 0}
+    records = [(b"k", bytes([i]), 10 + i, []) for i in range(5)]
+    data = built({**spec, "records": records}, 7)
+    want, _ = aiokafka_records(data, 0, None, READ_UNCOMMITTED)
+    assert_indexes_as_a_list(
+        native.FetchedRecords.decode(data, TOPIC, 3, 0, None, True), want, "record"
+    )
+
+
 @needs_native
 def test_a_corrupt_batch_is_left_to_aiokafka_which_raises() -> None:
     data = bytearray(

@@ -44,6 +44,7 @@ COMPOSES = [
     ("first", "maxcount", "min", "mincount", "pop_stddev"),
     ("last", "geomean", "sample_stddev", "first", "mean"),
     ("count",),
+    ("count", "sum", "max", "mean", "pop_stddev"),  # the default, 9 fields
 ]
 AGGREGATIONS = st.one_of(
     st.sampled_from([(name,) for name in NATIVE_NAMES]), st.sampled_from(COMPOSES)
@@ -480,6 +481,17 @@ def test_small_ints_and_big_maxima_stay_native():
     maxima = NativeKeyWindows(_config(("max", "min", "last", "first", "count")), "batch")
     maxima.accept_batch([("k", t, (-1) ** t * (2**63 - 1 - t)) for t in range(100)])
     assert maxima.native
+
+
+def test_partials_are_stored_at_the_default_composes_width():
+    """The default aggregations' partials are 9 fields wide in the native trees (they were 12:
+    every suffix walk and every stored entry carried 3 unused fields), and any compose's width
+    fits its kernel's."""
+    default = NativeKeyWindows(_config(Settings().aggregations), "event")
+    assert default._core.partial_width == 9
+    assert NativeKeyWindows(_config(("sum", "count", "max")), "event")._core.partial_width == 3
+    widths = [NativeKeyWindows(_config(n), "event")._core.partial_width for n in COMPOSES]
+    assert widths == [3, 8, 12, 12, 1, 9]  # 3, 7, 10 and 12 fields (a count added), 1, 9
 
 
 def test_large_values_stay_native_while_each_key_s_count_allows():

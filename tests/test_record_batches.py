@@ -112,6 +112,27 @@ def test_key_value_pairs_queue_as_records_without_time_or_headers(pairs: list) -
         assert [(r.key, r.value, r.headers) for r in read] == [(k, v, []) for k, v in pairs]
 
 
+@given(
+    st.lists(st.tuples(st.binary(max_size=300), maybe_bytes), max_size=40),
+    st.sampled_from([1 << 20, 300, 100]),
+)
+def test_queued_and_changelog_records_fill_builders_alike(pairs: list, batch_size: int) -> None:
+    """``QueuedRecords`` and ``ChangelogRecords`` of the same pairs fill builders the same
+    way: as many records per batch, a builder closed by ``fill`` while records remain and
+    none moved into a closed one, the records read back in order."""
+    moved = {}
+    for kind in (native.QueuedRecords, native.ChangelogRecords):
+        queued, moved[kind], read = kind(pairs), [], []
+        while len(queued):
+            builder = native.RecordBatchBuilder(batch_size, False)
+            moved[kind].append(queued.fill(builder))
+            assert builder.closed() == bool(len(queued))
+            assert not builder.closed() or queued.fill(builder) == 0
+            read += [(r.key, r.value) for r in DefaultRecordBatch(bytearray(builder._build()))]
+        assert read == pairs
+    assert moved[native.QueuedRecords] == moved[native.ChangelogRecords]
+
+
 def test_a_batch_reads_back_and_its_crc_holds() -> None:
     """Read by aiokafka's own batch reader: records, headers, timestamps (None: the clock
     when appended) and a valid CRC; built twice, the same bytes."""

@@ -2,6 +2,7 @@
 the committed ``bench/results/``."""
 
 import json
+import re
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_a_changed_result_changes_the_page(tmp_path, monkeypatch):
     readme = results_page.readme_with_peers(results_page.README.read_text())
     assert "654,321 (" in readme and "111,222 (" in readme  # from peers_kafka.json
     assert "123,456" not in readme  # the embedded broker's run is on the page only
-    assert "- machine: not recorded" in page
+    assert re.search(r"^- (\w[\w ]*, )*machine(, [\w ]+)*: not recorded$", page, re.M)
 
 
 def test_a_quick_goals_run_beside_the_full_one_is_on_the_page(tmp_path, monkeypatch):
@@ -102,3 +103,24 @@ def test_the_native_k_section_gives_each_cell_against_the_same_runs_floor(tmp_pa
     assert "| `batch` | 100, 1,000 | 0.250x-0.500x | 0.200x-0.250x | 50% | 80% | >= 0.5x |" in text
     assert text.count("| `batch` | 1,000 |") == 1  # the run with queries is left out
     assert "Load average after the run: 1 2 3." in text
+
+
+def test_other_files_show_their_recorded_run_and_numbered_runs_share_a_table(tmp_path, monkeypatch):
+    """A file no section reads shows the command and date it records (it said ``not recorded``
+    for every fact), and the numbered runs of one A/B are one table with a ``run`` column."""
+    run = {
+        "command": "python -m bench.worker_pipeline run --results ab_x.json",
+        "date": "2026-01-02 03:04 UTC",
+        "machine": {"cpu": "Test CPU", "cores": "2", "load average (1, 5, 15 min)": "1 2 3"},
+        "results": [{"scenario": "batch", "events_per_s": 1.5}],
+    }
+    for name in ("ab_base1_kafka.json", "ab_base2_kafka.json", "ab_fix1_kafka.json"):
+        (tmp_path / name).write_text(json.dumps(run))
+    monkeypatch.setattr(results_page, "RESULTS", tmp_path)
+    lines = results_page.other_files_section(used=set())
+    page = "\n".join(lines)
+    assert "### `ab_{base1, base2, fix1}_kafka.json`" in page
+    assert page.count("- command: `python -m bench.worker_pipeline run --results ab_x.json`") == 3
+    assert "- date: 2026-01-02 03:04 UTC" in page and "not recorded" not in page
+    assert "| `run` | `scenario` | `events_per_s` |" in page
+    assert "| base2 | batch | 1.5 |" in page

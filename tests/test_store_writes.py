@@ -1,19 +1,18 @@
 """The window store's native write path against its Python path, byte for byte.
 
-``stores._native.write_effects`` / ``write_evictions`` (``WindowStore.record_many`` and
-``evict`` with the native core and the ``marshal`` codec) and the windows kernel's encoded
-partials (``NativeKeyWindows.apply_encoded``) must write exactly what the Python path writes.
-Hypothesis drives three stores with the same random programs (effects with and without
-evicted times, with partials of every built-in aggregation, composes of them, partials in the
-codec's state form, shared objects; keys with non-ASCII characters; times at the ends of int64;
-evictions, skipped offsets, single records, hand-overs, flushes; write-outs at flushes and at a
-small pending limit): the Python path, the native path on partial objects and the native path
-on partials encoded beforehand. It compares the changelog records handed over and every local
-piece written (the local RocksDB's contents after each one, its applied offset included). The
-coalesced local writes: entries put and deleted between two write-outs cost no RocksDB
-operation, and a clean restart restores the windows from the copy so written. Then
-``dumps_partial`` against ``marshal.dumps`` on random objects, and the kernel's encoded effects
-against ``MarshalStateCodec.encode`` of its partials.
+``stores._native.write_effects`` / ``write_evictions`` / ``write_expirations`` into a native
+``PendingWrites`` (``WindowStore.record_many``, ``evict``, ``expire`` with the native core and
+the ``marshal`` codec) and the windows kernel's encoded partials
+(``NativeKeyWindows.apply_encoded``) must write exactly what the Python path writes. Hypothesis
+drives three stores with the same random programs (effects with and without evicted times,
+partials of every built-in aggregation, composes, the codec's state form, shared objects; keys
+with non-ASCII characters; times at the ends of int64; evictions, expirations, skipped offsets,
+single records, hand-overs, flushes; write-outs at flushes and at a small pending limit): the
+Python path, the native path on partial objects and on partials encoded beforehand. It compares
+the changelog records, the pending writes and fresh ids after every step, and every local
+operation written (and the RocksDB's contents after each piece). Then: coalescing, restarts,
+no Python object per effect kept, ``dumps_partial`` against ``marshal.dumps``, the kernel's
+encoded effects against ``MarshalStateCodec.encode``.
 """
 
 from __future__ import annotations
@@ -39,8 +38,10 @@ from stores.key_windows import WindowConfig
 from stores.monoids import make_monoid, monoid, monoid_names
 from stores.native_fiba import NATIVE_NAMES
 from stores.native_windows import NativeKeyWindows
+from stores.null_changelog import NullChangelog
+from stores.pending_writes import PyPendingWrites, forget
 from stores.restored_entries import restored_entries
-from stores.window_store import LOCAL_PIECE_OPS, MarshalStateCodec, WindowStore
+from stores.window_store import LOCAL_PIECE_OPS, MarshalStateCodec, WindowStore, WriteBatch
 
 pytestmark = pytest.mark.skipif(
     stores.native() is None, reason=f"no native core in this build ({stores.build()})"
@@ -138,56 +139,55 @@ def programs(draw: Any) -> list[tuple]:
     return [*out, ("send",)]
 
 
-class Recorder:
+class Recorder(NullChangelog):
     """A ``ChangelogLink`` keeping what is handed over, in order; nothing is read back."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[int, list[tuple[bytes, bytes | None]]]] = []
 
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
-
     async def send_records(self, topic: str, partition: int, records: Any) -> None:
         self.sent.append((partition, list(records)))
 
-    async def flush(self) -> None:
-        return None
 
-    def reader(self) -> Any:
-        return EmptyReader()
+class RecordingBatch:
+    """A ``WriteBatch`` keeping its operations in order (``window_store.WriteBatch`` in the
+    tests that compare every local operation)."""
 
-    def on_standbys(self, follow: Any) -> None:
-        return None
+    def __init__(self, raw_mode: bool = True) -> None:
+        self.batch = WriteBatch(raw_mode=raw_mode)
+        self.ops: list[tuple] = []
 
+    def put(self, key: bytes, value: bytes) -> None:
+        self.ops.append(("put", key, value))
+        self.batch.put(key, value)
 
-class EmptyReader:
-    position = 0
+    def delete(self, key: bytes) -> None:
+        self.ops.append(("delete", key))
+        self.batch.delete(key)
 
-    async def __aenter__(self) -> EmptyReader:
-        return self
+    def delete_range(self, begin: bytes, end: bytes) -> None:
+        self.ops.append(("delete_range", begin, end))
+        self.batch.delete_range(begin, end)
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-    async def read(self, tp: Any, start: int, timeout: float = 30.0) -> Any:
-        for _ in ():
-            yield []
+    def __len__(self) -> int:
+        return len(self.batch)
 
 
 class Pieces:
-    """The local RocksDB of a partition, keeping its contents after every piece written and
-    counting the operations written."""
+    """The local RocksDB of a partition, keeping its contents after every piece written,
+    the operations of each piece (of a ``RecordingBatch``) and counting the operations."""
 
     def __init__(self, db: Any) -> None:
         self.db = db
         self.states: list[dict[bytes, bytes]] = []
+        self.ops: list[list[tuple]] = []
         self.operations = 0
 
     def write(self, batch: Any, *options: Any) -> None:
         self.operations += len(batch)
+        if isinstance(batch, RecordingBatch):
+            self.ops.append(batch.ops)
+            batch = batch.batch
         self.db.write(batch, *options)
         self.states.append(dict(self.db.items()))
 
@@ -195,9 +195,11 @@ class Pieces:
         return getattr(self.db, name)
 
 
-async def run(program: list[tuple], path: str, state_dir: Path) -> tuple[list, list, list]:
+async def run(program: list[tuple], path: str, state_dir: Path) -> tuple[list, ...]:
     """Run ``program`` on a fresh store on ``path`` (``python``, ``native`` or ``encoded``):
-    ``(changelog records handed over, local states after each piece, errors)``."""
+    ``(changelog records handed over, local states after each piece, errors, the pending
+    writes, fresh ids and cleared ranges after each step, the local operations of each
+    piece)``."""
     settings = Settings(app_id=f"writes-{path}", partitions=1, state_dir=state_dir / path)
     codec = MarshalStateCodec(MOMENTS)  # only the state form reads the monoid
     link = Recorder()
@@ -207,8 +209,16 @@ async def run(program: list[tuple], path: str, state_dir: Path) -> tuple[list, l
     await store.start()
     await store.restore(0)
     db = store._open[0].db = Pieces(store._open[0].db)  # type: ignore[assignment]
+    with mock.patch.object(window_store, "WriteBatch", RecordingBatch):  # the write-outs'
+        return await run_steps(program, path, store, db)
+
+
+async def run_steps(program: list[tuple], path: str, store: WindowStore, db: Pieces) -> tuple:
+    """``run``'s steps on ``store``, then its stop."""
+    codec, link = store.codec, store._producer
     offset = 0
     errors = []
+    notes = []
     for step in program:
         if step[0] == "many":
             effects = []
@@ -232,13 +242,15 @@ async def run(program: list[tuple], path: str, state_dir: Path) -> tuple[list, l
             await store.flush()
         else:
             await store.send_changes(0)
+        pending = store._open[0].pending
+        notes.append((pending.items(), pending.fresh_ids(), dict(store._open[0].cleared)))
     try:  # a redelivered offset is refused, as on the Python path
         store.record_many(0, [(offset if offset else -1, "a", 0, (1,))], encoded=False)
     except ValueError as error:
         errors.append(str(error))
     records = [r for _, batch in link.sent for r in batch]
     await store.stop()
-    return records, db.states, errors
+    return records, db.states, errors, notes, db.ops
 
 
 @settings(
@@ -255,6 +267,10 @@ async def run(program: list[tuple], path: str, state_dir: Path) -> tuple[list, l
     ],
     limit=LOCAL_PIECE_OPS,
 )
+@example(  # an expiration of a fresh entry and one the copy may hold: one range past both
+    program=[("many", [(0, "a", 10, (1,))]), ("expire", "a", [5, 10]), ("flush",), ("send",)],
+    limit=window_store.LOCAL_PENDING_LIMIT,
+)
 def test_the_native_writes_are_the_python_ones_byte_for_byte(
     program: list[tuple], limit: int
 ) -> None:
@@ -269,15 +285,18 @@ def test_the_native_writes_are_the_python_ones_byte_for_byte(
     python = results["python"]
     assert python[2], "the redelivered offset was not refused"
     for path in ("native", "encoded"):
-        records, states, errors = results[path]
+        records, states, errors, notes, ops = results[path]
         assert records == python[0], path
+        for i, (note, want) in enumerate(zip(notes, python[3], strict=True)):
+            assert note == want, f"{path}: pending writes after step {i}"
         assert len(states) == len(python[1]), path
         for i, (state, want) in enumerate(zip(states, python[1], strict=True)):
             assert state == want, f"{path}: local piece {i}"
+        assert ops == python[4], path
         assert errors == python[2], path
 
 
-async def backfilling(path: str, effects: list[tuple], state_dir: Path) -> tuple[list, dict]:
+async def backfilling(path: str, effects: list[tuple], state_dir: Path) -> tuple[list, list]:
     """``record_many(effects)`` on ``path`` while a backfill is pending (right after a
     changelog-only restore): ``(changelog records queued, pending local writes)``."""
     settings = Settings(app_id=f"fill-{path}", partitions=1, state_dir=state_dir / path)
@@ -295,10 +314,10 @@ async def backfilling(path: str, effects: list[tuple], state_dir: Path) -> tuple
         [(o, k, t, codec.encode(p) if encoded else p, *ev) for o, k, t, p, *ev in effects],
         encoded,
     )
-    queued, since = list(state.queued), dict(state.pending)
+    queued, since = list(state.queued), state.pending.items()
     await store.send_changes(0)  # no write-out while the backfill is pending
-    assert state.pending == since
-    assert all(k not in since for k in state.db.keys())  # noqa: SIM118 (Rdict) nothing written out yet
+    assert state.pending.items() == since
+    assert all(k not in dict(since) for k in state.db.keys())  # noqa: SIM118 (Rdict) nothing written out yet
     state.backfill = None
     await store.stop()
     return queued, since
@@ -318,7 +337,7 @@ def test_a_pending_backfill_notes_the_same_writes_on_every_path() -> None:
             p: asyncio.run(backfilling(p, effects, Path(tmp)))
             for p in ("python", "native", "encoded")
         }
-    assert got["python"][1][entry_id("é", 9)][:1] == b"\x00"  # the state form
+    assert dict(got["python"][1])[entry_id("é", 9)][:1] == b"\x00"  # the state form
     assert got["native"] == got["python"]
     assert got["encoded"] == got["python"]
 
@@ -610,33 +629,101 @@ def test_a_refused_slice_keeps_the_horizon_past_what_it_noted() -> None:
             assert restored.local_entries_reused and restored.windows == {}, path
 
 
+LONG_KEYS = st.one_of(KEYS, st.text(max_size=3).map(lambda t: "k" * 40 + t), st.text(max_size=6))
+
+
 @settings(max_examples=200, deadline=None)
 @given(
-    pending=st.dictionaries(
-        st.binary(max_size=40).map(lambda b: b"k" * 40 + b if len(b) % 2 else b),
-        st.one_of(st.none(), st.binary(max_size=8)),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["put", "put", "evict", "expire"]),
+            LONG_KEYS,
+            st.lists(TIMES, min_size=1, max_size=3),
+        ),
         max_size=60,
     ),
     piece=st.integers(1, 70),
 )
-def test_the_native_write_out_order_is_the_python_one(
-    pending: dict[bytes, bytes | None], piece: int
+def test_the_native_pending_writes_and_write_out_order_are_the_python_ones(
+    steps: list[tuple[str, str, list[int]]], piece: int
 ) -> None:
-    """``SortedWrites`` (ids compared by an inline prefix, then whole: here ids sharing 40+
-    bytes) gives the Python twin's order, and ``fill`` the same operations piece by piece."""
-    native = stores.native().SortedWrites(pending)  # type: ignore[union-attr]
-    python = window_store.PySortedWrites(pending)
-    assert len(native) == len(python) == len(pending)
-    assert [native[i] for i in range(len(native))] == sorted(pending.items())
-    for writes in (native, python):
+    """``PendingWrites`` noted by ``write_effects`` / ``write_evictions`` /
+    ``write_expirations`` holds what the Python twin's dict and set hold (``items``,
+    ``fresh_ids``, the cleared ranges), and its write-out (``take``: ids of keys sharing 40+
+    bytes, of other lengths, times over all of int64) is the Python twin's, piece by piece."""
+    native = stores.native()
+    pending, twin = native.PendingWrites(), PyPendingWrites()  # type: ignore[union-attr]
+    cleared: dict[bytes, bytes] = {}
+    twin_cleared: dict[bytes, bytes] = {}
+    horizon: int | None = None
+    twin_horizon: int | None = None
+    for offset, (kind, key, times) in enumerate(steps):
+        data = offset.to_bytes(2, "big") * (1 + offset % 3)  # rewrites of other lengths
+        eids = [entry_id(key, t) for t in times]
+        if kind == "put":
+            effect = (offset, key, times[0], data, times[1:])
+            _, horizon = native.write_effects(  # type: ignore[union-attr]
+                [effect], offset - 1, 0, True, None, pending, horizon, []
+            )
+            if twin_horizon is None or times[0] > twin_horizon:
+                twin_horizon = times[0]
+                twin.fresh.add(eids[0])
+            twin.puts[eids[0]] = data
+            for eid in eids[1:]:
+                forget(twin.puts, twin.fresh, eid)
+        elif kind == "evict":
+            native.write_evictions(key, times, pending, [])  # type: ignore[union-attr]
+            for eid in eids:
+                forget(twin.puts, twin.fresh, eid)
+        else:
+            native.write_expirations(key, times, pending, cleared, [])  # type: ignore[union-attr]
+            held = False
+            for eid in eids:
+                if eid in twin.fresh:
+                    twin.fresh.discard(eid)
+                    del twin.puts[eid]
+                else:
+                    twin.puts.pop(eid, None)
+                    held = True
+            prefix = eids[0][:-8]
+            if held and max(eids) + b"\x00" > twin_cleared.get(prefix, b""):
+                twin_cleared[prefix] = max(eids) + b"\x00"
+        assert pending.items() == twin.items()
+        assert pending.fresh_ids() == twin.fresh_ids()
+        assert cleared == twin_cleared
+        assert horizon == twin_horizon
+    n = len(twin)
+    assert len(pending) == n
+    items = twin.items()
+    want = [("delete", k) if v is None else ("put", k, v) for k, v in items]
+    for writes in (pending.take(), twin.take()):
+        assert len(writes) == n
+        assert [writes[i] for i in range(n)] == items
         ops: list[tuple] = []
         put = lambda k, v, ops=ops: ops.append(("put", k, v))  # noqa: E731
         delete = lambda k, ops=ops: ops.append(("delete", k))  # noqa: E731
-        for start in range(0, len(pending), piece):
-            n = writes.fill(put, delete, start, start + piece)
-            assert n == min(piece, len(pending) - start)
-        want = [("delete", k) if v is None else ("put", k, v) for k, v in sorted(pending.items())]
+        for start in range(0, n, piece):
+            assert writes.fill(put, delete, start, start + piece) == min(piece, n - start)
         assert ops == want
+    assert len(pending) == len(twin) == 0 and pending.items() == twin.items() == []
+
+
+def test_the_pending_writes_keep_no_python_object_per_effect() -> None:
+    """With the native writes the pending local writes are one native ``PendingWrites``:
+    ``record_many`` of 2,000 effects on as many entries (none evicted) keeps no Python object
+    per entry, where the Python path (as the native writes into a dict and a set did) keeps an
+    entry id ``bytes`` per effect in its dict and set (and its changelog queue's records);
+    both note the same writes and hand over the same records."""
+    n = 2_000
+    codec = MarshalStateCodec(MOMENTS)
+    partials = [codec.encode((i, 0.5)) for i in range(n)]
+    effects = [(i + 1, "k", i, partials[i]) for i in range(n)]
+    with tempfile.TemporaryDirectory() as tmp:
+        kept = {p: asyncio.run(blocks_kept(p, effects, Path(tmp))) for p in ("python", "encoded")}
+    assert kept["encoded"][1:] == kept["python"][1:]
+    assert len(kept["encoded"][2]) == n
+    assert kept["python"][0] > 2 * n
+    assert kept["encoded"][0] < n // 10
 
 
 SCALARS = st.one_of(
@@ -724,9 +811,10 @@ def test_the_kernel_encodes_its_partials_as_the_codec_does(
         assert encoded.native == plain.native
 
 
-async def blocks_kept(path: str, effects: list[tuple], state_dir: Path) -> tuple[int, list]:
+async def blocks_kept(path: str, effects: list[tuple], state_dir: Path) -> tuple[int, list, list]:
     """Python memory blocks the store keeps after ``record_many(effects, encoded=True)`` on
-    ``path`` (``python`` or ``encoded``), and the changelog records it then hands over."""
+    ``path`` (``python`` or ``encoded``), the changelog records it then hands over and its
+    pending local writes before."""
     settings = Settings(app_id=f"blocks-{path}", partitions=1, state_dir=state_dir / path)
     link = Recorder()
     store = WindowStore(settings, MarshalStateCodec(MOMENTS), link)  # type: ignore[arg-type]
@@ -737,9 +825,10 @@ async def blocks_kept(path: str, effects: list[tuple], state_dir: Path) -> tuple
     before = sys.getallocatedblocks()
     store.record_many(0, effects, encoded=True)
     kept = sys.getallocatedblocks() - before
+    noted = store._open[0].pending.items()
     await store.send_changes(0)
     await store.stop()
-    return kept, [r for _, batch in link.sent for r in batch]
+    return kept, [r for _, batch in link.sent for r in batch], noted
 
 
 def test_the_changelog_records_are_queued_without_a_python_object_each() -> None:

@@ -948,7 +948,7 @@ async def test_record_many_writes_what_record_writes(
     for effect in effects:
         store_one.record(0, *effect)
     store_one_queued = list(store_one._open[0].queued)
-    store_one_pending = dict(store_one._open[0].pending)
+    store_one_pending = store_one._open[0].pending.items()
     await store_one.stop()
     store_many, _ = await open_store(many, 0, codec=codec)
     assert (store_many._native_writes is not None) == (marshalled and native() is not None)
@@ -956,7 +956,7 @@ async def test_record_many_writes_what_record_writes(
     store_many.record_many(0, effects[500:])
     queued = list(store_many._open[0].queued)
     assert queued == store_one_queued
-    assert list(store_many._open[0].pending.items()) == list(store_one_pending.items())
+    assert store_many._open[0].pending.items() == store_one_pending
     await store_many.stop()
     for settings in (one, many):  # the changelog twice over, then each local copy
         store, restored = await open_store(settings, 0, codec=codec)

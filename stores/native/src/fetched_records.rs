@@ -218,11 +218,12 @@ pub mod python {
     //! record is needed (a dead letter), as aiokafka's `ConsumerRecord`.
     use super::{decode, Record};
     use crate::compressed_batches::expand;
+    use crate::py_sequence::SequenceIndex;
     use crate::state_codec::{nullable, varint};
     use pyo3::exceptions::{PyIndexError, PyValueError};
     use pyo3::prelude::*;
     use pyo3::sync::GILOnceCell;
-    use pyo3::types::{PyBytes, PyList, PySlice, PyString, PyTuple};
+    use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
     use std::sync::Arc;
 
     static CONSUMER_RECORD: GILOnceCell<PyObject> = GILOnceCell::new();
@@ -394,25 +395,12 @@ pub mod python {
 
         /// A record as a `ConsumerRecord`, or a slice (step 1) as a view.
         fn __getitem__(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<PyObject> {
-            let n = self.__len__();
-            if let Ok(slice) = index.downcast::<PySlice>() {
-                let indices = slice.indices(n as isize)?;
-                if indices.step != 1 {
-                    return Err(PyValueError::new_err("a slice of records has step 1"));
+            match SequenceIndex::resolve(index, self.__len__(), "record")? {
+                SequenceIndex::Slice(start, stop) => {
+                    Ok(Py::new(py, self.view(py, start, stop))?.into_any())
                 }
-                let (start, stop) = (
-                    indices.start as usize,
-                    indices.stop.max(indices.start) as usize,
-                );
-                return Ok(Py::new(py, self.view(py, start, stop))?.into_any());
+                SequenceIndex::Item(i) => self.consumer_record(py, &self.records()[i]),
             }
-            let i: isize = index.extract()?;
-            let i = if i < 0 { i + n as isize } else { i };
-            let record = usize::try_from(i)
-                .ok()
-                .and_then(|i| self.records().get(i))
-                .ok_or_else(|| PyIndexError::new_err("record index out of range"))?;
-            self.consumer_record(py, record)
         }
 
         fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

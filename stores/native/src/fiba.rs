@@ -1931,11 +1931,12 @@ impl<M: Monoid> FiBA<M> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// Integer sum.
-    struct Sum;
+    /// Integer sum (also the monoid of `windows.rs`' tests).
+    #[derive(Clone)]
+    pub(crate) struct Sum;
     impl Monoid for Sum {
         type P = i64;
         type S = i64;

@@ -11,8 +11,11 @@ pub mod fiba;
 pub mod json_text;
 pub mod monoids;
 pub mod overflow;
+pub mod pending_writes;
 #[cfg(feature = "python")]
 mod py_io;
+#[cfg(feature = "python")]
+mod py_sequence;
 #[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]

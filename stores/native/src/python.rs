@@ -406,9 +406,15 @@ impl PyFiBA {
     }
 }
 
-/// What `FiBA(["sum"])` holds.
-fn sum_tree(min_arity: usize) -> FiBA<AddOne> {
-    FiBA::new(AddOne, min_arity)
+/// What `FiBA(["sum"])` holds after inserting 1 at each of `times` (in their order), its
+/// combine count then reset: the window a bench loop starts from.
+fn filled_sum_tree(min_arity: usize, times: impl Iterator<Item = i64>) -> FiBA<AddOne> {
+    let mut tree = FiBA::new(AddOne, min_arity);
+    for t in times {
+        tree.insert(t, [Val::Int(1)]);
+    }
+    tree.reset_combines();
+    tree
 }
 
 fn checksum(p: &[Val; 1]) -> i64 {
@@ -425,12 +431,8 @@ fn checksum(p: &[Val; 1]) -> i64 {
 #[pyo3(signature = (n, rounds, min_arity=4))]
 fn bench_in_order(py: Python<'_>, n: i64, rounds: i64, min_arity: usize) -> (f64, u64, i64) {
     py.allow_threads(|| {
-        let mut tree = sum_tree(min_arity);
+        let mut tree = filled_sum_tree(min_arity, 0..n);
         let one = [Val::Int(1)];
-        for t in 0..n {
-            tree.insert(t, one);
-        }
-        tree.reset_combines();
         let mut check = 0i64;
         let start = Instant::now();
         for t in n..n + rounds {
@@ -454,16 +456,9 @@ fn bench_out_of_order(
     min_arity: usize,
 ) -> (f64, u64, i64) {
     py.allow_threads(|| {
-        let mut tree = sum_tree(min_arity);
-        let one = [Val::Int(1)];
         let high = 1i64 << 40;
-        for t in 0..n - d {
-            tree.insert(t, one);
-        }
-        for j in 0..d {
-            tree.insert(high + j, one);
-        }
-        tree.reset_combines();
+        let mut tree = filled_sum_tree(min_arity, (0..n - d).chain(high..high + d));
+        let one = [Val::Int(1)];
         let mut check = 0i64;
         let start = Instant::now();
         for low in n - d..n - d + rounds {
@@ -481,12 +476,8 @@ fn bench_out_of_order(
 #[pyo3(signature = (n, m, rounds, min_arity=4))]
 fn bench_bulk(py: Python<'_>, n: i64, m: i64, rounds: i64, min_arity: usize) -> (f64, u64, i64) {
     py.allow_threads(|| {
-        let mut tree = sum_tree(min_arity);
+        let mut tree = filled_sum_tree(min_arity, 0..n);
         let one = [Val::Int(1)];
-        for t in 0..n {
-            tree.insert(t, one);
-        }
-        tree.reset_combines();
         let mut check = 0i64;
         let mut next = n;
         let start = Instant::now();
@@ -519,6 +510,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::state_codec::python::register(m)?;
     crate::changelog_layouts::python::register(m)?;
     crate::store_writes::python::register(m)?;
+    crate::pending_writes::python::register(m)?;
     crate::record_batch::python::register(m)?;
     crate::fetched_records::python::register(m)?;
     Ok(())

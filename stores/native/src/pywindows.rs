@@ -35,6 +35,7 @@ enum Core {
     F4(Windows<Fields<4>>),
     F6(Windows<Fields<6>>),
     F8(Windows<Fields<8>>),
+    F9(Windows<Fields<9>>),
     F12(Windows<Fields<12>>),
     F16(Windows<Fields<16>>),
 }
@@ -49,10 +50,54 @@ macro_rules! with_core {
             Core::F4($w) => $body,
             Core::F6($w) => $body,
             Core::F8($w) => $body,
+            Core::F9($w) => $body,
             Core::F12($w) => $body,
             Core::F16($w) => $body,
         }
     };
+}
+
+impl Core {
+    /// The kernel for `kinds` (their `spec`), its partials `N` fields wide, `N` the smallest
+    /// of the built widths at or above the compose's width: exact up to 9 (the default
+    /// compose `count,sum,max,mean,pop_stddev` is 9 fields), then 12 and 16. Every walk copies
+    /// whole partials, so a wider `N` costs copies and memory per entry.
+    fn new(kinds: &[Kind], spec: &Arc<Spec>, cfg: Settings, min_arity: usize) -> PyResult<Core> {
+        Ok(match spec.width {
+            1 if matches!(kinds, [Kind::Sum] | [Kind::Count]) => {
+                Core::Add(Windows::new(AddOne, cfg, min_arity))
+            }
+            1 => Core::F1(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            2 => Core::F2(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            3 => Core::F3(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            4 => Core::F4(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            5 | 6 => Core::F6(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            7 | 8 => Core::F8(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            9 => Core::F9(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            10..=12 => Core::F12(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            13..=16 => Core::F16(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
+            width => {
+                return Err(PyValueError::new_err(format!(
+                    "a native partial has at most 16 fields, not {width}"
+                )))
+            }
+        })
+    }
+
+    /// `N`: the fields of the partials this kernel stores and copies.
+    fn partial_width(&self) -> usize {
+        match self {
+            Core::Add(_) | Core::F1(_) => 1,
+            Core::F2(_) => 2,
+            Core::F3(_) => 3,
+            Core::F4(_) => 4,
+            Core::F6(_) => 6,
+            Core::F8(_) => 8,
+            Core::F9(_) => 9,
+            Core::F12(_) => 12,
+            Core::F16(_) => 16,
+        }
+    }
 }
 
 /// The Python objects the kernel works with.
@@ -910,24 +955,7 @@ impl PyKeyWindows {
             resolution,
             event_time_end,
         };
-        let core = match spec.width {
-            1 if matches!(kinds[..], [Kind::Sum] | [Kind::Count]) => {
-                Core::Add(Windows::new(AddOne, cfg, min_arity))
-            }
-            1 => Core::F1(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
-            2 => Core::F2(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
-            3 => Core::F3(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
-            4 => Core::F4(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
-            5 | 6 => Core::F6(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
-            7 | 8 => Core::F8(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
-            9..=12 => Core::F12(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
-            13..=16 => Core::F16(Windows::new(Fields { spec: spec.clone() }, cfg, min_arity)),
-            width => {
-                return Err(PyValueError::new_err(format!(
-                    "a native partial has at most 16 fields, not {width}"
-                )))
-            }
-        };
+        let core = Core::new(&kinds, &spec, cfg, min_arity)?;
         Ok(PyKeyWindows {
             core,
             guard: Guard::new(&spec),
@@ -1132,6 +1160,12 @@ impl PyKeyWindows {
     /// `key`'s time in the sweep index (None if absent).
     fn indexed(&self, key: &str) -> Option<i128> {
         with_core!(&self.core, w => w.indexed(key))
+    }
+
+    /// The fields of each partial the trees store and every walk copies (`Core::new`).
+    #[getter]
+    fn partial_width(&self) -> usize {
+        self.core.partial_width()
     }
 
     /// Combines of the present keys' trees since their creation or `reset_combines()`.

@@ -465,6 +465,22 @@ pub mod python {
         built: Option<Py<PyBytes>>,
     }
 
+    impl PyRecordBatchBuilder {
+        /// Moves the records next in line in `queue` into this batch while they fit (at least
+        /// one into an empty batch; none into a closed one), closing it if records remain:
+        /// how many it moved. A record without a timestamp gets the clock's.
+        fn fill_from(&mut self, queue: &mut PartitionQueue) -> usize {
+            if self.closed {
+                return 0;
+            }
+            let moved = queue.fill(&mut self.batch, now_ms());
+            if queue.pending() > 0 {
+                self.closed = true;
+            }
+            moved
+        }
+    }
+
     #[pymethods]
     impl PyRecordBatchBuilder {
         #[new]
@@ -604,14 +620,7 @@ pub mod python {
         /// Moves the records next in line into `builder` while they fit (at least one into
         /// an empty builder), closing it if records remain: how many it moved.
         fn fill(&mut self, mut builder: PyRefMut<'_, PyRecordBatchBuilder>) -> usize {
-            if builder.closed {
-                return 0;
-            }
-            let moved = self.queue.fill(&mut builder.batch, now_ms());
-            if self.queue.pending() > 0 {
-                builder.closed = true;
-            }
-            moved
+            builder.fill_from(&mut self.queue)
         }
 
         /// The records not yet moved into a builder.
@@ -699,14 +708,7 @@ pub mod python {
 
         /// `QueuedRecords.fill`.
         fn fill(&mut self, mut builder: PyRefMut<'_, PyRecordBatchBuilder>) -> usize {
-            if builder.closed {
-                return 0;
-            }
-            let moved = self.queue.fill(&mut builder.batch, now_ms());
-            if self.queue.pending() > 0 {
-                builder.closed = true;
-            }
-            moved
+            builder.fill_from(&mut self.queue)
         }
 
         fn __len__(&self) -> usize {

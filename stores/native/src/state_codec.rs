@@ -53,13 +53,20 @@ impl Hasher for FxHasher {
     }
 }
 
-type Fx = BuildHasherDefault<FxHasher>;
+pub(crate) type Fx = BuildHasherDefault<FxHasher>;
 
 /// Where a partial's bytes are in the arena: chunk, start, length.
 #[derive(Clone, Copy)]
 pub struct Span(u32, u32, u32);
 
-const CHUNK: usize = 1 << 20;
+impl Span {
+    /// Number of bytes.
+    pub(crate) fn len(self) -> usize {
+        self.2 as usize
+    }
+}
+
+pub(crate) const CHUNK: usize = 1 << 20;
 
 /// Storage of partial bytes in 1 MB chunks: one copy each, no allocation per partial. What an
 /// overwrite or a removal frees stays until `Entries` compacts the arena.
@@ -70,7 +77,7 @@ pub struct Arena {
 }
 
 impl Arena {
-    fn push(&mut self, data: &[u8]) -> Span {
+    pub(crate) fn push(&mut self, data: &[u8]) -> Span {
         let fits = self
             .chunks
             .last()
@@ -88,13 +95,18 @@ impl Arena {
 
     /// `data` written over `span` if it fits there (the same partial layout, as a rewritten
     /// entry usually has): the new span; else None.
-    fn overwrite(&mut self, span: Span, data: &[u8]) -> Option<Span> {
+    pub(crate) fn overwrite(&mut self, span: Span, data: &[u8]) -> Option<Span> {
         if data.len() > span.2 as usize {
             return None;
         }
         let start = span.1 as usize;
         self.chunks[span.0 as usize][start..start + data.len()].copy_from_slice(data);
         Some(Span(span.0, span.1, data.len() as u32))
+    }
+
+    /// Bytes written into the chunks, including what overwrites and removals left.
+    pub(crate) fn used(&self) -> usize {
+        self.used
     }
 
     pub fn get(&self, span: Span) -> &[u8] {

@@ -12,7 +12,7 @@
 use crate::monoids::{Kind, Spec, Val};
 
 /// Bias of a time in an entry id (`stores.changelog._TIME_BIAS`): offset binary.
-const TIME_BIAS: u64 = 1 << 63;
+pub(crate) const TIME_BIAS: u64 = 1 << 63;
 /// marshal's flag on an object that later references may point at.
 const FLAG_REF: u8 = 0x80;
 
@@ -154,18 +154,18 @@ pub fn marshal_fields(spec: &Spec, fields: &[Val], out: &mut Vec<u8>) -> Result<
 
 #[cfg(feature = "python")]
 pub mod python {
-    //! `stores._native.write_effects` / `write_evictions`: the store's writes of a slice of
-    //! effects into its coalesced local writes (`pending`, entry id -> partial bytes or None,
-    //! and `fresh`, see `stores.window_store._OpenPartition`) and its changelog queue (a list
-    //! of `(entry id, value or None)`), one call per slice.
-    use super::{entry_id, upsert, write_int, write_tuple_header, FLAG_REF};
+    //! `stores._native.write_effects` / `write_evictions` / `write_expirations`: the store's
+    //! writes of a slice of effects into its coalesced local writes (`pending`, a native
+    //! `PendingWrites`: no Python object per entry) and its changelog queue (a native
+    //! `ChangelogRecords`, or a list of `(entry id, value or None)`), one call per slice.
+    use super::{entry_id, upsert, write_int, write_tuple_header, FLAG_REF, TIME_BIAS};
+    use crate::pending_writes::python::PyPendingWrites;
+    use crate::py_sequence::SequenceIndex;
     use crate::record_batch::python::PyChangelogRecords;
-    use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
+    use pyo3::exceptions::{PyTypeError, PyValueError};
     use pyo3::ffi;
     use pyo3::prelude::*;
-    use pyo3::types::{
-        PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PySet, PySlice, PyString, PyTuple,
-    };
+    use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
     use std::sync::Arc;
 
     /// Deeper tuples go to the Python codec (marshal's own limit is 2000).
@@ -283,13 +283,8 @@ pub mod python {
             }
         }
 
-        /// Queue `(eid, value)`; `eid` is `eid_bytes`'s content.
-        fn push(
-            &mut self,
-            eid: &[u8],
-            eid_bytes: &Bound<'py, PyBytes>,
-            value: Option<&[u8]>,
-        ) -> PyResult<()> {
+        /// Queue `(eid, value)` (Python objects made only for a list).
+        fn push(&mut self, eid: &[u8], value: Option<&[u8]>) -> PyResult<()> {
             match self {
                 Queue::Native(queue) => {
                     queue.push(eid, value);
@@ -297,7 +292,7 @@ pub mod python {
                 }
                 Queue::List(list) => {
                     let py = list.py();
-                    list.append((eid_bytes, value.map(|v| PyBytes::new(py, v))))
+                    list.append((PyBytes::new(py, eid), value.map(|v| PyBytes::new(py, v))))
                 }
             }
         }
@@ -363,28 +358,16 @@ pub mod python {
 
         /// An effect as a tuple, or a slice (step 1) as a view.
         fn __getitem__(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<PyObject> {
-            let n = self.__len__();
-            if let Ok(slice) = index.downcast::<PySlice>() {
-                let indices = slice.indices(n as isize)?;
-                if indices.step != 1 {
-                    return Err(PyValueError::new_err("a slice of effects has step 1"));
+            match SequenceIndex::resolve(index, self.__len__(), "effect")? {
+                SequenceIndex::Slice(start, stop) => {
+                    let view = PyEffects {
+                        data: self.data.clone(),
+                        start: self.start + start,
+                        end: self.start + stop,
+                    };
+                    Ok(Py::new(py, view)?.into_any())
                 }
-                let (start, stop) = (
-                    indices.start as usize,
-                    indices.stop.max(indices.start) as usize,
-                );
-                let view = PyEffects {
-                    data: self.data.clone(),
-                    start: self.start + start,
-                    end: self.start + stop,
-                };
-                return Ok(Py::new(py, view)?.into_any());
-            }
-            let i: isize = index.extract()?;
-            let i = if i < 0 { i + n as isize } else { i };
-            match usize::try_from(i) {
-                Ok(i) if i < n => Ok(self.item(py, self.start + i)?.into_any().unbind()),
-                _ => Err(PyIndexError::new_err("effect index out of range")),
+                SequenceIndex::Item(i) => Ok(self.item(py, self.start + i)?.into_any().unbind()),
             }
         }
 
@@ -400,12 +383,10 @@ pub mod python {
     /// `write_effects`' state: the store's pending writes and changelog queue, the applied
     /// offset and the horizon, and reused buffers.
     struct Writer<'a, 'py> {
-        py: Python<'py>,
         partition: i64,
         applied: i64,
         horizon: Option<i64>,
-        pending: &'a Bound<'py, PyDict>,
-        fresh: &'a Bound<'py, PySet>,
+        pending: PyRefMut<'py, PyPendingWrites>,
         queue: Queue<'a, 'py>,
         eid: Vec<u8>,
         value: Vec<u8>,
@@ -418,7 +399,7 @@ pub mod python {
             offset: i64,
             key: &[u8],
             time: i64,
-            data: &Bound<'_, PyBytes>,
+            data: &[u8],
             evicted: &[i64],
         ) -> PyResult<()> {
             if offset <= self.applied {
@@ -428,78 +409,59 @@ pub mod python {
                     self.partition, self.applied
                 )));
             }
-            let py = self.py;
+            let prefix = 4 + key.len();
             self.eid.clear();
             entry_id(&mut self.eid, key, time);
-            let eid_bytes = PyBytes::new(py, &self.eid);
             self.value.clear();
-            upsert(&mut self.value, offset, evicted, data.as_bytes());
-            if self.horizon.is_none_or(|h| time > h) {
+            upsert(&mut self.value, offset, evicted, data);
+            let fresh = self.horizon.is_none_or(|h| time > h);
+            if fresh {
                 self.horizon = Some(time);
-                self.fresh.add(&eid_bytes)?;
             }
-            self.pending.set_item(&eid_bytes, data)?;
-            self.queue.push(&self.eid, &eid_bytes, Some(&self.value))?;
+            let pending = &mut self.pending.inner;
+            pending.put(&self.eid[..prefix], time, data, fresh);
+            self.queue.push(&self.eid, Some(&self.value))?;
             for &t in evicted {
                 self.eid.clear();
                 entry_id(&mut self.eid, key, t);
-                let gone = PyBytes::new(py, &self.eid);
-                forget(self.pending, self.fresh, &gone)?;
-                self.queue.push(&self.eid, &gone, None)?;
+                pending.forget(&self.eid[..prefix], t);
+                self.queue.push(&self.eid, None)?;
             }
             self.applied = offset;
             Ok(())
         }
     }
 
-    /// Note the deletion of entry `eid` in `pending` (`stores.window_store._forget`): dropped
-    /// if it is in `fresh` (not in the local copy), else set to None.
-    fn forget(
-        pending: &Bound<'_, PyDict>,
-        fresh: &Bound<'_, PySet>,
-        eid: &Bound<'_, PyBytes>,
-    ) -> PyResult<()> {
-        if fresh.discard(eid)? {
-            pending.del_item(eid)
-        } else {
-            pending.set_item(eid, eid.py().None())
-        }
-    }
-
     /// Write effects `effects` (a list of `(offset, key, time, partial)` or
     /// `(offset, key, time, partial, evicted_times)`, or an `Effects` buffer of encoded
     /// ones, read without a Python object each), in order, as `WindowStore.record_many`
-    /// does: per effect `pending[entry id] = partial bytes` (the id added to `fresh` when its
-    /// time is after `horizon`, which then moves to it), `forget` per evicted time, and onto
-    /// `queued` (a `ChangelogRecords`, written into with no Python object, or a list) the
-    /// upsert `(entry id, header + evicted times + partial bytes)` and a
-    /// tombstone `(entry id, None)` per evicted time. The partial bytes are the partial
-    /// itself when `encoded` (bytes the codec wrote), else its marshal bytes (`encode(partial)`
-    /// for what is not native). Returns `(applied offset, horizon)`; a ValueError, as the
-    /// Python path's, for an offset not after the applied one (the effects before it
-    /// written, as there). O(effects + evicted times).
+    /// does: per effect the entry put in `pending` (a `PendingWrites`; fresh when its time
+    /// is after `horizon`, which then moves to it), each evicted entry forgotten there, and
+    /// onto `queued` (a `ChangelogRecords`, written into with no Python object, or a list)
+    /// the upsert `(entry id, header + evicted times + partial bytes)` and a tombstone
+    /// `(entry id, None)` per evicted time. The partial bytes are the partial itself when
+    /// `encoded` (bytes the codec wrote), else its marshal bytes (`encode(partial)` for what
+    /// is not native). Returns `(applied offset, horizon)`; a ValueError, as the Python
+    /// path's, for an offset not after the applied one (the effects before it written, as
+    /// there). O(effects + evicted times).
     #[pyfunction]
-    #[pyo3(signature = (effects, applied, partition, encoded, encode, pending, fresh, horizon, queued))]
+    #[pyo3(signature = (effects, applied, partition, encoded, encode, pending, horizon, queued))]
     #[allow(clippy::too_many_arguments)]
     fn write_effects<'py>(
-        py: Python<'py>,
         effects: &Bound<'py, PyAny>,
         applied: i64,
         partition: i64,
         encoded: bool,
         encode: &Bound<'py, PyAny>,
-        pending: &Bound<'py, PyDict>,
-        fresh: &Bound<'py, PySet>,
+        pending: &Bound<'py, PyPendingWrites>,
         horizon: Option<i64>,
         queued: &Bound<'py, PyAny>,
     ) -> PyResult<(i64, Option<i64>)> {
         let mut writer = Writer {
-            py,
             partition,
             applied,
             horizon,
-            pending,
-            fresh,
+            pending: pending.borrow_mut(),
             queue: Queue::of(queued)?,
             eid: Vec::with_capacity(64),
             value: Vec::with_capacity(128),
@@ -515,14 +477,13 @@ pub mod python {
         encoded: bool,
         encode: &Bound<'py, PyAny>,
     ) -> PyResult<()> {
-        let py = writer.py;
+        let py = effects.py();
         if let Ok(buffer) = effects.downcast::<PyEffects>() {
             let buffer = buffer.get();
             let d = &buffer.data;
             for i in buffer.start..buffer.end {
                 let key = d.keys[d.key_of[i] as usize].bind(py).to_str()?;
-                let data = PyBytes::new(py, d.partial(i));
-                writer.write(d.offsets[i], key.as_bytes(), d.times[i], &data, &[])?;
+                writer.write(d.offsets[i], key.as_bytes(), d.times[i], d.partial(i), &[])?;
             }
             return Ok(());
         }
@@ -551,181 +512,93 @@ pub mod python {
                     evicted.push(t?.extract()?);
                 }
             }
-            writer.write(offset, key, time, &data, &evicted)?;
+            writer.write(offset, key, time, data.as_bytes(), &evicted)?;
         }
         Ok(())
     }
 
-    /// `WindowStore.evict`'s writes of `key`'s entries at `times`: `forget` each in
-    /// `pending` and a tombstone `(entry id, None)` each onto `queued`; returns their number.
-    #[pyfunction]
-    fn write_evictions<'py>(
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-        times: &Bound<'py, PyAny>,
-        pending: &Bound<'py, PyDict>,
-        fresh: &Bound<'py, PySet>,
-        queued: &Bound<'py, PyAny>,
+    /// The deletions of `key`'s entries at `times` (`evict`, `expire`): `each(key prefix,
+    /// time)` per entry, in order, and a tombstone `(entry id, None)` each onto
+    /// `queued`; returns their number. O(len(times)).
+    fn write_deletions(
+        key: &Bound<'_, PyAny>,
+        times: &Bound<'_, PyAny>,
+        queued: &Bound<'_, PyAny>,
+        mut each: impl FnMut(&[u8], i64),
     ) -> PyResult<usize> {
         let key = utf8(key)?;
+        let prefix = 4 + key.len();
         let mut queue = Queue::of(queued)?;
         let mut eid: Vec<u8> = Vec::with_capacity(64);
         let mut count = 0;
         for t in times.try_iter()? {
+            let t: i64 = t?.extract()?;
             eid.clear();
-            entry_id(&mut eid, key, t?.extract()?);
-            let gone = PyBytes::new(py, &eid);
-            forget(pending, fresh, &gone)?;
-            queue.push(&eid, &gone, None)?;
+            entry_id(&mut eid, key, t);
+            each(&eid[..prefix], t);
+            queue.push(&eid, None)?;
             count += 1;
         }
         Ok(count)
     }
 
-    /// Bytes of an entry id compared inline when sorting a write-out (a key prefix of 4 bytes,
-    /// the key, the time's 8: ids of keys up to 20 bytes long are compared whole).
-    const SORT_PREFIX: usize = 32;
+    /// `WindowStore.evict`'s writes of `key`'s entries at `times`: each forgotten in
+    /// `pending` (dropped if fresh, else a delete) and a tombstone `(entry id, None)` each
+    /// onto `queued`; returns their number.
+    #[pyfunction]
+    fn write_evictions(
+        key: &Bound<'_, PyAny>,
+        times: &Bound<'_, PyAny>,
+        pending: &Bound<'_, PyPendingWrites>,
+        queued: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let pending = &mut pending.borrow_mut().inner;
+        write_deletions(key, times, queued, |prefix, t| pending.forget(prefix, t))
+    }
 
     /// `WindowStore.expire`'s writes of `key`'s expired entries at `times` (all of its
-    /// entries up to the latest of them): each fresh one dropped from `pending` and `fresh`,
-    /// each other one from `pending`, and if there was any other one, `cleared[key prefix]`
-    /// raised to just past the latest expired id (the copy's range deletion); a tombstone
-    /// `(entry id, None)` each onto `queued`. Returns their number.
+    /// entries up to the latest of them): each dropped from `pending`, and if any was not
+    /// fresh (the local copy may hold it), `cleared[key prefix]` raised to just past the
+    /// latest expired id (the copy's range deletion); a tombstone `(entry id, None)` each
+    /// onto `queued`. Returns their number.
     #[pyfunction]
     fn write_expirations<'py>(
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
         times: &Bound<'py, PyAny>,
-        pending: &Bound<'py, PyDict>,
-        fresh: &Bound<'py, PySet>,
+        pending: &Bound<'py, PyPendingWrites>,
         cleared: &Bound<'py, PyDict>,
         queued: &Bound<'py, PyAny>,
     ) -> PyResult<usize> {
-        let key = utf8(key)?;
-        let mut queue = Queue::of(queued)?;
-        let mut eid: Vec<u8> = Vec::with_capacity(64);
-        let mut end: Option<Vec<u8>> = None; // just past the latest id the copy may hold
-        let mut count = 0;
-        for t in times.try_iter()? {
-            eid.clear();
-            entry_id(&mut eid, key, t?.extract()?);
-            let gone = PyBytes::new(py, &eid);
-            if !fresh.discard(&gone)? && end.as_ref().is_none_or(|e| eid[..] >= e[..e.len() - 1]) {
-                end = Some([&eid[..], &[0u8]].concat());
-            }
-            if pending.contains(&gone)? {
-                pending.del_item(&gone)?;
-            }
-            queue.push(&eid, &gone, None)?;
-            count += 1;
-        }
-        if let Some(end) = end {
-            let prefix = PyBytes::new(py, &eid[..eid.len() - 8]);
-            let raised = match cleared.get_item(&prefix)? {
+        let mut held = false; // an entry the local copy may hold
+        let mut latest: u64 = 0; // the latest expired id's biased time
+        let mut prefix: Vec<u8> = Vec::new();
+        let count = {
+            let pending = &mut pending.borrow_mut().inner;
+            write_deletions(key, times, queued, |key_prefix, t| {
+                held |= pending.expire(key_prefix, t);
+                latest = latest.max((t as u64) ^ TIME_BIAS);
+                if prefix.is_empty() {
+                    prefix.extend_from_slice(key_prefix);
+                }
+            })?
+        };
+        if held {
+            let mut end = prefix.clone();
+            end.extend_from_slice(&latest.to_be_bytes());
+            end.push(0);
+            let raised = match cleared.get_item(PyBytes::new(py, &prefix))? {
                 Some(old) => old.downcast::<PyBytes>()?.as_bytes() < &end[..],
                 None => true,
             };
             if raised {
-                cleared.set_item(prefix, PyBytes::new(py, &end))?;
+                cleared.set_item(PyBytes::new(py, &prefix), PyBytes::new(py, &end))?;
             }
         }
         Ok(count)
     }
 
-    /// A write-out's operations (`WindowStore._write_out`): the items of a `pending` map
-    /// (entry id -> partial bytes, or None for a deletion) sorted by entry id (RocksDB's
-    /// memtable takes sorted keys about twice as fast), written into WriteBatches piece by
-    /// piece (`fill`). Sorting the ids as byte strings here costs a fraction of Python's
-    /// `sorted` with a key function (which compares through the objects); filling a batch
-    /// calls its `put`/`delete` per operation with no interpreter loop around them.
-    /// O(p log p) for p operations, then O(1) per operation.
-    #[pyclass(module = "stores._native", name = "SortedWrites", frozen, sequence)]
-    pub struct SortedWrites {
-        /// `(entry id, partial bytes or None)` in entry id order.
-        items: Vec<(Py<PyBytes>, PyObject)>,
-    }
-
-    #[pymethods]
-    impl SortedWrites {
-        /// The items of `pending` in entry id order (every key must be bytes).
-        #[new]
-        fn new(pending: &Bound<'_, PyDict>) -> PyResult<Self> {
-            let mut items: Vec<(Bound<'_, PyBytes>, Bound<'_, PyAny>)> =
-                Vec::with_capacity(pending.len());
-            for (eid, value) in pending.iter() {
-                items.push((eid.downcast_into::<PyBytes>()?, value));
-            }
-            // sorted by each id's first bytes held inline (no pointer chased per comparison:
-            // the ids lie scattered in memory), the whole ids compared only on a tie
-            let mut order: Vec<([u8; SORT_PREFIX], u32)> = items
-                .iter()
-                .enumerate()
-                .map(|(i, (eid, _))| {
-                    let bytes = eid.as_bytes();
-                    let mut prefix = [0u8; SORT_PREFIX];
-                    let n = bytes.len().min(SORT_PREFIX);
-                    prefix[..n].copy_from_slice(&bytes[..n]);
-                    (prefix, i as u32)
-                })
-                .collect();
-            order.sort_unstable_by(|a, b| {
-                a.0.cmp(&b.0).then_with(|| {
-                    items[a.1 as usize]
-                        .0
-                        .as_bytes()
-                        .cmp(items[b.1 as usize].0.as_bytes())
-                })
-            });
-            let mut slots: Vec<Option<(Bound<'_, PyBytes>, Bound<'_, PyAny>)>> =
-                items.into_iter().map(Some).collect();
-            Ok(SortedWrites {
-                items: order
-                    .into_iter()
-                    .map(|(_, i)| {
-                        let (eid, value) = slots[i as usize].take().expect("each index once");
-                        (eid.unbind(), value.unbind())
-                    })
-                    .collect(),
-            })
-        }
-
-        fn __len__(&self) -> usize {
-            self.items.len()
-        }
-
-        /// `(entry id, partial bytes or None)` at `index` (in entry id order).
-        fn __getitem__(&self, py: Python<'_>, index: usize) -> PyResult<(Py<PyBytes>, PyObject)> {
-            let (eid, value) = self
-                .items
-                .get(index)
-                .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("index out of range"))?;
-            Ok((eid.clone_ref(py), value.clone_ref(py)))
-        }
-
-        /// Write the items `start..stop` (clipped to the end) in order: `put(entry id,
-        /// bytes)`, or `delete(entry id)` for None; the number written.
-        fn fill(
-            &self,
-            put: &Bound<'_, PyAny>,
-            delete: &Bound<'_, PyAny>,
-            start: usize,
-            stop: usize,
-        ) -> PyResult<usize> {
-            let py = put.py();
-            let items = &self.items[start.min(self.items.len())..stop.min(self.items.len())];
-            for (eid, value) in items {
-                if value.is_none(py) {
-                    delete.call1((eid,))?;
-                } else {
-                    put.call1((eid, value))?;
-                }
-            }
-            Ok(items.len())
-        }
-    }
-
     pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-        m.add_class::<SortedWrites>()?;
         m.add_class::<PyEffects>()?;
         m.add_function(wrap_pyfunction!(write_effects, m)?)?;
         m.add_function(wrap_pyfunction!(write_evictions, m)?)?;

@@ -557,29 +557,7 @@ impl<M: Monoid + Clone> Windows<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[derive(Clone)]
-    struct Sum;
-
-    impl Monoid for Sum {
-        type P = i64;
-        type S = i64;
-        fn pack(&self, p: &i64) -> i64 {
-            *p
-        }
-        fn unpack(&self, s: &i64) -> i64 {
-            *s
-        }
-        fn identity(&self) -> i64 {
-            0
-        }
-        fn combine(&self, a: &i64, b: &i64) -> i64 {
-            a + b
-        }
-        fn same(&self, a: &i64, b: &i64) -> bool {
-            a == b
-        }
-    }
+    use crate::fiba::tests::Sum;
 
     fn windows(max_future_skew: Option<i64>) -> Windows<Sum> {
         let cfg = Settings {
