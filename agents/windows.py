@@ -470,7 +470,7 @@ class WindowsPipeline:
         refused = [(piece.record_at(o), b.reason, b.detail) for o, b in taken.bad]
         refused.extend((piece.record_at(o), r.reason, r.detail) for o, r in taken.rejected)
         self.counts["aggregates"] += len(taken.records)
-        self.aggregates.add_many(taken.keys, taken.records, taken.event_ts, source=partition)
+        self.aggregates.add_records(taken.records, source=partition)
         self.latency.add_many(partition, taken.input_ts)
         await self._record_in_order(state, [taken.effects], refused, encoded=True)
 

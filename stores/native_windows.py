@@ -70,16 +70,16 @@ _DELEGATED = (
 
 
 class FetchedEvents(NamedTuple):
-    """What ``NativeKeyWindows.apply_fetched_events`` did: ``AppliedEvents``' fields (the
-    effects one native ``Effects`` buffer, their partials the store codec's bytes), per
-    accepted event its input record's Kafka timestamp (``input_ts``), ``(offset, BadEvent)``
-    per malformed record (``bad``) and ``rest``: None, or the offset of the first record
-    left to the caller."""
+    """What ``NativeKeyWindows.apply_fetched_events`` did, per event as ``apply_events``:
+    ``effects`` one native ``Effects`` buffer (the partials the store codec's bytes),
+    ``records`` one native ``KeyedRecords`` buffer of ``(key bytes, record bytes, event
+    time)`` per accepted event (``KeyedOutputs.add_records`` queues it), ``input_ts`` their
+    input records' Kafka timestamps, ``rejected``, ``(offset, BadEvent)`` per malformed
+    record (``bad``) and ``rest``: None, or the offset of the first record left to the
+    caller."""
 
     effects: Sequence[tuple[int, str, int, bytes, tuple[int, ...]]]
-    keys: list[bytes]
-    event_ts: list[int]
-    records: list[bytes]
+    records: Sequence[tuple[bytes, bytes, int]]
     input_ts: list[int]
     rejected: list[tuple[int, Rejected]]
     bad: list[tuple[int, Any]]
@@ -304,9 +304,10 @@ class NativeKeyWindows:
     ) -> FetchedEvents | None:
         """``apply_events`` of the events that the native ``parser`` reads from the records
         of the fetched ``chunk`` (as ``apply_fetched`` does), in one call, with no Python
-        object per event but its record's bytes, event time and input timestamp: the effects
-        one ``stores._native.Effects`` buffer of ``(offset, key, time, codec bytes, evicted)``
-        (what ``WindowStore.record_many(..., encoded=True)`` reads natively), and ``rest``:
+        object per event but its input timestamp: the effects one ``stores._native.Effects``
+        buffer of ``(offset, key, time, codec bytes, evicted)`` (what
+        ``WindowStore.record_many(..., encoded=True)`` reads natively), the records one
+        ``KeyedRecords`` buffer, and ``rest``:
         None, or the offset from which the records are left to the caller's path (parse and
         ``apply_events``: a value needs the Python path; nothing changed from there). None,
         with nothing changed, where ``apply_fetched`` answers None for ``chunk``, ``parser``

@@ -175,8 +175,8 @@ def fetched_events(
     assert type(taken.effects).__name__ == "Effects"
     log = [("bad", o, b.reason, b.detail) for o, b in taken.bad]
     log += [("rejected", o, r.reason, r.detail) for o, r in taken.rejected]
-    for (o, key, t, partial, evicted), key_bytes, event_ts, record, input_ts in zip(
-        taken.effects, taken.keys, taken.event_ts, taken.records, taken.input_ts, strict=True
+    for (o, key, t, partial, evicted), (key_bytes, record, event_ts), input_ts in zip(
+        taken.effects, taken.records, taken.input_ts, strict=True
     ):
         log.append(
             ("accepted", o, (o, key, t, partial, evicted), key_bytes, event_ts, record, input_ts)
@@ -233,9 +233,9 @@ def test_fetched_events_needing_the_python_path_leave_the_rest_to_it(config, sli
 
 @needs_native
 def test_fetched_events_keep_no_python_object_per_event() -> None:
-    """``apply_fetched_events`` keeps per event its record's bytes, its event time and input
-    timestamp (ints) and the list slots, not the parsed tuples, partials and effect tuples of
-    ``parse_many`` + ``apply_events`` (which keep ~17 blocks per event)."""
+    """``apply_fetched_events`` keeps per event its input timestamp (an int in a list), not
+    the parsed tuples, partials, effect tuples, keys, event times and record bytes of
+    ``parse_many`` + ``apply_events`` (which keep about 14 blocks per event)."""
     config = WindowConfig.from_settings(Settings())
     parser = EventParser(Settings())
     codec = MarshalStateCodec(config.composed)
@@ -251,7 +251,7 @@ def test_fetched_events_keep_no_python_object_per_event() -> None:
     taken = windows.apply_fetched_events(chunk, parser.native_parser, codec, 0, encoder)
     kept = sys.getallocatedblocks() - before
     assert taken.rest is None and len(taken.records) == 199
-    assert kept < 3.5 * 199, kept  # record bytes, event time, input timestamp (+ list growth)
+    assert kept < 1.5 * 199, kept  # the input timestamps (+ the list and buffers)
 
 
 async def stored(effects: Any, state_dir: Path) -> tuple[list, dict]:
@@ -325,3 +325,30 @@ def test_an_effects_buffer_with_evictions_is_written_as_its_tuples_would_be(
     assert asyncio.run(stored(effects, tmp_path / "buffer")) == asyncio.run(
         stored(tuples, tmp_path / "tuples")
     )
+
+
+@needs_native
+def test_the_records_buffer_is_queued_as_its_lists_would_be() -> None:
+    """``apply_fetched_events``' records are one native ``KeyedRecords`` buffer of ``(key,
+    record, event time)``; ``OutputQueue.add_records`` queues it as ``add_many`` queues the
+    same records as lists (same partitions, bytes, timestamps, least timestamp)."""
+    config = WindowConfig.from_settings(Settings())
+    parser = EventParser(Settings())
+    codec = MarshalStateCodec(config.composed)
+    encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
+    records = [
+        Record(f"k{i % 7}".encode(), f'{{"ts": {i * 7}, "value": {i}}}'.encode(), 1_000, 10 + i)
+        for i in range(50)
+    ]
+    windows = NativeKeyWindows(config, emit="event")
+    taken = windows.apply_fetched_events(fetched(records), parser.native_parser, codec, 0, encoder)
+    assert type(taken.records).__name__ == "KeyedRecords" and len(taken.records) == 50
+    assert taken.records[-1] == list(taken.records)[49]
+    keys, values, stamps = (list(column) for column in zip(*taken.records, strict=True))
+    assert stamps == [i * 7 for i in range(50)]
+    native = stores.native()
+    buffered, listed = native.OutputQueue(4), native.OutputQueue(4)  # type: ignore[union-attr]
+    assert buffered.add_records(taken.records) == listed.add_many(keys, values, stamps, 0) == 0
+    assert buffered.partitions() == listed.partitions() and len(buffered.partitions()) > 1
+    for partition in listed.partitions():
+        assert list(buffered.take(partition)) == list(listed.take(partition))

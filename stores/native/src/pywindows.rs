@@ -15,6 +15,7 @@ use crate::monoids::{lift_part, AddOne, Fields, Kind, Spec, Val};
 use crate::overflow::{fits, Guard};
 use crate::py_io::{json_text_of, plain_strs, value_to_py, PyAggregateEncoder, PyEventParser};
 use crate::python::{partial_to_py, val_from_py, val_to_py};
+use crate::record_batch::python::PyKeyedRecords;
 use crate::store_writes::marshal_fields;
 use crate::store_writes::python::{EffectsData, PyEffects};
 use crate::windows::{Group, Rejection, Settings, Source, Windows};
@@ -811,7 +812,7 @@ impl<'a, 'py> RecordWriter<'a, 'py> {
         }
     }
 
-    /// The bytes of `key`'s record after its accepted event at `ts_ms`, answering the input
+    /// `key`'s record after its accepted event at `ts_ms` (`Written`), answering the input
     /// record at `at` when the event time and the offset are exact ints (only then written
     /// natively); `objects` gives the key, event time and offset as the encoder's Python
     /// arguments. O(windows) plus, on the Python path, one `lower` per window.
@@ -826,7 +827,7 @@ impl<'a, 'py> RecordWriter<'a, 'py> {
         ts_ms: i64,
         at: Option<i64>,
         objects: impl FnOnce() -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)>,
-    ) -> PyResult<PyObject>
+    ) -> PyResult<Written>
     where
         M: crate::fiba::Monoid<P = [Val; N]> + Clone,
     {
@@ -851,7 +852,7 @@ impl<'a, 'py> RecordWriter<'a, 'py> {
             _ => false,
         };
         if written {
-            return Ok(PyBytes::new(py, out).into_any().unbind());
+            return Ok(Written::Native);
         }
         let (key, ts, offset) = objects()?;
         let item = (
@@ -862,14 +863,29 @@ impl<'a, 'py> RecordWriter<'a, 'py> {
             self.partition.clone(),
             offset,
         );
-        match self.native {
-            Some(native) => native.get().encode_item(py, out, item),
-            None => Ok(self
+        Ok(Written::Object(match self.native {
+            Some(native) => native.get().encode_item(py, out, item)?,
+            None => self
                 .encoder
                 .call_method1(intern!(py, "encode"), item)?
-                .unbind()),
+                .unbind(),
+        }))
+    }
+
+    /// A record `write` wrote as a Python object.
+    fn object(&self, py: Python<'_>, written: Written) -> PyObject {
+        match written {
+            Written::Native => PyBytes::new(py, &self.out).into_any().unbind(),
+            Written::Object(data) => data,
         }
     }
+}
+
+/// A record `RecordWriter::write` wrote: natively into its buffer, or a Python object (the
+/// encoder's bytes).
+enum Written {
+    Native,
+    Object(PyObject),
 }
 
 /// `(effects, keys, event_ts, records, rejected, done)` of `PyKeyWindows::apply_events`.
@@ -919,7 +935,8 @@ where
             EventOutcome::Accepted(t, stored, evicted) => {
                 let at = exact_i64(&ts).and(exact_i64(&offset));
                 let objects = || Ok((key.clone().into_any(), ts.clone(), offset.clone()));
-                let data = writer.write(py, ctx, w, &identity, key_str, ts_ms, at, objects)?;
+                let written = writer.write(py, ctx, w, &identity, key_str, ts_ms, at, objects)?;
+                let data = writer.object(py, written);
                 let partial = to_py(py, ctx, &stored)?;
                 effects.append((&offset, &key, t, partial, times_tuple(py, evicted)?))?;
                 keys.append(PyBytes::new(py, key_str.as_bytes()))?;
@@ -953,13 +970,10 @@ fn applied(
     )
 }
 
-/// `(effects, keys, event_ts, records, input_ts, rejected, bad, rest)` of
-/// `PyKeyWindows::apply_fetched_events`.
+/// `(effects, records, input_ts, rejected, bad, rest)` of `PyKeyWindows::apply_fetched_events`.
 type FetchedEvents = (
     PyObject,
-    PyObject,
-    PyObject,
-    PyObject,
+    PyKeyedRecords,
     PyObject,
     PyObject,
     PyObject,
@@ -985,16 +999,11 @@ where
 {
     let mut bad = Vec::new();
     let events = parsed_chunk(py, chunk, chunk.data(py).as_bytes(), parser, &mut bad)?;
-    let (keys, stamps, records, input_ts, rejected) = (
-        PyList::empty(py),
-        PyList::empty(py),
-        PyList::empty(py),
-        PyList::empty(py),
-        PyList::empty(py),
-    );
+    let (input_ts, rejected) = (PyList::empty(py), PyList::empty(py));
+    let mut records = PyKeyedRecords::default();
     let mut data = EffectsData::default();
-    // per key: its index in `data.keys` and its UTF-8 bytes, made once per key and call
-    let mut key_index: HashMap<&str, (u32, Bound<'_, PyBytes>)> = HashMap::new();
+    // per key: its index in `data.keys` (one Python str per key and call)
+    let mut key_index: HashMap<&str, u32> = HashMap::new();
     let wall = w.wall(now_ms);
     let mut writer = RecordWriter::new(py, ctx, encoder, partition);
     let identity = w.monoid().identity();
@@ -1018,30 +1027,25 @@ where
                         offset.into_pyobject(py)?.into_any(),
                     ))
                 };
-                let record =
-                    writer.write(py, ctx, w, &identity, key, event.ts, Some(offset), objects)?;
-                let (index, key_bytes) = match key_index.get(key) {
-                    Some(known) => known,
-                    None => {
-                        data.keys.push(PyString::new(py, key).unbind());
-                        let made = (
-                            (data.keys.len() - 1) as u32,
-                            PyBytes::new(py, key.as_bytes()),
-                        );
-                        key_index.entry(key).or_insert(made)
+                match writer.write(py, ctx, w, &identity, key, event.ts, Some(offset), objects)? {
+                    Written::Native => records.push(key.as_bytes(), &writer.out, event.ts),
+                    Written::Object(record) => {
+                        let record = record.bind(py).downcast::<PyBytes>()?.as_bytes();
+                        records.push(key.as_bytes(), record, event.ts)
                     }
-                };
+                }
+                let index = *key_index.entry(key).or_insert_with(|| {
+                    data.keys.push(PyString::new(py, key).unbind());
+                    (data.keys.len() - 1) as u32
+                });
                 data.offsets.push(offset);
-                data.key_of.push(*index);
+                data.key_of.push(index);
                 data.times.push(t);
                 marshal_fields(&ctx.spec, &stored, &mut data.partials)
                     .map_err(PyOverflowError::new_err)?;
                 data.ends.push(data.partials.len());
                 data.evicted.extend_from_slice(&evicted);
                 data.evicted_ends.push(data.evicted.len());
-                keys.append(key_bytes)?;
-                stamps.append(event.ts)?;
-                records.append(record)?;
                 input_ts.append(*kafka_ts)?;
             }
         }
@@ -1052,9 +1056,7 @@ where
     }
     Ok((
         Py::new(py, PyEffects::new(data))?.into_any(),
-        keys.into_any().unbind(),
-        stamps.into_any().unbind(),
-        records.into_any().unbind(),
+        records,
         input_ts.into_any().unbind(),
         rejected.into_any().unbind(),
         pairs_list(py, bad)?.into_any().unbind(),
@@ -1275,11 +1277,11 @@ impl PyKeyWindows {
     /// Parse the records of a fetched chunk (`FetchedRecords`) with `parser` (the native
     /// `EventParser`, as `apply_fetched` does) and apply their events one by one as
     /// `apply_events(events, offsets, partition, encoder, now_ms)` does, with no Python
-    /// object per event but its record's bytes, its event time and its input timestamp:
-    /// `(effects, keys, event_ts, records, input_ts, rejected, bad, rest)`, the effects one
-    /// `Effects` buffer of `(offset, key, time, partial bytes, evicted times)` (the store
-    /// codec's `marshal` bytes), per accepted event its key's UTF-8 bytes (one object per
-    /// key), event time, record bytes and input record's Kafka timestamp, `(offset,
+    /// object per event but its input timestamp: `(effects, records, input_ts, rejected,
+    /// bad, rest)`, the effects one `Effects` buffer of `(offset, key, time, partial bytes,
+    /// evicted times)` (the store codec's `marshal` bytes), the aggregate records one
+    /// `KeyedRecords` buffer of `(key bytes, record bytes, event time)` per accepted event
+    /// (what `OutputQueue.add_records` queues), its input record's Kafka timestamp, `(offset,
     /// Rejected)` per refused event, `(offset, BadEvent)` per malformed record, and `rest`:
     /// None, or the offset of the first record not applied (its value has no native partial,
     /// or int sums might leave int64: nothing changed from it on; the caller's path takes the
