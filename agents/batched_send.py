@@ -340,6 +340,17 @@ class KeyedOutputs:
         if least is not None and least < self.retention.oldest_kept:
             self.retention.exceeded(least)
 
+    def add_records(self, records: Any, *, source: Hashable = None) -> None:
+        """``add(key, value, timestamp, source=source)`` for each ``(key, value, timestamp)``
+        of the native ``KeyedRecords`` buffer ``records`` (the native core is loaded), in one
+        call with no Python object per record."""
+        queue = self._queued.get(source)
+        if queue is None:
+            queue = self._queue(source)
+        least = queue.add_records(records)
+        if least is not None and least < self.retention.oldest_kept:
+            self.retention.exceeded(least)
+
     async def send(
         self, source: Hashable = ALL_SOURCES, producer: AIOKafkaProducer | None = None
     ) -> list[BatchDelivery]:

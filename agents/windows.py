@@ -5,15 +5,16 @@ One ``WindowsPipeline`` per worker holds, for every input partition it owns, its
 partition's applied offset, restored from the ``WindowStore``. Per record, in offset order: an
 offset at or below the applied one is a redelivery and skipped; a rejected event becomes a dead
 letter; an accepted one queues its aggregate record (``emit`` = ``event``/``changes``) and its
-state change. ``emit = "event"`` applies a fetched chunk in slices of about ``SLICE_TIME``,
-one ``apply_events`` call each (every event as ``apply_one``, its record encoded in the kernel);
-``changes`` one record at a time; ``batch`` columnar, in slices, one record per touched key. After
-each fetched chunk the outputs are handed to the producer and acknowledged before the store
-hands over the changelog records that mark their offsets applied (at-least-once output by
-construction); with exactly-once both go in one transaction per partition
-(``agents.transactions``). Long synchronous stretches give the event loop a turn about every
-0.5 ms (``agents.loop_turns``); ``agents.windows_hooks`` registers it on the Faust app, with a
-timer that sweeps idle keys. Design: docs/design/delivery.md.
+state change. ``emit = "event"`` applies a fetched chunk in slices of about ``SLICE_TIME``, one
+kernel call each (every event as ``apply_one``, its record encoded in the kernel; natively
+fetched records parsed there too: ``apply_fetched_events``); ``changes`` one record at a time;
+``batch`` columnar, in slices, one record per touched key. After each fetched chunk the outputs
+are handed to the producer and acknowledged before the store hands over the changelog records
+that mark their offsets applied (at-least-once output by construction); with exactly-once both
+go in one transaction per partition (``agents.transactions``). Long synchronous stretches give
+the event loop a turn about every 0.5 ms (``agents.loop_turns``); ``agents.windows_hooks``
+registers it on the Faust app, with a timer that sweeps idle keys. Design:
+docs/design/delivery.md.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from agents.records import aggregate_encoder, encode_aggregate
 from agents.transactions import Transactions
 from stores.gc_pause import PacedYoungCollections, paused_gc
 from stores.key_windows import KeyAggregates, KeyWindows, Rejected, WindowConfig
-from stores.native_windows import NativeKeyWindows, new_key_windows
+from stores.native_windows import FetchedEvents, NativeKeyWindows, new_key_windows
 from stores.state_shape import RESET_HINT, StateMismatch
 from stores.window_store import WindowStore
 
@@ -426,41 +427,71 @@ class WindowsPipeline:
 
     async def _process_events(self, state: PartitionState, fresh: list[InputChunk]) -> None:
         """One partition's share of a chunk under ``emit=event`` (``fresh``: its records after
-        the applied offset): parsed and applied in slices
-        sized to take about ``SLICE_TIME`` each (``_fit_slice``), one
-        ``apply_events`` call per slice (each event applied as ``apply_one`` and its record
-        encoded, in the kernel on the native build); per slice the records are queued and
-        the input timestamps noted in bulk, then the store's writes (evictions included) and
-        the dead letters in offset order. The event loop gets a turn between slices once the
+        the applied offset): parsed and applied in slices sized to take about ``SLICE_TIME``
+        each (``_fit_slice``), every event as ``apply_one`` and its record encoded, in the
+        kernel on the native build: natively fetched records in one ``apply_fetched_events``
+        call per slice (no Python object per event but its record's bytes, event time and
+        input timestamp), else ``parse_many`` and one ``apply_events`` call (also for the
+        rest of a slice the native call leaves). Per slice the records are queued and the
+        input timestamps noted in bulk, then the store's writes (evictions included) and the
+        dead letters in offset order. The event loop gets a turn between slices once the
         budget is spent; a halt (revoked) takes effect at the next slice."""
         turns = self.turns
-        parse_many = self.parser.parse_many
-        partition = state.partition
-        encoder = self._encoder
+        windows = state.windows
+        native_parser = self.parser.native_parser if isinstance(windows, NativeKeyWindows) else None
+        codec = self.store.codec
         for piece in self._pieces(fresh):
             if state.halted:
                 return
             started = time.perf_counter()
-            refused: list[tuple[ConsumerRecord, str, str]] = []
-            parsed, offsets = _parsed_events(parse_many, piece, refused)
-            applied = state.windows.apply_events(parsed, offsets, partition, encoder)
-            effects = applied.effects
-            if len(effects) == len(piece):
-                stamps = piece.timestamps()
-            else:
-                stamps = [piece.timestamp_at(effect[0]) for effect in effects]
-                refused.extend(
-                    (piece.record_at(o), r.reason, r.detail) for o, r in applied.rejected
+            rest: InputChunk | None = piece
+            if native_parser is not None:
+                taken = windows.apply_fetched_events(  # type: ignore[union-attr]
+                    piece, native_parser, codec, state.partition, self._encoder
                 )
-            self.counts["aggregates"] += len(effects)
-            self.aggregates.add_many(
-                applied.keys, applied.records, applied.event_ts, source=partition
-            )
-            self.latency.add_many(partition, stamps)
-            await self._record_in_order(state, [effects], refused)
+                if taken is not None:
+                    await self._queue_fetched_events(state, piece, taken)
+                    rest = None if taken.rest is None else piece.after(taken.rest - 1)
+                    self.counts["taken_natively"] += len(piece) - (0 if rest is None else len(rest))
+            if rest is not None:
+                await self._apply_parsed_events(state, rest)
             self._fit_slice(time.perf_counter() - started)
             if time.perf_counter() >= turns.deadline:
                 await turns.take()
+
+    async def _queue_fetched_events(
+        self, state: PartitionState, piece: InputChunk, taken: FetchedEvents
+    ) -> None:
+        """Queue the records of ``apply_fetched_events``' outcome ``taken`` for ``piece``
+        and note their input timestamps, then the store's writes (its ``Effects`` buffer, the
+        partials encoded) and the dead letters of its malformed and refused records, in
+        offset order."""
+        partition = state.partition
+        refused = [(piece.record_at(o), b.reason, b.detail) for o, b in taken.bad]
+        refused.extend((piece.record_at(o), r.reason, r.detail) for o, r in taken.rejected)
+        self.counts["aggregates"] += len(taken.records)
+        self.aggregates.add_records(taken.records, source=partition)
+        self.latency.add_many(partition, taken.input_ts)
+        await self._record_in_order(state, [taken.effects], refused, encoded=True)
+
+    async def _apply_parsed_events(self, state: PartitionState, piece: InputChunk) -> None:
+        """``piece`` parsed (``parse_many``) and applied in one ``apply_events`` call, its
+        records queued and input timestamps noted, then the store's writes and the dead
+        letters in offset order."""
+        partition = state.partition
+        refused: list[tuple[ConsumerRecord, str, str]] = []
+        parsed, offsets = _parsed_events(self.parser.parse_many, piece, refused)
+        applied = state.windows.apply_events(parsed, offsets, partition, self._encoder)
+        effects = applied.effects
+        if len(effects) == len(piece):
+            stamps = piece.timestamps()
+        else:
+            stamps = [piece.timestamp_at(effect[0]) for effect in effects]
+            refused.extend((piece.record_at(o), r.reason, r.detail) for o, r in applied.rejected)
+        self.counts["aggregates"] += len(effects)
+        self.aggregates.add_many(applied.keys, applied.records, applied.event_ts, source=partition)
+        self.latency.add_many(partition, stamps)
+        await self._record_in_order(state, [effects], refused)
 
     async def _record_in_order(
         self,
@@ -516,6 +547,7 @@ class WindowsPipeline:
                 taken = windows.apply_fetched(piece, native_parser, codec)  # type: ignore[union-attr]
             if taken is not None:
                 applied, bad = taken
+                self.counts["taken_natively"] += len(piece)
                 refused.extend((piece.record_at(o), b.reason, b.detail) for o, b in bad)
             else:
                 parsed, offsets = _parsed_events(parse_many, piece, refused)

@@ -1,25 +1,26 @@
 """The per-key windows of one partition on the native kernel (``stores._native.KeyWindows``).
 
-:class:`NativeKeyWindows` has the API and the semantics of :class:`stores.key_windows.KeyWindows`
-and returns its types (``AppliedBatch``, ``Accepted``, ``Rejected``, ``KeyAggregates``,
-``WindowResult``); a batch crosses the FFI in one call, partials cross as the Python compose's
-own tuples, and ``lower`` is the Python compose's, so lowered results are the Python ones (floats
-to the last bits where the combine order differs: windows come from the FiBA's range query
-instead of ``stores.window_suffixes``); ``apply_events`` writes its records from the native
-partials, lowered as the Python built-ins lower them (``src/event_records.rs``). Ints within
-int64, floats and None lift natively; a value the Python lift refuses is refused with its
-``Rejected``; a value it takes but a native partial cannot hold (a string for ``max``, a bool,
-an object for ``first``, an int beyond int64) moves the partition to a Python ``KeyWindows``
-with its whole state before that call, so results stay the Python path's; so do ints whose sums
-might leave int64 (``src/overflow.rs`` checks each batch, event and load).
-:func:`new_key_windows` picks the kernel. Design: docs/native-core.md.
+:class:`NativeKeyWindows` has the API and the semantics of
+:class:`stores.key_windows.KeyWindows` and returns its types (``AppliedBatch``, ``Accepted``,
+``Rejected``, ``KeyAggregates``, ``WindowResult``); a batch crosses the FFI in one call,
+partials cross as the Python compose's own tuples, and ``lower`` is the Python compose's, so
+lowered results are the Python ones (floats to the last bits where the combine order differs:
+windows come from the FiBA's range query instead of ``stores.window_suffixes``);
+``apply_events`` writes its records from the native partials, lowered as the Python built-ins
+lower them (``src/event_records.rs``); ``apply_fetched`` and ``apply_fetched_events`` parse
+natively fetched records in the kernel. Ints within int64, floats and None lift natively; a
+value the Python lift refuses is refused with its ``Rejected``; a value it takes but a native
+partial cannot hold (a string for ``max``, a bool, an object for ``first``, an int beyond int64)
+moves the partition to a Python ``KeyWindows`` with its whole state before that call, so results
+stay the Python path's; so do ints whose sums might leave int64 (``src/overflow.rs`` checks each
+batch, event and load). :func:`new_key_windows` picks the kernel. Design: docs/native-core.md.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import stores
 from stores.key_windows import (
@@ -66,6 +67,23 @@ _DELEGATED = (
     "entry_count",
 )
 """The methods an instance hands to its Python ``KeyWindows`` once it has moved there."""
+
+
+class FetchedEvents(NamedTuple):
+    """What ``NativeKeyWindows.apply_fetched_events`` did, per event as ``apply_events``:
+    ``effects`` one native ``Effects`` buffer (the partials the store codec's bytes),
+    ``records`` one native ``KeyedRecords`` buffer of ``(key bytes, record bytes, event
+    time)`` per accepted event (``KeyedOutputs.add_records`` queues it), ``input_ts`` their
+    input records' Kafka timestamps, ``rejected``, ``(offset, BadEvent)`` per malformed
+    record (``bad``) and ``rest``: None, or the offset of the first record left to the
+    caller."""
+
+    effects: Sequence[tuple[int, str, int, bytes, tuple[int, ...]]]
+    records: Sequence[tuple[bytes, bytes, int]]
+    input_ts: list[int]
+    rejected: list[tuple[int, Rejected]]
+    bad: list[tuple[int, Any]]
+    rest: int | None
 
 
 def native_windows_kinds(config: WindowConfig) -> list[str] | None:
@@ -280,6 +298,32 @@ class NativeKeyWindows:
             return None
         effects, rejected, last, bad = applied
         return AppliedBatch(effects, rejected, last), bad
+
+    def apply_fetched_events(
+        self, chunk: Any, parser: Any, codec: PartialCodec, partition: int, encoder: Any
+    ) -> FetchedEvents | None:
+        """``apply_events`` of the events that the native ``parser`` reads from the records
+        of the fetched ``chunk`` (as ``apply_fetched`` does), in one call, with no Python
+        object per event but its input timestamp: the effects one ``stores._native.Effects``
+        buffer of ``(offset, key, time, codec bytes, evicted)`` (what
+        ``WindowStore.record_many(..., encoded=True)`` reads natively), the records one
+        ``KeyedRecords`` buffer, and ``rest``:
+        None, or the offset from which the records are left to the caller's path (parse and
+        ``apply_events``: a value needs the Python path; nothing changed from there). None,
+        with nothing changed, where ``apply_fetched`` answers None for ``chunk``, ``parser``
+        and ``codec``."""
+        native = stores.native()
+        if (
+            self._python is not None
+            or parser is None
+            or codec.format != MARSHAL_FORMAT
+            or native is None
+            or not isinstance(chunk, native.FetchedRecords)
+        ):
+            return None
+        return FetchedEvents(
+            *self._core.apply_fetched_events(chunk, parser, partition, encoder, self._now())
+        )
 
     def apply_one(self, key: str, ts: int, value: Any) -> Accepted:
         """``KeyWindows.apply_one``: admit, insert, evict the key's expired entries."""

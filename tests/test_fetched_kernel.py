@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ from hypothesis import strategies as st
 
 import stores
 from agents.events import BadEvent, EventParser
-from app.settings import Settings
+from agents.records import AggregateEncoder, aggregate_encoder
+from app.settings import Settings, WindowSpec
 from stores.key_windows import WindowConfig
 from stores.native_windows import NativeKeyWindows
 from stores.window_store import MarshalStateCodec, WindowStore
@@ -140,6 +142,119 @@ def test_the_call_declines_what_it_cannot_take() -> None:
     assert [e[:3] for e in applied.effects] == [(10, "a", config.window_time(5))] and not bad
 
 
+def parsed_then_applied_events(
+    windows: Any, parser: EventParser, chunk: Any, encoder: Any, codec: Any
+) -> list[tuple]:
+    """The former ``emit=event`` path (``agents.windows._parsed_events`` then
+    ``apply_events``): its outcome per record, the partials as the store's bytes."""
+    outcomes = parser.parse_many(chunk)
+    offsets = chunk.offsets()
+    good = [(o, p) for o, p in zip(offsets, outcomes, strict=True) if type(p) is tuple]
+    applied = windows.apply_events([p for _, p in good], [o for o, _ in good], 7, encoder)
+    log: list[tuple] = [
+        ("bad", o, p.reason, p.detail)
+        for o, p in zip(offsets, outcomes, strict=True)
+        if isinstance(p, BadEvent)
+    ]
+    log += [("rejected", o, r.reason, r.detail) for o, r in applied.rejected]
+    for (o, key, t, partial, evicted), key_bytes, event_ts, record in zip(
+        applied.effects, applied.keys, applied.event_ts, applied.records, strict=True
+    ):
+        stored = (o, key, t, codec.encode(partial), tuple(evicted))
+        log.append(("accepted", o, stored, key_bytes, event_ts, record, chunk.timestamp_at(o)))
+    return sorted(log, key=lambda entry: entry[1])
+
+
+def fetched_events(
+    windows: Any, parser: EventParser, chunk: Any, encoder: Any, codec: Any
+) -> list[tuple]:
+    """``apply_fetched_events``, the rest of the chunk on the former path (as the pipeline
+    does): the same log."""
+    taken = windows.apply_fetched_events(chunk, parser.native_parser, codec, 7, encoder)
+    if taken is None:
+        return parsed_then_applied_events(windows, parser, chunk, encoder, codec)
+    assert type(taken.effects).__name__ == "Effects"
+    log = [("bad", o, b.reason, b.detail) for o, b in taken.bad]
+    log += [("rejected", o, r.reason, r.detail) for o, r in taken.rejected]
+    for (o, key, t, partial, evicted), (key_bytes, record, event_ts), input_ts in zip(
+        taken.effects, taken.records, taken.input_ts, strict=True
+    ):
+        log.append(
+            ("accepted", o, (o, key, t, partial, evicted), key_bytes, event_ts, record, input_ts)
+        )
+    if taken.rest is not None:
+        assert all(entry[1] < taken.rest for entry in log)
+        rest = chunk.after(taken.rest - 1)
+        log += parsed_then_applied_events(windows, parser, rest, encoder, codec)
+    return sorted(log, key=lambda entry: entry[1])
+
+
+def compare_events(config: Any, slices: list[tuple[int, list[Record]]], native: bool) -> None:
+    parser = EventParser(Settings())
+    codec = MarshalStateCodec(config.composed)
+    encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
+    if not native:  # the Python encoder, called from the kernel
+        encoder = AggregateEncoder(config.aggregations, config.lowered_is_aggregates)
+    clocks = Clock(), Clock()
+    reference = NativeKeyWindows(config, emit="event", clock=clocks[0])
+    windows = NativeKeyWindows(config, emit="event", clock=clocks[1])
+    for move, records in slices:
+        for clock in clocks:
+            clock.now += move / 1000
+        chunk = fetched(records)
+        expected = parsed_then_applied_events(reference, parser, chunk, encoder, codec)
+        assert fetched_events(windows, parser, chunk, encoder, codec) == expected
+    assert windows.stream_time == reference.stream_time
+    assert list(windows) == list(reference)
+    for key in KEYS:
+        if key in reference:
+            assert windows.entries(key) == reference.entries(key)
+    assert windows.native == reference.native
+
+
+@needs_native
+@CHECKS
+@given(config=configs(), slices=streams(NUMBERS), native=st.booleans())
+def test_fetched_events_applied_natively_are_parse_many_then_apply_events(config, slices, native):
+    """``emit=event``: per record the same dead letter, rejection, or store effect (the
+    partial's bytes, evicted times), record key, event time, record bytes and input
+    timestamp as the former path, in order, and the same state."""
+    compare_events(config[0], slices, native)
+
+
+@needs_native
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs(), slices=streams(st.one_of(NUMBERS, FOREIGN.filter(lambda v: v == v))))
+def test_fetched_events_needing_the_python_path_leave_the_rest_to_it(config, slices):
+    """A value the native partial cannot hold stops the call at its record (``rest``),
+    nothing changed from there; the former path takes the rest and moves the partition to
+    Python, with the same outcome as that path alone."""
+    compare_events(config[0], slices, True)
+
+
+@needs_native
+def test_fetched_events_keep_no_python_object_per_event() -> None:
+    """``apply_fetched_events`` keeps per event its input timestamp (an int in a list), not
+    the parsed tuples, partials, effect tuples, keys, event times and record bytes of
+    ``parse_many`` + ``apply_events`` (which keep about 14 blocks per event)."""
+    config = WindowConfig.from_settings(Settings())
+    parser = EventParser(Settings())
+    codec = MarshalStateCodec(config.composed)
+    encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
+    records = [
+        Record(f"k{i % 3}".encode(), f'{{"ts": {i * 7}, "value": {i}.5}}'.encode(), 1_000, 10 + i)
+        for i in range(200)
+    ]
+    windows = NativeKeyWindows(config, emit="event")
+    windows.apply_fetched_events(fetched(records[:1]), parser.native_parser, codec, 0, encoder)
+    chunk = fetched(records[1:])
+    before = sys.getallocatedblocks()
+    taken = windows.apply_fetched_events(chunk, parser.native_parser, codec, 0, encoder)
+    kept = sys.getallocatedblocks() - before
+    assert taken.rest is None and len(taken.records) == 199
+    assert kept < 1.5 * 199, kept  # the input timestamps (+ the list and buffers)
+
+
 async def stored(effects: Any, state_dir: Path) -> tuple[list, list]:
     """The changelog records and pending local writes of ``record_many(effects)`` on a fresh
     store (``stores.window_store``, native writes)."""
@@ -183,3 +298,58 @@ def test_the_effects_buffer_is_written_as_its_tuples_would_be(tmp_path: Path) ->
     assert asyncio.run(stored(effects, tmp_path / "buffer")) == asyncio.run(
         stored(tuples, tmp_path / "tuples")
     )
+
+
+@needs_native
+def test_an_effects_buffer_with_evictions_is_written_as_its_tuples_would_be(
+    tmp_path: Path,
+) -> None:
+    """``apply_fetched_events``' effects carry each event's evicted times: the buffer's items
+    are ``(offset, key, time, partial bytes, evicted)`` and the store writes the buffer as it
+    writes those tuples (upserts with the evicted times, tombstones)."""
+    config = WindowConfig.from_settings(
+        replace(Settings(), retention=100, windows=(WindowSpec("w", 50),))
+    )
+    parser = EventParser(Settings())
+    codec = MarshalStateCodec(config.composed)
+    encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
+    records = [
+        Record(f"k{i % 2}".encode(), f'{{"ts": {i * 40}, "value": {i}}}'.encode(), 1_000, 10 + i)
+        for i in range(20)
+    ]
+    windows = NativeKeyWindows(config, emit="event")
+    taken = windows.apply_fetched_events(fetched(records), parser.native_parser, codec, 0, encoder)
+    effects = taken.effects
+    tuples = list(effects)
+    assert len(tuples) == 20 and sum(len(e[4]) for e in tuples) >= 10
+    assert list(effects[5:9]) == tuples[5:9]
+    assert asyncio.run(stored(effects, tmp_path / "buffer")) == asyncio.run(
+        stored(tuples, tmp_path / "tuples")
+    )
+
+
+@needs_native
+def test_the_records_buffer_is_queued_as_its_lists_would_be() -> None:
+    """``apply_fetched_events``' records are one native ``KeyedRecords`` buffer of ``(key,
+    record, event time)``; ``OutputQueue.add_records`` queues it as ``add_many`` queues the
+    same records as lists (same partitions, bytes, timestamps, least timestamp)."""
+    config = WindowConfig.from_settings(Settings())
+    parser = EventParser(Settings())
+    codec = MarshalStateCodec(config.composed)
+    encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
+    records = [
+        Record(f"k{i % 7}".encode(), f'{{"ts": {i * 7}, "value": {i}}}'.encode(), 1_000, 10 + i)
+        for i in range(50)
+    ]
+    windows = NativeKeyWindows(config, emit="event")
+    taken = windows.apply_fetched_events(fetched(records), parser.native_parser, codec, 0, encoder)
+    assert type(taken.records).__name__ == "KeyedRecords" and len(taken.records) == 50
+    assert taken.records[-1] == list(taken.records)[49]
+    keys, values, stamps = (list(column) for column in zip(*taken.records, strict=True))
+    assert stamps == [i * 7 for i in range(50)]
+    native = stores.native()
+    buffered, listed = native.OutputQueue(4), native.OutputQueue(4)  # type: ignore[union-attr]
+    assert buffered.add_records(taken.records) == listed.add_many(keys, values, stamps, 0) == 0
+    assert buffered.partitions() == listed.partitions() and len(buffered.partitions()) > 1
+    for partition in listed.partitions():
+        assert list(buffered.take(partition)) == list(listed.take(partition))

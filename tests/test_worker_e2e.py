@@ -31,6 +31,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
 
+import stores
 from agents.clients import client_options, read_to_end
 from agents.records import (
     DLQ_OFFSET,
@@ -458,7 +459,11 @@ def test_worker_end_to_end(kafka_bootstrap, embedded_profile, tmp_path, emit):
             windows=settings.windows[:2],
             aggregations=("count", "sum", "max", "mean"),
         )
-    run_scenario(settings, tmp_path, n=600)
+    stats = run_scenario(settings, tmp_path, n=600)
+    if emit != "changes" and stores.native() is not None:
+        # the natively fetched records were parsed and applied in the kernel (apply_fetched,
+        # apply_fetched_events), with no Python object per event
+        assert stats["counts"].get("taken_natively", 0) > 0, stats["counts"]
 
 
 def test_input_from_compressing_producers_is_read_whatever_the_codec(

@@ -15,6 +15,7 @@ use crate::monoids::{lift_part, AddOne, Fields, Kind, Spec, Val};
 use crate::overflow::{fits, Guard};
 use crate::py_io::{json_text_of, plain_strs, value_to_py, PyAggregateEncoder, PyEventParser};
 use crate::python::{partial_to_py, val_from_py, val_to_py};
+use crate::record_batch::python::PyKeyedRecords;
 use crate::store_writes::marshal_fields;
 use crate::store_writes::python::{EffectsData, PyEffects};
 use crate::windows::{Group, Rejection, Settings, Source, Windows};
@@ -602,6 +603,74 @@ fn event_value<'py>(py: Python<'py>, value: Value) -> PyResult<EventValue<'py>> 
 
 type FetchedApplied = (PyObject, PyObject, PyObject, PyObject);
 
+/// The events `parser` reads from the records of a fetched chunk whose bytes are `data`
+/// (`parse_many`'s outcomes; the native `EventParser`, or its Python outcome for what it
+/// leaves to Python), each with its record's Kafka timestamp, the offsets as tags;
+/// `(offset, BadEvent)` per malformed record onto `bad`. O(records), a Python object only
+/// for a value that is not a number and for a record left to Python.
+fn parsed_chunk<'a, 'py>(
+    py: Python<'py>,
+    chunk: &'a PyFetchedRecords,
+    data: &'a [u8],
+    parser: &PyEventParser,
+    bad: &mut Vec<(i64, PyObject)>,
+) -> PyResult<Vec<(BatchEvent<'a, 'py>, i64)>> {
+    let bytes = |s: Option<(usize, usize)>| s.map(|(a, b)| &data[a..b]);
+    let mut events = Vec::with_capacity(chunk.records().len());
+    for record in chunk.records() {
+        let kafka_ts = parser.rules.kafka_time.then_some(record.timestamp);
+        let tag = Tag::Offset(record.offset);
+        match parser
+            .rules
+            .parse(bytes(record.key), bytes(record.value), kafka_ts)
+        {
+            Outcome::Event { key, ts, value } => events.push((
+                BatchEvent {
+                    key: match key {
+                        Key::Kafka(s) => Cow::Borrowed(s),
+                        Key::Field(s) => Cow::Owned(s),
+                    },
+                    ts,
+                    value: event_value(py, value)?,
+                    tag,
+                },
+                record.timestamp,
+            )),
+            Outcome::Bad { reason, detail } => {
+                bad.push((record.offset, parser.bad_event.call1(py, (reason, detail))?))
+            }
+            Outcome::Python => {
+                let outcome = parser
+                    .python_outcome
+                    .bind(py)
+                    .call1((chunk.consumer_record(py, record)?,))?;
+                match outcome.downcast::<PyTuple>() {
+                    Ok(event) => {
+                        let (key, ts, value): (String, i64, Bound<'_, PyAny>) = event.extract()?;
+                        let key = Cow::Owned(key);
+                        let value = EventValue::Object(value);
+                        events.push((
+                            BatchEvent {
+                                key,
+                                ts,
+                                value,
+                                tag,
+                            },
+                            record.timestamp,
+                        ))
+                    }
+                    Err(_) => bad.push((record.offset, outcome.unbind())),
+                }
+            }
+        }
+    }
+    Ok(events)
+}
+
+fn pairs_list<'py>(py: Python<'py>, pairs: Vec<(i64, PyObject)>) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, pairs)
+}
+
 /// One fetched chunk parsed and applied (see `PyKeyWindows::apply_fetched`).
 fn apply_fetched_chunk<const N: usize, M>(
     py: Python<'_>,
@@ -615,50 +684,18 @@ fn apply_fetched_chunk<const N: usize, M>(
 where
     M: crate::fiba::Monoid<P = [Val; N]> + Clone,
 {
-    let data = chunk.data(py).as_bytes();
-    let bytes = |s: Option<(usize, usize)>| s.map(|(a, b)| &data[a..b]);
-    let bad = PyList::empty(py);
-    let mut batch: Vec<BatchEvent<'_, '_>> = Vec::with_capacity(chunk.records().len());
-    for record in chunk.records() {
-        let kafka_ts = parser.rules.kafka_time.then_some(record.timestamp);
-        match parser
-            .rules
-            .parse(bytes(record.key), bytes(record.value), kafka_ts)
-        {
-            Outcome::Event { key, ts, value } => batch.push(BatchEvent {
-                key: match key {
-                    Key::Kafka(s) => Cow::Borrowed(s),
-                    Key::Field(s) => Cow::Owned(s),
-                },
-                ts,
-                value: event_value(py, value)?,
-                tag: Tag::Offset(record.offset),
-            }),
-            Outcome::Bad { reason, detail } => {
-                bad.append((record.offset, parser.bad_event.call1(py, (reason, detail))?))?
-            }
-            Outcome::Python => {
-                let outcome = parser
-                    .python_outcome
-                    .bind(py)
-                    .call1((chunk.consumer_record(py, record)?,))?;
-                match outcome.downcast::<PyTuple>() {
-                    Ok(event) => {
-                        let (key, ts, value): (String, i64, Bound<'_, PyAny>) = event.extract()?;
-                        batch.push(BatchEvent {
-                            key: Cow::Owned(key),
-                            ts,
-                            value: EventValue::Object(value),
-                            tag: Tag::Offset(record.offset),
-                        })
-                    }
-                    Err(_) => bad.append((record.offset, outcome))?,
-                }
-            }
-        }
-    }
+    let mut bad = Vec::new();
+    let batch: Vec<BatchEvent<'_, '_>> =
+        parsed_chunk(py, chunk, chunk.data(py).as_bytes(), parser, &mut bad)?
+            .into_iter()
+            .map(|(event, _)| event)
+            .collect();
     let applied = apply_events_batch(py, ctx, guard, w, &batch, &[], now_ms, Output::Buffer)?;
-    Ok(applied.map(|(effects, rejected, last)| (effects, rejected, last, bad.into_any().unbind())))
+    let Some((effects, rejected, last)) = applied else {
+        return Ok(None);
+    };
+    let bad = pairs_list(py, bad)?.into_any().unbind();
+    Ok(Some((effects, rejected, last, bad)))
 }
 
 /// `x` as an int64 when it is an exact int within int64.
@@ -686,17 +723,17 @@ fn event_outcome<const N: usize, M>(
     w: &mut Windows<M>,
     key: &str,
     ts: i64,
-    value: &Bound<'_, PyAny>,
+    value: &EventValue<'_>,
     wall: Option<i128>,
 ) -> PyResult<EventOutcome<[Val; N]>>
 where
     M: crate::fiba::Monoid<P = [Val; N]> + Clone,
 {
-    let lift = lift_value::<N>(py, ctx, value)?;
+    let lift = lift_event::<N>(py, ctx, value)?;
     if matches!(lift, Lift::NotNative) {
         return Ok(EventOutcome::NotNative);
     }
-    let bound = match native_value(value) {
+    let bound = match value.native() {
         Some(v) if ctx.needs_value => guard.value_bound(&v),
         _ => 1,
     };
@@ -734,7 +771,8 @@ where
     M: crate::fiba::Monoid<P = [Val; N]> + Clone,
 {
     let wall = w.wall(now_ms);
-    match event_outcome(py, ctx, guard, w, key, ts, value, wall)? {
+    let value = EventValue::Object(value.clone());
+    match event_outcome(py, ctx, guard, w, key, ts, &value, wall)? {
         EventOutcome::Accepted(t, stored, evicted) => Ok(Some((
             t,
             to_py(py, ctx, &stored)?,
@@ -743,6 +781,111 @@ where
         EventOutcome::Refused(r) => Err(PyErr::from_value(r.into_bound(py))),
         EventOutcome::NotNative => Ok(None),
     }
+}
+
+/// How accepted events' aggregate records are written (`apply_events`,
+/// `apply_fetched_events`): from the native partials (`event_records`) where the native
+/// `AggregateEncoder` and the part names allow it, else by the Python `lower` and the
+/// encoder (the native one called in Rust, or any object's `encode`).
+struct RecordWriter<'a, 'py> {
+    encoder: &'a Bound<'py, PyAny>,
+    native: Option<&'a Bound<'py, PyAggregateEncoder>>,
+    partition: &'a Bound<'py, PyAny>,
+    layout: Option<Layout>,
+    out: Vec<u8>,
+}
+
+impl<'a, 'py> RecordWriter<'a, 'py> {
+    fn new(
+        py: Python<'py>,
+        ctx: &Ctx,
+        encoder: &'a Bound<'py, PyAny>,
+        partition: &'a Bound<'py, PyAny>,
+    ) -> Self {
+        let native = encoder.downcast::<PyAggregateEncoder>().ok();
+        RecordWriter {
+            encoder,
+            native,
+            partition,
+            layout: native.and_then(|native| record_layout(ctx, py, native.get(), partition)),
+            out: Vec::with_capacity(256),
+        }
+    }
+
+    /// `key`'s record after its accepted event at `ts_ms` (`Written`), answering the input
+    /// record at `at` when the event time and the offset are exact ints (only then written
+    /// natively); `objects` gives the key, event time and offset as the encoder's Python
+    /// arguments. O(windows) plus, on the Python path, one `lower` per window.
+    #[allow(clippy::too_many_arguments)]
+    fn write<const N: usize, M>(
+        &mut self,
+        py: Python<'py>,
+        ctx: &Ctx,
+        w: &Windows<M>,
+        identity: &[Val; N],
+        key: &str,
+        ts_ms: i64,
+        at: Option<i64>,
+        objects: impl FnOnce() -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+    ) -> PyResult<Written>
+    where
+        M: crate::fiba::Monoid<P = [Val; N]> + Clone,
+    {
+        let windows = if w.cfg.event_time_end {
+            w.windows_ending(key, w.window_time(ts_ms))
+        } else {
+            w.windows_of(key)
+        };
+        let stream_time = w.stream_time.expect("set by the accepted event");
+        let out = &mut self.out;
+        let written = match (&self.layout, at) {
+            (Some(layout), Some(at)) => layout.write(
+                out,
+                &ctx.spec,
+                key,
+                ts_ms,
+                stream_time,
+                &windows,
+                identity,
+                at,
+            ),
+            _ => false,
+        };
+        if written {
+            return Ok(Written::Native);
+        }
+        let (key, ts, offset) = objects()?;
+        let item = (
+            key,
+            ts,
+            stream_time.into_pyobject(py)?.into_any(),
+            lowered_list(py, ctx, windows)?.into_bound(py),
+            self.partition.clone(),
+            offset,
+        );
+        Ok(Written::Object(match self.native {
+            Some(native) => native.get().encode_item(py, out, item)?,
+            None => self
+                .encoder
+                .call_method1(intern!(py, "encode"), item)?
+                .unbind(),
+        }))
+    }
+
+    /// A record `write` wrote as a Python object.
+    fn object(&self, py: Python<'_>, written: Written) -> PyObject {
+        match written {
+            Written::Native => PyBytes::new(py, &self.out).into_any().unbind(),
+            Written::Object(data) => data,
+        }
+    }
+}
+
+/// A record `RecordWriter::write` wrote: natively into its buffer, or a Python object (the
+/// encoder's bytes).
+enum Written {
+    Native,
+    Object(PyObject),
 }
 
 /// `(effects, keys, event_ts, records, rejected, done)` of `PyKeyWindows::apply_events`.
@@ -764,8 +907,6 @@ fn apply_events_one_by_one<const N: usize, M>(
 where
     M: crate::fiba::Monoid<P = [Val; N]> + Clone,
 {
-    let native_encoder = encoder.downcast::<PyAggregateEncoder>().ok();
-    let encode = intern!(py, "encode");
     let (effects, keys, stamps, records, rejected) = (
         PyList::empty(py),
         PyList::empty(py),
@@ -774,9 +915,8 @@ where
         PyList::empty(py),
     );
     let wall = w.wall(now_ms);
-    let layout = native_encoder.and_then(|native| record_layout(ctx, py, native.get(), partition));
+    let mut writer = RecordWriter::new(py, ctx, encoder, partition);
     let identity = w.monoid().identity();
-    let mut out: Vec<u8> = Vec::with_capacity(256);
     let mut offsets = offsets.try_iter()?;
     let mut done = 0;
     for event in events.try_iter()? {
@@ -786,47 +926,17 @@ where
         let (key, ts, value): (Bound<'_, PyString>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
             event?.extract()?;
         let (key_str, ts_ms) = (key.to_str()?, ts.extract::<i64>()?);
+        let value = EventValue::Object(value);
         match event_outcome(py, ctx, guard, w, key_str, ts_ms, &value, wall)? {
             EventOutcome::NotNative => {
                 return Ok(applied(effects, keys, stamps, records, rejected, done))
             }
             EventOutcome::Refused(r) => rejected.append((&offset, r))?,
             EventOutcome::Accepted(t, stored, evicted) => {
-                let windows = if w.cfg.event_time_end {
-                    w.windows_ending(key_str, w.window_time(ts_ms))
-                } else {
-                    w.windows_of(key_str)
-                };
-                let stream_time = w.stream_time.expect("set by the accepted event");
-                let written = match (&layout, exact_i64(&ts), exact_i64(&offset)) {
-                    (Some(layout), Some(_), Some(at)) => layout.write(
-                        &mut out,
-                        &ctx.spec,
-                        key_str,
-                        ts_ms,
-                        stream_time,
-                        &windows,
-                        &identity,
-                        at,
-                    ),
-                    _ => false,
-                };
-                let data = if written {
-                    PyBytes::new(py, &out).into_any().unbind()
-                } else {
-                    let item = (
-                        key.clone().into_any(),
-                        ts.clone(),
-                        stream_time.into_pyobject(py)?.into_any(),
-                        lowered_list(py, ctx, windows)?.into_bound(py),
-                        partition.clone(),
-                        offset.clone(),
-                    );
-                    match &native_encoder {
-                        Some(native) => native.get().encode_item(py, &mut out, item)?,
-                        None => encoder.call_method1(encode, item)?.unbind(),
-                    }
-                };
+                let at = exact_i64(&ts).and(exact_i64(&offset));
+                let objects = || Ok((key.clone().into_any(), ts.clone(), offset.clone()));
+                let written = writer.write(py, ctx, w, &identity, key_str, ts_ms, at, objects)?;
+                let data = writer.object(py, written);
                 let partial = to_py(py, ctx, &stored)?;
                 effects.append((&offset, &key, t, partial, times_tuple(py, evicted)?))?;
                 keys.append(PyBytes::new(py, key_str.as_bytes()))?;
@@ -858,6 +968,100 @@ fn applied(
         rejected.into_any().unbind(),
         done,
     )
+}
+
+/// `(effects, records, input_ts, rejected, bad, rest)` of `PyKeyWindows::apply_fetched_events`.
+type FetchedEvents = (
+    PyObject,
+    PyKeyedRecords,
+    PyObject,
+    PyObject,
+    PyObject,
+    Option<i64>,
+);
+
+/// One fetched chunk parsed and its events applied one by one (see
+/// `PyKeyWindows::apply_fetched_events`).
+#[allow(clippy::too_many_arguments)]
+fn apply_fetched_events_chunk<const N: usize, M>(
+    py: Python<'_>,
+    ctx: &Ctx,
+    guard: &mut Guard,
+    w: &mut Windows<M>,
+    chunk: &PyFetchedRecords,
+    parser: &PyEventParser,
+    partition: &Bound<'_, PyAny>,
+    encoder: &Bound<'_, PyAny>,
+    now_ms: Option<i64>,
+) -> PyResult<FetchedEvents>
+where
+    M: crate::fiba::Monoid<P = [Val; N]> + Clone,
+{
+    let mut bad = Vec::new();
+    let events = parsed_chunk(py, chunk, chunk.data(py).as_bytes(), parser, &mut bad)?;
+    let (input_ts, rejected) = (PyList::empty(py), PyList::empty(py));
+    let mut records = PyKeyedRecords::default();
+    let mut data = EffectsData::default();
+    // per key: its index in `data.keys` (one Python str per key and call)
+    let mut key_index: HashMap<&str, u32> = HashMap::new();
+    let wall = w.wall(now_ms);
+    let mut writer = RecordWriter::new(py, ctx, encoder, partition);
+    let identity = w.monoid().identity();
+    let mut rest = None;
+    for (event, kafka_ts) in &events {
+        let Tag::Offset(offset) = event.tag else {
+            unreachable!("a fetched event's tag is its offset")
+        };
+        let key = event.key.as_ref();
+        match event_outcome(py, ctx, guard, w, key, event.ts, &event.value, wall)? {
+            EventOutcome::NotNative => {
+                rest = Some(offset);
+                break;
+            }
+            EventOutcome::Refused(r) => rejected.append((offset, r))?,
+            EventOutcome::Accepted(t, stored, evicted) => {
+                let objects = || {
+                    Ok((
+                        PyString::new(py, key).into_any(),
+                        event.ts.into_pyobject(py)?.into_any(),
+                        offset.into_pyobject(py)?.into_any(),
+                    ))
+                };
+                match writer.write(py, ctx, w, &identity, key, event.ts, Some(offset), objects)? {
+                    Written::Native => records.push(key.as_bytes(), &writer.out, event.ts),
+                    Written::Object(record) => {
+                        let record = record.bind(py).downcast::<PyBytes>()?.as_bytes();
+                        records.push(key.as_bytes(), record, event.ts)
+                    }
+                }
+                let index = *key_index.entry(key).or_insert_with(|| {
+                    data.keys.push(PyString::new(py, key).unbind());
+                    (data.keys.len() - 1) as u32
+                });
+                data.offsets.push(offset);
+                data.key_of.push(index);
+                data.times.push(t);
+                marshal_fields(&ctx.spec, &stored, &mut data.partials)
+                    .map_err(PyOverflowError::new_err)?;
+                data.ends.push(data.partials.len());
+                data.evicted.extend_from_slice(&evicted);
+                data.evicted_ends.push(data.evicted.len());
+                input_ts.append(*kafka_ts)?;
+            }
+        }
+    }
+    if let Some(stop) = rest {
+        // the records from `stop` on are the caller's: their bad ones too
+        bad.retain(|(offset, _)| *offset < stop);
+    }
+    Ok((
+        Py::new(py, PyEffects::new(data))?.into_any(),
+        records,
+        input_ts.into_any().unbind(),
+        rejected.into_any().unbind(),
+        pairs_list(py, bad)?.into_any().unbind(),
+        rest,
+    ))
 }
 
 fn load_pairs<const N: usize, M>(
@@ -1067,6 +1271,35 @@ impl PyKeyWindows {
         let (ctx, guard) = (&self.ctx, &mut self.guard);
         with_core!(&mut self.core, w => apply_events_one_by_one(
             py, ctx, guard, w, events, offsets, partition, encoder, now_ms
+        ))
+    }
+
+    /// Parse the records of a fetched chunk (`FetchedRecords`) with `parser` (the native
+    /// `EventParser`, as `apply_fetched` does) and apply their events one by one as
+    /// `apply_events(events, offsets, partition, encoder, now_ms)` does, with no Python
+    /// object per event but its input timestamp: `(effects, records, input_ts, rejected,
+    /// bad, rest)`, the effects one `Effects` buffer of `(offset, key, time, partial bytes,
+    /// evicted times)` (the store codec's `marshal` bytes), the aggregate records one
+    /// `KeyedRecords` buffer of `(key bytes, record bytes, event time)` per accepted event
+    /// (what `OutputQueue.add_records` queues), its input record's Kafka timestamp, `(offset,
+    /// Rejected)` per refused event, `(offset, BadEvent)` per malformed record, and `rest`:
+    /// None, or the offset of the first record not applied (its value has no native partial,
+    /// or int sums might leave int64: nothing changed from it on; the caller's path takes the
+    /// records from there). O(records) plus O(windows) per accepted event.
+    #[pyo3(signature = (chunk, parser, partition, encoder, now_ms=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn apply_fetched_events(
+        &mut self,
+        py: Python<'_>,
+        chunk: PyRef<'_, PyFetchedRecords>,
+        parser: PyRef<'_, PyEventParser>,
+        partition: &Bound<'_, PyAny>,
+        encoder: &Bound<'_, PyAny>,
+        now_ms: Option<i64>,
+    ) -> PyResult<FetchedEvents> {
+        let (ctx, guard) = (&self.ctx, &mut self.guard);
+        with_core!(&mut self.core, w => apply_fetched_events_chunk(
+            py, ctx, guard, w, &chunk, &parser, partition, encoder, now_ms
         ))
     }
 

@@ -407,7 +407,8 @@ pub mod python {
     //! `stores._native.RecordBatchBuilder` (aiokafka's `BatchBuilder` as the producer's
     //! accumulator and sender use it), `QueuedRecords` (records of one partition encoded once,
     //! moved into builders by `fill`), `OutputQueue` (records queued per partition of their
-    //! key) and `murmur2`.
+    //! key), `KeyedRecords` (records made in Rust, queued by `OutputQueue.add_records`) and
+    //! `murmur2`.
     use super::{
         default_partition, kafka_timestamp, now_ms, put_tail, read_tail, PartitionQueue,
         RecordBatch,
@@ -728,6 +729,59 @@ pub mod python {
         }
     }
 
+    /// Keyed output records made in Rust (`KeyWindows.apply_fetched_events`' aggregate
+    /// records), without a Python object each: per record its key's and value's bytes and its
+    /// timestamp; a sequence of `(key, value, timestamp)` tuples (made when asked), which
+    /// `OutputQueue.add_records` queues natively.
+    #[pyclass(module = "stores._native", name = "KeyedRecords", frozen, sequence)]
+    #[derive(Default)]
+    pub struct PyKeyedRecords {
+        bytes: Vec<u8>,
+        /// Per record: where its key ends and where its value ends in `bytes`.
+        ends: Vec<(usize, usize)>,
+        timestamps: Vec<i64>,
+    }
+
+    impl PyKeyedRecords {
+        /// Append the record `key`, `value` at `timestamp`.
+        pub fn push(&mut self, key: &[u8], value: &[u8], timestamp: i64) {
+            self.bytes.extend_from_slice(key);
+            let key_end = self.bytes.len();
+            self.bytes.extend_from_slice(value);
+            self.ends.push((key_end, self.bytes.len()));
+            self.timestamps.push(timestamp);
+        }
+
+        fn get(&self, i: usize) -> (&[u8], &[u8], i64) {
+            let begin = if i == 0 { 0 } else { self.ends[i - 1].1 };
+            let (key_end, end) = self.ends[i];
+            (
+                &self.bytes[begin..key_end],
+                &self.bytes[key_end..end],
+                self.timestamps[i],
+            )
+        }
+    }
+
+    #[pymethods]
+    impl PyKeyedRecords {
+        fn __len__(&self) -> usize {
+            self.ends.len()
+        }
+
+        fn __getitem__<'py>(&self, py: Python<'py>, i: isize) -> PyResult<Bound<'py, PyTuple>> {
+            let n = self.ends.len() as isize;
+            let i = if i < 0 { i + n } else { i };
+            if !(0..n).contains(&i) {
+                return Err(pyo3::exceptions::PyIndexError::new_err(
+                    "record index out of range",
+                ));
+            }
+            let (key, value, timestamp) = self.get(i as usize);
+            (PyBytes::new(py, key), PyBytes::new(py, value), timestamp).into_pyobject(py)
+        }
+    }
+
     /// Records of one topic queued per partition: a keyed record in its key's partition
     /// under Kafka's default partitioner (murmur2), one without a key in the partition given
     /// (modulo the count), in the order queued; `take` hands a partition's over. Timestamps
@@ -811,6 +865,26 @@ pub mod python {
             Ok(least)
         }
 
+        /// Queues the `(key, value, timestamp)` records of `records` (no headers), in order,
+        /// as `add_many` would their lists, with no Python object per record: the least Kafka
+        /// timestamp among them (None if there is none).
+        fn add_records(&mut self, records: PyRef<'_, PyKeyedRecords>) -> Option<i64> {
+            let now = now_ms();
+            let mut least: Option<i64> = None;
+            for i in 0..records.ends.len() {
+                let (key, value, timestamp) = records.get(i);
+                let timestamp = kafka_timestamp(Some(timestamp), now);
+                if let Some(t) = timestamp {
+                    least = Some(least.map_or(t, |l| l.min(t)));
+                }
+                let target = self.target(Some(key), 0);
+                self.queues[target].push(timestamp, |out| {
+                    put_tail(out, Some(key), Some(value), std::iter::empty())
+                });
+            }
+            least
+        }
+
         /// The partitions with records queued, ascending.
         fn partitions(&self) -> Vec<usize> {
             (0..self.queues.len())
@@ -847,6 +921,7 @@ pub mod python {
         m.add_class::<PyQueuedRecords>()?;
         m.add_class::<PyChangelogRecords>()?;
         m.add_class::<PyOutputQueue>()?;
+        m.add_class::<PyKeyedRecords>()?;
         m.add_function(wrap_pyfunction!(murmur2, m)?)
     }
 }

@@ -300,7 +300,9 @@ pub mod python {
 
     /// The store effects of a batch in one buffer, as the kernel made them: per effect its
     /// input offset, its key (an index into `keys`), its window time and its partial's bytes
-    /// (the codec's, `marshal_fields`) in `partials` up to `ends[i]`.
+    /// (the codec's, `marshal_fields`) in `partials` up to `ends[i]`; with evictions (an
+    /// event applied as `apply_one`), the times it evicted in `evicted` up to
+    /// `evicted_ends[i]` (`evicted_ends` empty: none evicted, effects of 4 items).
     #[derive(Default)]
     pub struct EffectsData {
         pub offsets: Vec<i64>,
@@ -309,6 +311,8 @@ pub mod python {
         pub times: Vec<i64>,
         pub partials: Vec<u8>,
         pub ends: Vec<usize>,
+        pub evicted: Vec<i64>,
+        pub evicted_ends: Vec<usize>,
     }
 
     impl EffectsData {
@@ -316,10 +320,20 @@ pub mod python {
             let begin = if i == 0 { 0 } else { self.ends[i - 1] };
             &self.partials[begin..self.ends[i]]
         }
+
+        /// The times effect `i` evicted (none without evictions).
+        fn evicted(&self, i: usize) -> &[i64] {
+            if self.evicted_ends.is_empty() {
+                return &[];
+            }
+            let begin = if i == 0 { 0 } else { self.evicted_ends[i - 1] };
+            &self.evicted[begin..self.evicted_ends[i]]
+        }
     }
 
-    /// `(offset, key, time, partial bytes)` effects of one batch without a Python object
-    /// each (`KeyWindows.apply_fetched`): a sequence of them (an item is made as a tuple
+    /// `(offset, key, time, partial bytes)` effects of one batch, or `(..., evicted times)`
+    /// ones of events applied one by one, without a Python object each
+    /// (`KeyWindows.apply_fetched`, `apply_fetched_events`): a sequence of them (an item is made as a tuple
     /// when asked; a slice is a view), which `write_effects` reads natively.
     #[pyclass(module = "stores._native", name = "Effects", frozen, sequence)]
     pub struct PyEffects {
@@ -340,13 +354,17 @@ pub mod python {
 
         fn item<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyTuple>> {
             let d = &self.data;
-            (
+            let (offset, key, time, partial) = (
                 d.offsets[i],
                 d.keys[d.key_of[i] as usize].clone_ref(py),
                 d.times[i],
                 PyBytes::new(py, d.partial(i)),
-            )
-                .into_pyobject(py)
+            );
+            if d.evicted_ends.is_empty() {
+                return (offset, key, time, partial).into_pyobject(py);
+            }
+            let evicted = PyTuple::new(py, d.evicted(i))?;
+            (offset, key, time, partial, evicted).into_pyobject(py)
         }
     }
 
@@ -483,7 +501,13 @@ pub mod python {
             let d = &buffer.data;
             for i in buffer.start..buffer.end {
                 let key = d.keys[d.key_of[i] as usize].bind(py).to_str()?;
-                writer.write(d.offsets[i], key.as_bytes(), d.times[i], d.partial(i), &[])?;
+                writer.write(
+                    d.offsets[i],
+                    key.as_bytes(),
+                    d.times[i],
+                    d.partial(i),
+                    d.evicted(i),
+                )?;
             }
             return Ok(());
         }
