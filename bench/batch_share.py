@@ -24,6 +24,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+import stores
 from agents.records import aggregate_encoder
 from bench.bench_broker import BenchBroker
 from bench.worker_harness import KEYS, event_stream, scenario_settings
@@ -37,9 +38,14 @@ from stores.window_store import MarshalStateCodec, WindowStore
 PARTITIONS = 4
 
 
+NO_NATIVE = "this build has none (FIBA_PURE_PYTHON=1, or installed without Rust)"
+
+
 async def run_once(occupancy: int, events: int, batch: int, state_dir: Path) -> dict[str, float]:
     """CPU µs per event of each call over ``events`` events in batches of ``batch``, and the
     write-outs (``write_outs``)."""
+    if stores.native() is None:
+        raise SystemExit(f"bench.batch_share prices the native kernel's calls: {NO_NATIVE}")
     offline = BenchBroker("127.0.0.1:1", "kafka", "none")  # no broker: settings only
     settings = scenario_settings(offline, occupancy, "batch", state_dir)
     settings = replace(settings, partitions=PARTITIONS)

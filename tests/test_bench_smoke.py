@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import stores
 from bench.bursty import BurstySpec, bursty_stream, window_statistics
 from bench.cli import bench
 from bench.experiments import EXPERIMENTS
@@ -421,6 +422,7 @@ def test_broker_benchmark_results_record_the_command_machine_and_date(
     assert document["results"] == [{"scenario": "event"}]
 
 
+@pytest.mark.skipif(stores.native() is None, reason="bench.batch_share prices native calls")
 async def test_batch_share_prices_each_call_on_a_store_without_kafka(tmp_path) -> None:
     """``bench.batch_share`` runs the store's calls offline (``stores.null_changelog``): every
     call is priced and the store restores its partitions from the empty changelog."""
@@ -429,6 +431,18 @@ async def test_batch_share_prices_each_call_on_a_store_without_kafka(tmp_path) -
     figures = await run_once(occupancy=10, events=400, batch=100, state_dir=tmp_path)
     calls = {"apply_encoded", "lowered_windows", "encode_many", "record_many", "send_changes"}
     assert calls <= set(figures) and all(figures[name] > 0 for name in calls)
+
+
+async def test_batch_share_says_in_one_line_that_it_needs_the_native_core(
+    tmp_path, monkeypatch
+) -> None:
+    """Under the pure-Python build ``bench.batch_share`` stops with one line (it failed with an
+    ``AttributeError`` on the Python windows, which have no ``apply_encoded``)."""
+    from bench import batch_share
+
+    monkeypatch.setattr(batch_share.stores, "native", lambda: None)
+    with pytest.raises(SystemExit, match="prices the native kernel's calls: this build has none"):
+        await batch_share.run_once(occupancy=10, events=40, batch=10, state_dir=tmp_path)
 
 
 def test_worker_pipeline_micro_measures_the_window_work_offline() -> None:
