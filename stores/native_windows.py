@@ -284,20 +284,25 @@ class NativeKeyWindows:
         parse and ``apply_encoded`` instead: ``chunk`` is not a ``FetchedRecords``, ``parser``
         is None, ``codec`` is not the ``marshal`` one, or the state is (or must move) on the
         Python path."""
-        native = stores.native()
-        if (
-            self._python is not None
-            or parser is None
-            or codec.format != MARSHAL_FORMAT
-            or native is None
-            or not isinstance(chunk, native.FetchedRecords)
-        ):
+        if not self._takes_fetched(chunk, parser, codec):
             return None
         applied = self._core.apply_fetched(chunk, parser, self._now())
         if applied is None:
             return None
         effects, rejected, last, bad = applied
         return AppliedBatch(effects, rejected, last), bad
+
+    def _takes_fetched(self, chunk: Any, parser: Any, codec: PartialCodec) -> bool:
+        """Whether the kernel can parse and apply ``chunk`` itself: a native ``FetchedRecords``
+        with a native ``parser``, the ``marshal`` codec, and the state on the native path."""
+        native = stores.native()
+        return (
+            self._python is None
+            and parser is not None
+            and codec.format == MARSHAL_FORMAT
+            and native is not None
+            and isinstance(chunk, native.FetchedRecords)
+        )
 
     def apply_fetched_events(
         self, chunk: Any, parser: Any, codec: PartialCodec, partition: int, encoder: Any
@@ -312,14 +317,7 @@ class NativeKeyWindows:
         ``apply_events``: a value needs the Python path; nothing changed from there). None,
         with nothing changed, where ``apply_fetched`` answers None for ``chunk``, ``parser``
         and ``codec``."""
-        native = stores.native()
-        if (
-            self._python is not None
-            or parser is None
-            or codec.format != MARSHAL_FORMAT
-            or native is None
-            or not isinstance(chunk, native.FetchedRecords)
-        ):
+        if not self._takes_fetched(chunk, parser, codec):
             return None
         return FetchedEvents(
             *self._core.apply_fetched_events(chunk, parser, partition, encoder, self._now())
