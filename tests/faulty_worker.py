@@ -17,7 +17,7 @@ import os
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
-from agents import batched_send
+from agents import batched_send, kafka_changelog, transactions
 from agents.batched_send import OutputRecord
 from app.settings import load_settings
 from app.worker import Worker, build_worker, serve
@@ -86,17 +86,26 @@ def delay_changelog(topic: str, delay: float) -> None:
     """Each hand-over of changelog records (to ``topic``) waits ``delay`` seconds first, as on
     a cluster where the changelog's leader is slow: the outputs handed over before it are
     acknowledged (at-least-once) or open in the same transaction (exactly-once) meanwhile, so
-    a SIGKILL then finds outputs whose state the changelog does not have yet."""
-    send = batched_send.send_output_records
+    a SIGKILL then finds outputs whose state the changelog does not have yet. It wraps
+    ``send_records`` where the changelog links call it (``agents.kafka_changelog``,
+    ``agents.transactions``): with native builders it does not go through
+    ``send_output_records``."""
+    for module in (kafka_changelog, transactions):
+        module.send_records = delayed(module.send_records, topic, delay)  # type: ignore[attr-defined]
+
+
+def delayed(send: Any, topic: str, delay: float) -> Any:
+    """``send`` (``agents.batched_send.send_records``) waiting ``delay`` seconds first when
+    its topic is ``topic``."""
 
     async def send_slowly(
-        producer: Any, target: str, partition: int, records: Iterable[OutputRecord]
+        producer: Any, target: str, partition: int, records: Any
     ) -> Awaitable[Any] | None:
         if target == topic:
             await asyncio.sleep(delay)
         return await send(producer, target, partition, records)
 
-    batched_send.send_output_records = send_slowly  # type: ignore[assignment]
+    return send_slowly
 
 
 def inject_input_fault(worker: Worker, fault_partition: int, fault_offset: int) -> None:
