@@ -102,14 +102,16 @@ SMOKE = replace(
     occupancies=(100,),
     latency_occupancy=100,
     pipeline_events=100_000,
-    floor_events=600_000,
-    scale_events=20_000,
+    floor_events=300_000,
+    peer_events=48_000,
+    latency_seconds=(0.5, 1.0),
+    scale_events=10_000,
     memory_entries=20_000,
 )
 """The quick plan made smaller: k = 100 (windows pre-filled with 10^4 events, not 10^5), and
 worker cells long enough to be measured at once (with ``MEASURED_S`` below, no cell is run
 again on a longer stream)."""
-MEASURED_S = 0.2
+MEASURED_S = 0.05
 """The smoke's ``worker_harness.MIN_MEASURED_S``: its figures are not used."""
 
 
