@@ -19,7 +19,7 @@ import statistics
 import struct
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,6 +38,7 @@ from stores.changelog import (
     key_prefix,
 )
 from stores.key_windows import WindowConfig
+from stores.null_changelog import NullChangelog
 from stores.window_store import MarshalStateCodec, WindowStore, replay_changelog
 
 KEYS = 100
@@ -114,48 +115,14 @@ class Workload:
         }
 
 
-class _NoReader:
-    """A ``ChangelogReading`` of an empty changelog."""
-
-    position = 0
-
-    async def __aenter__(self) -> _NoReader:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-    async def read(self, tp: Any, start: int, timeout: float = 30.0) -> AsyncIterator[list[Any]]:
-        for _ in ():
-            yield []
-
-
-class BatchingLink:
+class BatchingLink(NullChangelog):
     """A ``ChangelogLink`` that appends what the store hands over to record batches, as the
-    real link does before sending, and sends nothing."""
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
+    real link does before sending, and sends nothing (nothing to read back either)."""
 
     async def send_records(
         self, topic: str, partition: int, records: Sequence[tuple[bytes, bytes | None]]
     ) -> None:
         append_all(records)
-
-    async def flush(self) -> None:
-        return None
-
-    def reader(self) -> _NoReader:
-        return _NoReader()
-
-    def consumer(self, fetch_max_wait_ms: int) -> Any:
-        raise NotImplementedError("no standbys offline")
-
-    def on_standbys(self, follow: Any) -> None:
-        return None
 
 
 async def time_store(work: Workload, state_dir: Path) -> float:

@@ -41,6 +41,13 @@ needs_native = pytest.mark.skipif(
 )
 
 
+def kernel_parts(config: WindowConfig) -> tuple[EventParser, MarshalStateCodec, Any]:
+    """What a kernel call on windows of ``config`` takes besides them: the default settings'
+    event parser, the state codec and the native aggregate encoder."""
+    encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
+    return EventParser(Settings()), MarshalStateCodec(config.composed), encoder
+
+
 def fetched(records: list[Record]) -> Any:
     """``records`` (consecutive offsets) as the chunk the consumer hands over for them."""
     builder = BatchBuilder(1 << 20, 0, is_transactional=False)
@@ -75,8 +82,7 @@ def log_of(applied: Any, bad: list) -> tuple:
 
 
 def compare(config: Any, slices: list[tuple[int, list[Record]]]) -> None:
-    parser = EventParser(Settings())
-    codec = MarshalStateCodec(config.composed)
+    parser, codec, _ = kernel_parts(config)
     clocks = Clock(), Clock()
     reference = NativeKeyWindows(config, emit="batch", clock=clocks[0])
     windows = NativeKeyWindows(config, emit="batch", clock=clocks[1])
@@ -125,8 +131,7 @@ def test_the_call_declines_what_it_cannot_take() -> None:
     from stores.window_store import PartialCodec
 
     config = WindowConfig.from_settings(Settings())
-    parser = EventParser(Settings())
-    codec = MarshalStateCodec(config.composed)
+    parser, codec, _ = kernel_parts(config)
     records = [Record(b"a", b'{"ts": 5, "value": 1}', 1_000, 10)]
     windows = NativeKeyWindows(config, emit="batch")
     assert windows.apply_fetched(RecordList(records), parser.native_parser, codec) is None
@@ -190,9 +195,7 @@ def fetched_events(
 
 
 def compare_events(config: Any, slices: list[tuple[int, list[Record]]], native: bool) -> None:
-    parser = EventParser(Settings())
-    codec = MarshalStateCodec(config.composed)
-    encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
+    parser, codec, encoder = kernel_parts(config)
     if not native:  # the Python encoder, called from the kernel
         encoder = AggregateEncoder(config.aggregations, config.lowered_is_aggregates)
     clocks = Clock(), Clock()
@@ -238,9 +241,7 @@ def test_fetched_events_keep_no_python_object_per_event() -> None:
     the parsed tuples, partials, effect tuples, keys, event times and record bytes of
     ``parse_many`` + ``apply_events`` (which keep about 14 blocks per event)."""
     config = WindowConfig.from_settings(Settings())
-    parser = EventParser(Settings())
-    codec = MarshalStateCodec(config.composed)
-    encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
+    parser, codec, encoder = kernel_parts(config)
     records = [
         Record(f"k{i % 3}".encode(), f'{{"ts": {i * 7}, "value": {i}.5}}'.encode(), 1_000, 10 + i)
         for i in range(200)
@@ -279,8 +280,7 @@ def test_the_effects_buffer_is_written_as_its_tuples_would_be(tmp_path: Path) ->
     ``WindowStore.record_many`` reads it natively and writes what the same effects as a list
     of tuples write."""
     config = WindowConfig.from_settings(Settings())
-    parser = EventParser(Settings())
-    codec = MarshalStateCodec(config.composed)
+    parser, codec, _ = kernel_parts(config)
     records = [
         Record(f"k{i % 3}é".encode(), f'{{"ts": {i * 7}, "value": {i}}}'.encode(), 1_000, 10 + i)
         for i in range(50)
@@ -310,9 +310,7 @@ def test_an_effects_buffer_with_evictions_is_written_as_its_tuples_would_be(
     config = WindowConfig.from_settings(
         replace(Settings(), retention=100, windows=(WindowSpec("w", 50),))
     )
-    parser = EventParser(Settings())
-    codec = MarshalStateCodec(config.composed)
-    encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
+    parser, codec, encoder = kernel_parts(config)
     records = [
         Record(f"k{i % 2}".encode(), f'{{"ts": {i * 40}, "value": {i}}}'.encode(), 1_000, 10 + i)
         for i in range(20)
@@ -334,9 +332,7 @@ def test_the_records_buffer_is_queued_as_its_lists_would_be() -> None:
     record, event time)``; ``OutputQueue.add_records`` queues it as ``add_many`` queues the
     same records as lists (same partitions, bytes, timestamps, least timestamp)."""
     config = WindowConfig.from_settings(Settings())
-    parser = EventParser(Settings())
-    codec = MarshalStateCodec(config.composed)
-    encoder = aggregate_encoder(config.aggregations, config.lowered_is_aggregates)
+    parser, codec, encoder = kernel_parts(config)
     records = [
         Record(f"k{i % 7}".encode(), f'{{"ts": {i * 7}, "value": {i}}}'.encode(), 1_000, 10 + i)
         for i in range(50)

@@ -799,6 +799,27 @@ pub mod python {
                 None => partition.rem_euclid(partitions as i64) as usize,
             }
         }
+
+        /// Queues one record without headers, its Kafka timestamp `kafka_timestamp(timestamp,
+        /// now)`, and lowers `least` to that timestamp.
+        fn push_plain(
+            &mut self,
+            key: Option<&[u8]>,
+            value: Option<&[u8]>,
+            timestamp: Option<i64>,
+            now: i64,
+            partition: i64,
+            least: &mut Option<i64>,
+        ) {
+            let timestamp = kafka_timestamp(timestamp, now);
+            if let Some(t) = timestamp {
+                *least = Some(least.map_or(t, |l| l.min(t)));
+            }
+            let target = self.target(key, partition);
+            self.queues[target].push(timestamp, |out| {
+                put_tail(out, key, value, std::iter::empty())
+            });
+        }
     }
 
     #[pymethods]
@@ -853,14 +874,9 @@ pub mod python {
             for i in 0..n {
                 let key: Option<PyBackedBytes> = keys.get_item(i)?.extract()?;
                 let value: Option<PyBackedBytes> = values.get_item(i)?.extract()?;
-                let timestamp = kafka_timestamp(timestamps.get_item(i)?.extract()?, now);
-                if let Some(t) = timestamp {
-                    least = Some(least.map_or(t, |l| l.min(t)));
-                }
-                let target = self.target(key.as_deref(), partition);
-                self.queues[target].push(timestamp, |out| {
-                    put_tail(out, key.as_deref(), value.as_deref(), std::iter::empty())
-                });
+                let timestamp = timestamps.get_item(i)?.extract()?;
+                let (key, value) = (key.as_deref(), value.as_deref());
+                self.push_plain(key, value, timestamp, now, partition, &mut least);
             }
             Ok(least)
         }
@@ -873,14 +889,7 @@ pub mod python {
             let mut least: Option<i64> = None;
             for i in 0..records.ends.len() {
                 let (key, value, timestamp) = records.get(i);
-                let timestamp = kafka_timestamp(Some(timestamp), now);
-                if let Some(t) = timestamp {
-                    least = Some(least.map_or(t, |l| l.min(t)));
-                }
-                let target = self.target(Some(key), 0);
-                self.queues[target].push(timestamp, |out| {
-                    put_tail(out, Some(key), Some(value), std::iter::empty())
-                });
+                self.push_plain(Some(key), Some(value), Some(timestamp), now, 0, &mut least);
             }
             least
         }
