@@ -102,10 +102,14 @@ def delayed(send: Any, topic: str, delay: float) -> Any:
         producer: Any, target: str, partition: int, records: Any
     ) -> Awaitable[Any] | None:
         if target == topic:
-            await asyncio.sleep(delay)
+            await wait(delay)
         return await send(producer, target, partition, records)
 
     return send_slowly
+
+
+wait = asyncio.sleep
+"""How ``delayed`` waits (a test counts its calls)."""
 
 
 def inject_input_fault(worker: Worker, fault_partition: int, fault_offset: int) -> None:

@@ -26,6 +26,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from click.testing import CliRunner
 
+from agents import kafka_changelog, transactions
 from agents.kafka_changelog import ChangelogReader, KafkaChangelog
 from agents.transactions import NotOwned, PartitionTransactions
 from app.brokers.process import free_port
@@ -34,6 +35,7 @@ from app.demo import settings_environ
 from app.settings import Settings
 from app.topics import create_topics
 from bench.chaos import Outcome, parse_args, run
+from tests import faulty_worker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(400)]
 
@@ -78,6 +80,39 @@ def test_the_same_kills_under_at_least_once_repeat_outputs(
     outcome = chaos("at_least_once", kafka_bootstrap, tmp_path)
     assert outcome.exact, outcome.summary()
     assert outcome.duplicates > 0, outcome.summary()
+
+
+def test_the_slow_changelog_fault_delays_each_changelog_hand_over_on_either_build(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fault the two tests above depend on: once ``delay_changelog`` is in place, every
+    changelog hand-over of a link (here ``KafkaChangelog``'s) waits, and no other send does. With native builders ``send_records``
+    bypasses ``send_output_records``, which the fault once wrapped: then, under the native
+    build, no hand-over waited, and the twin saw no repeat in CI."""
+    settings = replace(eos_settings(kafka_bootstrap), processing_guarantee="at_least_once")
+    waits: list[float] = []
+
+    async def wait(delay: float) -> None:
+        waits.append(delay)
+
+    for module in (kafka_changelog, transactions):  # restored after the test
+        monkeypatch.setattr(module, "send_records", module.send_records)
+    monkeypatch.setattr(faulty_worker, "wait", wait)
+    faulty_worker.delay_changelog(settings.changelog_topic, 0.25)
+
+    async def scenario() -> None:
+        await create_topics(settings)
+        link = KafkaChangelog(settings)
+        await link.start()
+        try:
+            await link.send_records(settings.changelog_topic, 0, [(b"a", b"1")])
+            await link.send_records(settings.aggregates_topic, 0, [(b"a", b"1")])
+            await link.flush()
+        finally:
+            await link.stop()
+
+    asyncio.run(scenario())
+    assert waits == [0.25]
 
 
 def test_exactly_once_on_a_broker_without_transactions_stops_the_worker_at_start(
