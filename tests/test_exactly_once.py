@@ -86,9 +86,10 @@ def test_the_slow_changelog_fault_delays_each_changelog_hand_over_on_either_buil
     kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The fault the two tests above depend on: once ``delay_changelog`` is in place, every
-    changelog hand-over of a link (here ``KafkaChangelog``'s) waits, and no other send does. With native builders ``send_records``
-    bypasses ``send_output_records``, which the fault once wrapped: then, under the native
-    build, no hand-over waited, and the twin saw no repeat in CI."""
+    changelog hand-over of a link (here ``KafkaChangelog``'s) waits, and no other send does.
+    With native builders ``send_records`` bypasses ``send_output_records``, which the fault
+    once wrapped: then, under the native build, no hand-over waited, and the twin saw no
+    repeat in CI."""
     settings = replace(eos_settings(kafka_bootstrap), processing_guarantee="at_least_once")
     waits: list[float] = []
 
