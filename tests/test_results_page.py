@@ -47,18 +47,19 @@ def test_a_changed_result_changes_the_page(tmp_path, monkeypatch):
         if row["scenario"] == "quix":
             row["events_per_s"] = 123_456.0
     (tmp_path / "peers.json").write_text(json.dumps(peers))
-    jvm_peers = json.loads((tmp_path / "peers_kafka.json").read_text())
-    for row in jvm_peers["results"]:
+    goals = json.loads((tmp_path / results_page.GOALS).read_text())
+    (peers_part,) = [part for part in goals["results"] if part["part"] == "peers"]
+    for row in peers_part["rows"]:
         if row["scenario"] == "flink":
             row["events_per_s"] = 654_321.0
         if row["scenario"] == "quix":
             row["events_per_s"] = 111_222.0
-    (tmp_path / "peers_kafka.json").write_text(json.dumps(jvm_peers))
+    (tmp_path / results_page.GOALS).write_text(json.dumps(goals))
     monkeypatch.setattr(results_page, "RESULTS", tmp_path)
     page, _ = results_page.render()
     assert "123,456 (" in page
     readme = results_page.readme_with_peers(results_page.README.read_text())
-    assert "654,321 (" in readme and "111,222 (" in readme  # from peers_kafka.json
+    assert "654,321 (" in readme and "111,222 (" in readme  # from the goals run's peers part
     assert "123,456" not in readme  # the embedded broker's run is on the page only
     assert re.search(r"^- (\w[\w ]*, )*machine(, [\w ]+)*: not recorded$", page, re.M)
 
