@@ -131,6 +131,27 @@ def test_a_broker_whose_chosen_port_is_taken_starts_on_fresh_ports_and_a_given_o
         given.log_path.unlink()
 
 
+def test_a_broker_on_a_given_port_whose_controller_port_is_taken_starts_on_a_fresh_one(
+    monkeypatch,
+):
+    """The controller's port is chosen free by every ``prepare`` even when the client port is
+    given, and can be taken before the JVM binds it (CI: "Address already in use" for it, and
+    the test's broker on a given port failed): the broker starts again on a fresh controller
+    port, its given client port kept."""
+    given = free_port()
+    choose = apache_kafka.free_port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as occupier:
+        occupier.bind(("127.0.0.1", 0))
+        occupier.listen()
+        taken = occupier.getsockname()[1]
+        first = iter([taken])
+        monkeypatch.setattr(apache_kafka, "free_port", lambda host: next(first, 0) or choose(host))
+        with KafkaBroker(port=given) as broker:
+            assert broker.port == given and broker.controller_port != taken
+            assert "Address already in use" in broker.log_path.read_text()
+            assert apache_kafka.run_in_thread(broker.bootstrap, 10.0)
+
+
 def test_a_broker_not_ready_in_time_is_one_broker_error_with_its_log_kept(tmp_path):
     """A JVM that is not ready within ``start_timeout`` (a loaded machine) is stopped and
     reported as one ``BrokerError`` naming its log, which is kept for reading (the stop that

@@ -34,7 +34,13 @@ from aiokafka.client import AIOKafkaClient
 
 from app.brokers.kafka_jars import KAFKA_VERSION, kafka_jars, require_tool
 from app.brokers.kafka_sasl import SaslListener
-from app.brokers.process import BrokerError, BrokerProcess, free_port, wait_for_port
+from app.brokers.process import (
+    BrokerError,
+    BrokerProcess,
+    free_port,
+    port_is_free,
+    wait_for_port,
+)
 
 BROKER_CONFIG: dict[str, str] = {
     "process.roles": "broker,controller",
@@ -170,10 +176,17 @@ class KafkaBroker(BrokerProcess):
         self._java = ""
 
     def choose_ports(self) -> None:
-        """Fresh client and SASL ports (the controller's is chosen by every ``prepare``)."""
+        """Fresh client and SASL ports where they were chosen here (the controller's is chosen
+        by every ``prepare``)."""
         super().choose_ports()
         if self.sasl is not None and not self.sasl.port:
             self.sasl_port = free_port(self.host)
+
+    def may_start_again(self) -> bool:
+        """Also with a given client port while it is free: then another port failed, such as
+        the controller's, which every ``prepare`` chooses (CI once saw a broker on a given port
+        exit on "Address already in use" for its controller port)."""
+        return super().may_start_again() or port_is_free(self.host, self.port)
 
     @property
     def sasl_bootstrap(self) -> str:

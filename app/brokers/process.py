@@ -46,6 +46,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a listener could bind ``host:port`` right now (as a broker binds it,
+    ``SO_REUSEADDR``: only another listener makes it taken)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def wait_for_port(host: str, port: int, timeout: float) -> bool:
     """Poll until ``host:port`` accepts a TCP connection; ``False`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -157,15 +169,22 @@ class BrokerProcess:
         """Remove what ``prepare`` made for this run only (nothing by default)."""
 
     def choose_ports(self) -> None:
-        """Choose fresh free ports for the ones this broker chose itself (``ports_chosen``)."""
-        self.port = free_port(self.host)
+        """Choose fresh free ports for the ones this broker chose itself (``ports_chosen``);
+        a given port is kept."""
+        if self.ports_chosen:
+            self.port = free_port(self.host)
+
+    def may_start_again(self) -> bool:
+        """Whether a start whose broker exited before it was ready is worth another on fresh
+        ports (``choose_ports``): the ports were chosen here."""
+        return self.ports_chosen
 
     def start(self) -> BrokerProcess:
         """Start the broker and wait until it is ready; raise ``BrokerError`` if not (within
         ``start_timeout`` seconds per attempt, preparation excluded). A broker on ports it
         chose itself that exits before it is ready is started again on fresh ports, up to
         ``PORT_ATTEMPTS`` times in all (a chosen port can be taken before the broker binds
-        it); a given port is never changed."""
+        it; ``may_start_again``); a given port is never changed."""
         if self.running:
             return self
         for attempt in range(1, PORT_ATTEMPTS + 1):
@@ -185,7 +204,7 @@ class BrokerProcess:
                 return self
             exited = not self.running
             self.stop(keep_log=True)
-            if not (exited and self.ports_chosen) or attempt == PORT_ATTEMPTS:
+            if not (exited and self.may_start_again()) or attempt == PORT_ATTEMPTS:
                 break
             self.choose_ports()
         raise BrokerError(
