@@ -81,11 +81,28 @@ def log_of(applied: Any, bad: list) -> tuple:
     )
 
 
+def twin_windows(config: WindowConfig, emit: str) -> tuple[Any, Any, tuple[Clock, Clock]]:
+    """Two empty native windows of ``config``, the former path's and the one under test, and
+    their test clocks (one each, moved alike by the comparisons)."""
+    clocks = Clock(), Clock()
+    reference = NativeKeyWindows(config, emit=emit, clock=clocks[0])
+    return reference, NativeKeyWindows(config, emit=emit, clock=clocks[1]), clocks
+
+
+def assert_same_state(windows: Any, reference: Any) -> None:
+    """``windows`` hold what ``reference`` holds: stream time, keys, entries, and which
+    partitions moved to the Python path."""
+    assert windows.stream_time == reference.stream_time
+    assert list(windows) == list(reference)
+    for key in KEYS:
+        if key in reference:
+            assert windows.entries(key) == reference.entries(key)
+    assert windows.native == reference.native
+
+
 def compare(config: Any, slices: list[tuple[int, list[Record]]]) -> None:
     parser, codec, _ = kernel_parts(config)
-    clocks = Clock(), Clock()
-    reference = NativeKeyWindows(config, emit="batch", clock=clocks[0])
-    windows = NativeKeyWindows(config, emit="batch", clock=clocks[1])
+    reference, windows, clocks = twin_windows(config, "batch")
     for move, records in slices:
         for clock in clocks:
             clock.now += move / 1000
@@ -95,12 +112,7 @@ def compare(config: Any, slices: list[tuple[int, list[Record]]]) -> None:
         if taken is None:  # as the pipeline does
             taken = parsed_then_applied(windows, parser, chunk, codec)
         assert log_of(*taken) == expected
-    assert windows.stream_time == reference.stream_time
-    assert list(windows) == list(reference)
-    for key in KEYS:
-        if key in reference:
-            assert windows.entries(key) == reference.entries(key)
-    assert windows.native == reference.native
+    assert_same_state(windows, reference)
 
 
 CHECKS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -198,21 +210,14 @@ def compare_events(config: Any, slices: list[tuple[int, list[Record]]], native: 
     parser, codec, encoder = kernel_parts(config)
     if not native:  # the Python encoder, called from the kernel
         encoder = AggregateEncoder(config.aggregations, config.lowered_is_aggregates)
-    clocks = Clock(), Clock()
-    reference = NativeKeyWindows(config, emit="event", clock=clocks[0])
-    windows = NativeKeyWindows(config, emit="event", clock=clocks[1])
+    reference, windows, clocks = twin_windows(config, "event")
     for move, records in slices:
         for clock in clocks:
             clock.now += move / 1000
         chunk = fetched(records)
         expected = parsed_then_applied_events(reference, parser, chunk, encoder, codec)
         assert fetched_events(windows, parser, chunk, encoder, codec) == expected
-    assert windows.stream_time == reference.stream_time
-    assert list(windows) == list(reference)
-    for key in KEYS:
-        if key in reference:
-            assert windows.entries(key) == reference.entries(key)
-    assert windows.native == reference.native
+    assert_same_state(windows, reference)
 
 
 @needs_native
