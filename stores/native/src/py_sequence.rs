@@ -1,6 +1,7 @@
 //! The `__getitem__` of the native sequence views (`Effects`, `FetchedRecords`): a Python
 //! index or step-1 slice resolved against a view's length, as a list resolves it, with the
-//! errors naming the items. O(1).
+//! errors naming the items; `item_index` alone for a sequence indexed by int only
+//! (`KeyedRecords`). O(1).
 
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
@@ -29,11 +30,20 @@ impl SequenceIndex {
             let stop = indices.stop.max(indices.start);
             return Ok(SequenceIndex::Slice(indices.start as usize, stop as usize));
         }
-        let i: isize = index.extract()?;
-        let i = if i < 0 { i + len as isize } else { i };
-        match usize::try_from(i) {
-            Ok(i) if i < len => Ok(SequenceIndex::Item(i)),
-            _ => Err(PyIndexError::new_err(format!("{what} index out of range"))),
-        }
+        Ok(SequenceIndex::Item(item_index(
+            index.extract()?,
+            len,
+            what,
+        )?))
+    }
+}
+
+/// The position of the item at Python index `i` of a sequence of `len` items (a negative
+/// index counted from the end), or IndexError `"<what> index out of range"`.
+pub(crate) fn item_index(i: isize, len: usize, what: &str) -> PyResult<usize> {
+    let i = if i < 0 { i + len as isize } else { i };
+    match usize::try_from(i) {
+        Ok(i) if i < len => Ok(i),
+        _ => Err(PyIndexError::new_err(format!("{what} index out of range"))),
     }
 }

@@ -770,14 +770,8 @@ pub mod python {
         }
 
         fn __getitem__<'py>(&self, py: Python<'py>, i: isize) -> PyResult<Bound<'py, PyTuple>> {
-            let n = self.ends.len() as isize;
-            let i = if i < 0 { i + n } else { i };
-            if !(0..n).contains(&i) {
-                return Err(pyo3::exceptions::PyIndexError::new_err(
-                    "record index out of range",
-                ));
-            }
-            let (key, value, timestamp) = self.get(i as usize);
+            let i = crate::py_sequence::item_index(i, self.ends.len(), "record")?;
+            let (key, value, timestamp) = self.get(i);
             (PyBytes::new(py, key), PyBytes::new(py, value), timestamp).into_pyobject(py)
         }
     }
