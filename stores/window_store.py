@@ -884,7 +884,11 @@ class WindowStore:
         two (``paced``: a pause of ``WRITE_OUT_PAUSE_S`` while nothing waits for it, see
         ``_finish_write_out``); the first deletes the checkpoint, the last writes the applied
         offset. An interrupted write-out (abandon, cancellation, error) leaves the copy without
-        checkpoint for good: ``local_complete`` is cleared. O(p log p) to sort, then
+        checkpoint for good: ``local_complete`` is cleared. The pieces skip RocksDB's WAL
+        (``_NO_WAL``): the copy counts only with a checkpoint, which ``flush`` writes after
+        flushing the memtables; a crash before loses a suffix of the pieces (RocksDB persists
+        the writes of one column family in order), so the copy is at its old checkpoint (the
+        suffix took the checkpoint's delete with it) or has none. O(p log p) to sort, then
         O(pending + cleared) RocksDB operations."""
         applied = taken.applied
         cleared = sorted(taken.cleared.items())
@@ -910,7 +914,7 @@ class WindowStore:
                     items.fill(batch.put, batch.delete, lo, stop - len(cleared))
                 if stop >= total:
                     batch.put(_META_APPLIED, _OFFSET.pack(applied))
-                db.write(batch)
+                db.write(batch, _NO_WAL)
         except BaseException:
             state.local_complete = False
             raise
@@ -956,6 +960,7 @@ class WindowStore:
             if delivery is not None:
                 metadata = await delivery
                 state.checkpoint_position = max(state.checkpoint_position, metadata.offset + 1)
+            state.db.flush(True)  # the write-outs skipped the WAL: durable before the checkpoint
             state.db.put(
                 _META_CHECKPOINT, _CHECKPOINT.pack(state.checkpoint_position, sent_applied)
             )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import marshal
+import subprocess
 import sys
 import tempfile
 from dataclasses import replace
@@ -600,6 +601,88 @@ def test_changelog_records_go_while_a_long_write_out_is_written() -> None:
                 "k": [(t, (t, 0.5)) for t in range(1000)],
                 "j": [(t, (t, 0.5)) for t in range(10)],
             }, path
+
+
+def wal_bytes(path: Path) -> int:
+    """Bytes in the write-ahead logs of the RocksDB at ``path``."""
+    return sum(f.stat().st_size for f in path.glob("*.log"))
+
+
+async def write_out_then_wal(path: str, state_dir: Path) -> tuple[int, int]:
+    """1,000 entries over the pending limit written out in the background; the partition
+    copy's WAL bytes before and after."""
+    store, _ = await open_counted(path, state_dir, f"wal-{path}")
+    local = store.partition_path(0)
+    before = wal_bytes(local)
+    with mock.patch.object(window_store, "LOCAL_PENDING_LIMIT", 100):
+        store.record_many(0, [(t, "k", t, (t, 0.5)) for t in range(1000)])
+        await store.send_changes(0)
+        await store._finish_write_out(store._open[0])
+    after = wal_bytes(local)
+    await store.stop()
+    return before, after
+
+
+def test_the_local_write_outs_skip_rocksdbs_write_ahead_log() -> None:
+    """The write-outs' pieces go to the memtables only (``flush`` makes them durable before
+    the checkpoint, which is what makes the copy count): 1,000 entries of ~30 bytes each add
+    nothing to the WAL."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in ("python", "native"):
+            before, after = asyncio.run(write_out_then_wal(path, Path(tmp)))
+            assert after - before < 1_000, (path, before, after)
+
+
+async def crash_after_write_outs(path: str, state_dir: str) -> None:
+    """Run in a child that then ends as a SIGKILL would (``os._exit``: no close, the
+    memtables lost): 1,000 entries written out and checkpointed (``flush``), then 500 more
+    written out in the background with no checkpoint after them."""
+    store, _ = await open_counted(path, Path(state_dir), f"crash-{path}")
+    store.record_many(0, [(t, "k", t, (t, 0.5)) for t in range(1000)])
+    await store.flush()
+    with mock.patch.object(window_store, "LOCAL_PENDING_LIMIT", 100):
+        store.record_many(0, [(1000 + t, "j", t, (t, 0.5)) for t in range(500)])
+        await store.send_changes(0)
+        await store._finish_write_out(store._open[0])
+
+
+async def restore_after_crash(path: str, state_dir: Path) -> Any:
+    """``crash_after_write_outs`` in a child killed at its end, then a restore here."""
+    code = (
+        "import asyncio, os, sys\n"
+        "from tests.test_store_writes import crash_after_write_outs\n"
+        "asyncio.run(crash_after_write_outs(sys.argv[1], sys.argv[2]))\n"
+        "os._exit(0)\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code, path, str(state_dir)],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr.decode()
+    settings = Settings(app_id=f"crash-{path}", partitions=1, state_dir=state_dir / path)
+    store = WindowStore(settings, MarshalStateCodec(MOMENTS), Recorder())  # type: ignore[arg-type]
+    await store.start()
+    restored = await store.restore(0)
+    await store.stop()
+    return restored
+
+
+def test_a_checkpoint_survives_a_crash_with_every_entry_it_covers() -> None:
+    """A SIGKILL after a checkpoint and a later write-out without one: the copy restores at
+    the checkpoint with all its entries, the changelog tail to be replayed on top (the
+    WAL-less write-outs before it were flushed before it was written; the later one, lost
+    with the memtables, took its delete of the checkpoint with it). Without that flush the
+    copy's applied offset is lost and the copy discarded; with the write-outs in the WAL, the
+    later one's delete survives and the copy is discarded too: a restore from the changelog
+    alone."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in ("python", "native"):
+            restored = asyncio.run(restore_after_crash(path, Path(tmp)))
+            assert restored.local_entries_reused, path
+            assert restored.applied_offset == 999, path
+            assert restored.windows == {"k": [(t, (t, 0.5)) for t in range(1000)]}, path
 
 
 async def after_a_refused_slice(path: str, state_dir: Path) -> Any:
