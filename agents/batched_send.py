@@ -53,6 +53,11 @@ class BatchDelivery:
         metadata = yield from self._future.__await__()
         return DeliveredRecord(metadata.offset + self._last_index)
 
+    def add_done_callback(self, callback: Callable[[asyncio.Future[Any]], object]) -> None:
+        """Call ``callback(future)`` from the event loop once the batch is acknowledged or
+        failed (its future, as ``asyncio.Future.add_done_callback`` does)."""
+        self._future.add_done_callback(callback)
+
 
 Headers = list[tuple[str, bytes]]
 """Kafka record headers: (name, value) pairs (a list: aiokafka's C record builder wants one)."""

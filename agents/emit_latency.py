@@ -12,7 +12,7 @@ and the Java client's do, rather than setting an event time); both on other mach
 clocks, so skew adds to it (a latency below 0 counts as 0; inputs without a timestamp, -1,
 are not counted). Kafka timestamps are whole milliseconds: a figure is up to 1 ms high.
 
-Cost: per aggregate record one list append (``add``); per acknowledgement one ``Counter`` pass
+Cost: per aggregate record one list append (``add``); per acknowledged round one ``Counter`` pass
 over the records' input timestamps and one ``bisect`` per distinct timestamp (``observe``),
 instead of a ``prometheus_client`` ``observe`` call per record (a loop over the buckets in
 Python each). ``app.health`` exposes it as the histogram ``fiba_aggregate_latency_seconds``.
@@ -20,10 +20,12 @@ Python each). ``app.health`` exposes it as the histogram ``fiba_aggregate_latenc
 
 from __future__ import annotations
 
+import asyncio
 import time
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 LATENCY_BUCKETS_S = (
     0.0001,
@@ -44,6 +46,12 @@ LATENCY_BUCKETS_S = (
     10.0,
 )
 """Upper bounds (seconds) of the latency buckets: 0.1 ms to 10 s in 1-2-5 steps."""
+
+
+class Delivery(Protocol):
+    """A record batch handed to a producer (``agents.batched_send.BatchDelivery``)."""
+
+    def add_done_callback(self, callback: Callable[[asyncio.Future[Any]], object]) -> None: ...
 
 
 class EmitLatency:
@@ -106,6 +114,27 @@ class EmitLatency:
             total_ms += n * latency_ms
             self.count += n
         self.sum_s += total_ms / 1000
+
+    def observe_when_delivered(
+        self, input_timestamps: list[int], deliveries: Sequence[Delivery]
+    ) -> None:
+        """``observe(input_timestamps)`` once every one of ``deliveries`` (one per record batch
+        handed to the producer) completed without error, from the event loop's callbacks: at
+        once if there is none, never if one fails. O(deliveries)."""
+        if not deliveries:
+            self.observe(input_timestamps)
+            return
+        left = [len(deliveries), True]  # deliveries not done yet, none failed so far
+
+        def one_done(future: asyncio.Future[Any]) -> None:
+            left[0] -= 1
+            if future.cancelled() or future.exception() is not None:
+                left[1] = False
+            if left[0] == 0 and left[1]:
+                self.observe(input_timestamps)
+
+        for delivery in deliveries:
+            delivery.add_done_callback(one_done)
 
     def cumulative(self) -> list[tuple[str, int]]:
         """The Prometheus buckets: ``(le, latencies at most le)`` per bound, then ``+Inf``."""

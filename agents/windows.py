@@ -31,7 +31,7 @@ from typing import Any
 from aiokafka import ConsumerRecord
 from faust.exceptions import ConsumerNotStarted
 
-from agents.batched_send import KeyedOutputs
+from agents.batched_send import BatchDelivery, KeyedOutputs
 from agents.config import FaustWorker
 from agents.dead_letters import DeadLetters
 from agents.emit_latency import EmitLatency
@@ -112,7 +112,10 @@ class WindowsPipeline:
         """``emit=event``'s and ``batch``'s encoder: each record's bytes straight from its
         windows (``emit=changes`` builds the records, to compare them with the last ones)."""
         self._delivering = asyncio.Lock()
-        """Held by ``deliver_outputs``: one delivery round at a time."""
+        """Held by ``deliver_outputs`` and ``send_outputs``: one delivery round at a time."""
+        self._round: list[BatchDelivery] = []
+        """The deliveries of the round ``send_outputs`` handed over without waiting for them
+        (awaited by the next round's call)."""
         store.before_changelog = self.deliver_outputs
         self._slice = 64
         """Records per synchronous windows step: one ``apply`` (``emit=batch``) or
@@ -315,11 +318,33 @@ class WindowsPipeline:
         if self.transactions is not None:
             return
         async with self._delivering:
-            handed = self.latency.take()  # exactly the records the next line takes
-            deliveries = await self.aggregates.send() + await self.dead_letters.outputs.send()
-            for delivery in deliveries:
+            for delivery in await self._next_round():
                 await delivery
-            self.latency.observe(handed)
+
+    async def send_outputs(self) -> None:
+        """``deliver_outputs`` without waiting for this round's acknowledgement: the reader's
+        hand-overs that leave the state changes queued (``hand_over``'s ``state_wait``), so
+        that it applies the next records while the round is in flight instead of after it.
+        The previous round is awaited first (at most one in flight: the producer's buffer
+        stays bounded, a failed delivery raises one round later), and ``deliver_outputs``,
+        which every changelog hand-over awaits first, awaits it too: outputs still go before
+        the state that makes a redelivery skip them."""
+        if self.transactions is not None:
+            return
+        async with self._delivering:
+            self._round = await self._next_round()
+
+    async def _next_round(self) -> list[BatchDelivery]:
+        """Await the round ``send_outputs`` left in flight (if any), then hand the queued
+        outputs over: their deliveries, whose records' latencies are observed as soon as the
+        last of them is acknowledged (``EmitLatency.observe_when_delivered``)."""
+        for delivery in self._round:  # kept until all are done: a cancelled call leaves it
+            await delivery
+        self._round = []
+        handed = self.latency.take()  # exactly the records the next line takes
+        deliveries = await self.aggregates.send() + await self.dead_letters.outputs.send()
+        self.latency.observe_when_delivered(handed, deliveries)
+        return deliveries
 
     async def send_outputs_of(self, partition: int, producer: Any) -> None:
         """Hand the outputs queued for input ``partition`` (its aggregate records and dead
@@ -364,7 +389,9 @@ class WindowsPipeline:
         ``state_wait`` (at-least-once only): the state changes stay queued (``state_pending``)
         unless they were last handed over at least that many seconds ago, so that the
         outputs, which a reader of the aggregates waits for, go without the local writes and
-        changelog round behind them; the next call with a shorter wait takes them. A crash
+        changelog round behind them, and without waiting for their own acknowledgement
+        (``send_outputs``: the next records are applied meanwhile); the next call with a
+        shorter wait takes them. A crash
         then re-applies the records of up to ``state_wait`` more (their outputs repeated).
 
         First, when due, a young collection of the cyclic collector (``PacedYoungCollections``):
@@ -379,11 +406,12 @@ class WindowsPipeline:
             # one transaction per partition, on producers of their own: all in flight at once
             await asyncio.gather(*(self._send_changes(s) for s in list(self._states.values())))
             return
-        await self.deliver_outputs()
         now = time.perf_counter()
         if state_wait and now - self._state_handed_at < state_wait:
+            await self.send_outputs()
             self.state_pending = True
             return
+        await self.deliver_outputs()
         self._state_handed_at, self.state_pending = now, False
         for state in list(self._states.values()):
             if time.perf_counter() >= turns.deadline:

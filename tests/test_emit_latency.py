@@ -5,6 +5,8 @@ bucket; a worker's ``/metrics`` shows it (tests/test_worker_health.py, tests/tes
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
@@ -45,6 +47,36 @@ def test_taken_per_source_or_all_and_observed_once() -> None:
     assert sorted(latency.take()) == [11, 13]
     assert latency.take() == []
     assert latency.count == 0  # noted, not observed: nothing acknowledged yet
+
+
+def test_a_round_is_observed_when_its_last_batch_is_acknowledged_and_never_if_one_fails() -> None:
+    """``observe_when_delivered``: the round's latencies are counted from the event loop's
+    callbacks once every batch is acknowledged (the reader no longer waits for them), at the
+    clock of that moment; at once for a round without batches; never for a failed one."""
+    clock = [NOW_S]
+    latency = EmitLatency(bounds_s=(0.001, 0.01), clock=lambda: clock[0])
+    now_ms = int(NOW_S * 1000)
+
+    async def rounds() -> None:
+        loop = asyncio.get_running_loop()
+        first, second = loop.create_future(), loop.create_future()
+        latency.observe_when_delivered([now_ms, now_ms], [first, second])
+        first.set_result(None)
+        await asyncio.sleep(0)
+        assert latency.count == 0  # one batch still in flight
+        clock[0] = NOW_S + 0.005  # acknowledged 5 ms later
+        second.set_result(None)
+        await asyncio.sleep(0)
+        assert (latency.count, latency.bucket_counts) == (2, [0, 2, 0])
+        latency.observe_when_delivered([now_ms], [])
+        assert latency.count == 3
+        failed = loop.create_future()
+        latency.observe_when_delivered([now_ms], [failed])
+        failed.set_exception(OSError("broker gone"))
+        await asyncio.sleep(0)
+        assert latency.count == 3
+
+    asyncio.run(rounds())
 
 
 def test_the_buckets_span_a_tenth_of_a_millisecond_to_ten_seconds() -> None:

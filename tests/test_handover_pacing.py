@@ -127,3 +127,53 @@ def test_a_backlog_is_handed_over_in_large_rounds_its_state_when_idle_and_the_la
         check_aggregates(settings, events)
     finally:
         stop_worker(worker)
+
+
+def noted_lines(log: Path) -> list[dict[str, int]]:
+    """Every line of the hand-over log, in order (``tests.counting_worker``)."""
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_the_reader_applies_the_next_records_while_a_round_of_outputs_is_in_flight(
+    kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
+) -> None:
+    """With the state changes left for later (``STATE_WAIT_S``), a hand-over hands its outputs
+    to the producer and returns without waiting for their acknowledgement
+    (``WindowsPipeline.send_outputs``): the reader applies the next records meanwhile. The
+    aggregate batches are acknowledged 3 s late here (``SLOW_AGGREGATES_S``): the second
+    round's hand-over comes before the first round's acknowledgement, where a reader waiting
+    for each round would note it only after. Every output still arrives, once."""
+    settings = replace(
+        worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", partitions=1),
+        emit="event",
+        sweep_interval=3_600_000,
+    )
+    asyncio.run(create_topics(settings))
+    events = make_events(BACKLOG, seed=31)
+    asyncio.run(produce_backlog(settings, events))
+    noted, worker_log = tmp_path / "hand-overs.jsonl", tmp_path / "worker.log"
+    worker = start_worker(
+        settings,
+        worker_log,
+        module=("tests.counting_worker",),
+        extra_env={
+            "HANDOVER_LOG": str(noted),
+            "HANDOVER_WAIT_S": "3600",
+            "STATE_WAIT_S": "3600",
+            "SLOW_AGGREGATES_S": "3",
+        },
+    )
+    try:
+        wait_until(lambda: BACKLOG - 1 in hand_overs_of(noted), 120, "the backlog handed over")
+        lines = noted_lines(noted)
+        first_ack = next(i for i, line in enumerate(lines) if "acknowledged" in line)
+        rounds_before = [line for line in lines[:first_ack] if "0" in line]
+        assert len(rounds_before) >= 2, (lines, log_tail(worker_log))
+        check_aggregates(settings, events)
+    finally:
+        stop_worker(worker)
+
+
+def hand_overs_of(log: Path) -> list[int]:
+    """``hand_overs`` of a log that also notes acknowledgements."""
+    return [line["0"] for line in noted_lines(log) if "0" in line]
