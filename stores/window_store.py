@@ -79,11 +79,9 @@ _CHECKPOINT = struct.Struct(">qq")
 _OFFSET = struct.Struct(">q")
 _NO_WAL = WriteOptions()
 _NO_WAL.disable_wal = True
-_SYNCED = WriteOptions()
-_SYNCED.sync = True
 LOCAL_PIECE_OPS = 192
-"""Entries per piece of a local write-out's SST file (``WindowStore._write_pieces``), tens
-of microseconds of writing, the event loop getting a turn between two."""
+"""Operations per piece of a local write-out: one RocksDB WriteBatch each, about a quarter of
+a millisecond of writing, the event loop getting a turn between two."""
 LOCAL_PENDING_LIMIT = 1 << 18
 """Entries whose latest local operation the store holds in memory (``pending``), over all its
 open partitions, before a ``send_changes`` starts writing a partition's out in the background
@@ -95,10 +93,9 @@ fewer than about half its share of entries is written out only at checkpoints (i
 holds at most its live entries' puts and its copy's deletes)."""
 WRITE_OUT_PAUSE_S = 0.0005
 """Pause of a background write-out after each piece while nothing waits for it (a ``flush``,
-or a ``send_changes`` past twice the pending share): the piece's tens of microseconds of
-writing then take a small share of the event loop while the reader is busy, so a 2^16-entry
-write-out (tens of milliseconds of writes) never holds the outputs back for long; its file's
-end and ingestion (a few milliseconds) go in one step."""
+or a ``send_changes`` past twice the pending share): the piece's quarter millisecond of writing
+then takes at most about a third of the event loop while the reader is busy, so a 2^16-entry
+write-out (tens of milliseconds of RocksDB writes) never holds the outputs back."""
 _BACKFILL_CHUNK = 20_000
 """Entries the background backfill writes between two event-loop turns."""
 _BACKFILL_IDLE_S = 10.0
@@ -221,8 +218,6 @@ class _OpenPartition:
     """Bookkeeping of one open partition."""
 
     db: Rdict
-    path: Path
-    """The local copy's directory (``partition_path``)."""
     applied: int
     sent_applied: int
     """Largest applied offset whose changelog records (or marker) were all handed to the
@@ -418,7 +413,6 @@ class WindowStore:
             db.flush(True)  # the replay skipped the WAL: make it durable before the checkpoint
         state = _OpenPartition(
             db,
-            path,
             applied,
             applied,
             position,
@@ -883,61 +877,47 @@ class WindowStore:
     async def _write_pieces(
         self, state: _OpenPartition, taken: _TakenWrites, paced: bool = False
     ) -> None:
-        """Write ``taken`` to the local copy: ``taken.pending`` (entry id order) in one SST
-        file, ingested at once, then the ranges of ``taken.cleared`` (RocksDB range deletions
-        in a WriteBatch without WAL; every put of ``pending`` lies above its key's range, so
-        their order changes nothing). The file is built in pieces of ``LOCAL_PIECE_OPS``
-        entries with the event loop's turn between two (``paced``: a pause of
-        ``WRITE_OUT_PAUSE_S`` while nothing waits for it, see ``_finish_write_out``) and ends
-        with the applied offset and the checkpoint's delete (the meta keys sort after the
-        entry ids of keys shorter than about 6 MB; with a longer key they go in a synced
-        WriteBatch before the ingestion instead). The ingestion is atomic and durable, so
-        the copy either is still at its checkpoint or has none; the ranges, in the memtable,
-        are made durable by ``flush`` before it writes a checkpoint. An interrupted write-out
-        (abandon, cancellation, error) ingests nothing and clears ``local_complete`` for
-        good. Against WriteBatches, the entries skip the memtable, its flush and the WAL:
-        about half the CPU per entry (bench/RESULTS.md). O(p log p) to sort, O(p) to write
-        the file, O(1) RocksDB writes."""
+        """Write ``taken.cleared`` (range deletions, first: every put of ``pending`` lies
+        above its key's range), ``taken.pending`` and the applied offset to the local copy: in
+        entry id order (RocksDB inserts sorted keys into its memtable about twice as fast), as
+        WriteBatches of ``LOCAL_PIECE_OPS`` operations, the event loop getting a turn between
+        two (``paced``: a pause of ``WRITE_OUT_PAUSE_S`` while nothing waits for it, see
+        ``_finish_write_out``); the first deletes the checkpoint, the last writes the applied
+        offset. An interrupted write-out (abandon, cancellation, error) leaves the copy without
+        checkpoint for good: ``local_complete`` is cleared. The pieces skip RocksDB's WAL
+        (``_NO_WAL``): the copy counts only with a checkpoint, which ``flush`` writes after
+        flushing the memtables; a crash before loses a suffix of the pieces (RocksDB persists
+        the writes of one column family in order), so the copy is at its old checkpoint (the
+        suffix took the checkpoint's delete with it) or has none. O(p log p) to sort, then
+        O(pending + cleared) RocksDB operations."""
         applied = taken.applied
+        cleared = sorted(taken.cleared.items())
         items = taken.pending.take()  # sorted here, in the background task
         db = state.db
-        meta_in_file = not items or items[len(items) - 1][0] < _META_APPLIED
-        sst = state.path.with_name(state.path.name + ".write-out.sst")
+        total = len(cleared) + len(items)
         try:
-            if not meta_in_file:
-                first = WriteBatch(raw_mode=True)
-                first.delete(_META_CHECKPOINT)
-                db.write(first, _SYNCED)  # durable before the ingested entries
-            writer = SstFileWriter(options=Options(raw_mode=True))
-            writer.open(str(sst))
-            put, delete = writer.__setitem__, writer.__delitem__
-            for start in range(0, len(items), LOCAL_PIECE_OPS):
+            for start in range(0, max(1, total), LOCAL_PIECE_OPS):
                 if start:
-                    # the event loop's turn between two pieces
+                    # the event loop's turn between two writes
                     await asyncio.sleep(WRITE_OUT_PAUSE_S if paced and not self._hurried else 0)
                     if self._abandoned:
                         state.local_complete = False
                         return
-                items.fill(put, delete, start, start + LOCAL_PIECE_OPS)
-            if meta_in_file:
-                put(_META_APPLIED, _OFFSET.pack(applied))
-                delete(_META_CHECKPOINT)
-            writer.finish()
-            options = IngestExternalFileOptions()
-            options.set_move_files(True)
-            db.ingest_external_file([str(sst)], options)
-            last = WriteBatch(raw_mode=True)
-            for begin, end in sorted(taken.cleared.items()):
-                last.delete_range(begin, end)
-            if not meta_in_file:
-                last.put(_META_APPLIED, _OFFSET.pack(applied))
-            if len(last):
-                db.write(last, _NO_WAL)
+                batch = WriteBatch(raw_mode=True)
+                if not start:
+                    batch.delete(_META_CHECKPOINT)
+                stop = start + LOCAL_PIECE_OPS
+                for begin, end in cleared[start:stop]:  # ranges first: every put is above
+                    batch.delete_range(begin, end)
+                if stop > len(cleared):
+                    lo = max(0, start - len(cleared))
+                    items.fill(batch.put, batch.delete, lo, stop - len(cleared))
+                if stop >= total:
+                    batch.put(_META_APPLIED, _OFFSET.pack(applied))
+                db.write(batch, _NO_WAL)
         except BaseException:
             state.local_complete = False
             raise
-        finally:
-            sst.unlink(missing_ok=True)
         state.local_applied = applied
 
     async def _outputs_delivered(self) -> None:
@@ -980,7 +960,7 @@ class WindowStore:
             if delivery is not None:
                 metadata = await delivery
                 state.checkpoint_position = max(state.checkpoint_position, metadata.offset + 1)
-            state.db.flush(True)  # the write-outs' ranges skipped the WAL: durable first
+            state.db.flush(True)  # the write-outs skipped the WAL: durable before the checkpoint
             state.db.put(
                 _META_CHECKPOINT, _CHECKPOINT.pack(state.checkpoint_position, sent_applied)
             )

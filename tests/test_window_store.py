@@ -677,27 +677,9 @@ async def test_a_failed_backfill_leaves_no_checkpoint(
     await store.stop()
     shutil.rmtree(tmp_path / "a")
 
-    real_writer = window_store.SstFileWriter
-
     class BrokenWriter:
-        """Fails to open the backfill's file; writes the write-outs' files."""
-
         def __init__(self, **kwargs: Any) -> None:
-            self.writer = real_writer(**kwargs)
-
-        def open(self, path: str) -> None:
-            if not path.endswith(".write-out.sst"):
-                raise OSError("disk full")
-            self.writer.open(path)
-
-        def __setitem__(self, key: bytes, value: bytes) -> None:
-            self.writer[key] = value
-
-        def __delitem__(self, key: bytes) -> None:
-            del self.writer[key]
-
-        def finish(self) -> None:
-            self.writer.finish()
+            raise OSError("disk full")
 
     with monkeypatch.context() as patch:
         patch.setattr(window_store, "SstFileWriter", BrokenWriter)
