@@ -14,6 +14,7 @@ import asyncio
 import json
 from dataclasses import replace
 from pathlib import Path
+from subprocess import Popen
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -57,11 +58,47 @@ async def produce_backlog(settings: Settings, events: list[tuple[str, int, int]]
         await producer.stop()
 
 
+def noted_lines(log: Path) -> list[dict[str, int]]:
+    """Every line of the hand-over log, in order (``tests.counting_worker``)."""
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
 def hand_overs(log: Path) -> list[int]:
-    """The applied offset of partition 0 at each noted hand-over (``tests.counting_worker``)."""
-    if not log.exists():
-        return []
-    return [json.loads(line).get("0", -1) for line in log.read_text().splitlines()]
+    """The applied offset of partition 0 at each noted hand-over (``tests.counting_worker``;
+    the lines noting acknowledgements left out)."""
+    return [line.get("0", -1) for line in noted_lines(log) if "acknowledged" not in line]
+
+
+def counting_worker(
+    kafka_bootstrap: str,
+    embedded_profile: bool,
+    tmp_path: Path,
+    backlog: list[tuple[str, int, int]],
+    **env: str,
+) -> tuple[Settings, Popen, Path, Path]:
+    """A ``tests.counting_worker`` (``emit=event``, one partition, no sweep, the time bounds of
+    its hand-overs and state hand-overs lifted, ``env`` added) started after ``backlog`` was
+    produced: its settings, process, hand-over log and log file."""
+    settings = replace(
+        worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", partitions=1),
+        emit="event",
+        sweep_interval=3_600_000,  # a sweep hands the state over too: none during the test
+    )
+    asyncio.run(create_topics(settings))
+    asyncio.run(produce_backlog(settings, backlog))
+    noted, worker_log = tmp_path / "hand-overs.jsonl", tmp_path / "worker.log"
+    worker = start_worker(
+        settings,
+        worker_log,
+        module=("tests.counting_worker",),
+        extra_env={
+            "HANDOVER_LOG": str(noted),
+            "HANDOVER_WAIT_S": "3600",
+            "STATE_WAIT_S": "3600",
+            **env,
+        },
+    )
+    return settings, worker, noted, worker_log
 
 
 def state_hand_overs(log: Path) -> list[int]:
@@ -75,26 +112,14 @@ def state_hand_overs(log: Path) -> list[int]:
 def test_a_backlog_is_handed_over_in_large_rounds_its_state_when_idle_and_the_last_event_at_once(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
 ) -> None:
-    settings = replace(
-        worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", partitions=1),
-        emit="event",
-        sweep_interval=3_600_000,  # a sweep hands the state over too: none during the test
-    )
-    asyncio.run(create_topics(settings))
     events = make_events(BACKLOG + 1, seed=29)
-    asyncio.run(produce_backlog(settings, events[:BACKLOG]))
-    noted, worker_log = tmp_path / "hand-overs.jsonl", tmp_path / "worker.log"
     state_noted = tmp_path / "state-hand-overs.jsonl"
-    worker = start_worker(
-        settings,
-        worker_log,
-        module=("tests.counting_worker",),
-        extra_env={
-            "HANDOVER_LOG": str(noted),
-            "HANDOVER_WAIT_S": "3600",
-            "STATE_LOG": str(state_noted),
-            "STATE_WAIT_S": "3600",
-        },
+    settings, worker, noted, worker_log = counting_worker(
+        kafka_bootstrap,
+        embedded_profile,
+        tmp_path,
+        events[:BACKLOG],
+        STATE_LOG=str(state_noted),
     )
     try:
         wait_until(
@@ -129,11 +154,6 @@ def test_a_backlog_is_handed_over_in_large_rounds_its_state_when_idle_and_the_la
         stop_worker(worker)
 
 
-def noted_lines(log: Path) -> list[dict[str, int]]:
-    """Every line of the hand-over log, in order (``tests.counting_worker``)."""
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-
-
 def test_the_reader_applies_the_next_records_while_a_round_of_outputs_is_in_flight(
     kafka_bootstrap: str, embedded_profile: bool, tmp_path: Path
 ) -> None:
@@ -143,28 +163,12 @@ def test_the_reader_applies_the_next_records_while_a_round_of_outputs_is_in_flig
     aggregate batches are acknowledged 3 s late here (``SLOW_AGGREGATES_S``): the second
     round's hand-over comes before the first round's acknowledgement, where a reader waiting
     for each round would note it only after. Every output still arrives, once."""
-    settings = replace(
-        worker_settings(kafka_bootstrap, embedded_profile, tmp_path / "state", partitions=1),
-        emit="event",
-        sweep_interval=3_600_000,
-    )
-    asyncio.run(create_topics(settings))
     events = make_events(BACKLOG, seed=31)
-    asyncio.run(produce_backlog(settings, events))
-    noted, worker_log = tmp_path / "hand-overs.jsonl", tmp_path / "worker.log"
-    worker = start_worker(
-        settings,
-        worker_log,
-        module=("tests.counting_worker",),
-        extra_env={
-            "HANDOVER_LOG": str(noted),
-            "HANDOVER_WAIT_S": "3600",
-            "STATE_WAIT_S": "3600",
-            "SLOW_AGGREGATES_S": "3",
-        },
+    settings, worker, noted, worker_log = counting_worker(
+        kafka_bootstrap, embedded_profile, tmp_path, events, SLOW_AGGREGATES_S="3"
     )
     try:
-        wait_until(lambda: BACKLOG - 1 in hand_overs_of(noted), 120, "the backlog handed over")
+        wait_until(lambda: BACKLOG - 1 in hand_overs(noted), 120, "the backlog handed over")
         lines = noted_lines(noted)
         first_ack = next(i for i, line in enumerate(lines) if "acknowledged" in line)
         rounds_before = [line for line in lines[:first_ack] if "0" in line]
@@ -172,8 +176,3 @@ def test_the_reader_applies_the_next_records_while_a_round_of_outputs_is_in_flig
         check_aggregates(settings, events)
     finally:
         stop_worker(worker)
-
-
-def hand_overs_of(log: Path) -> list[int]:
-    """``hand_overs`` of a log that also notes acknowledgements."""
-    return [line["0"] for line in noted_lines(log) if "0" in line]
