@@ -356,6 +356,16 @@ async def open_counted(path: str, state_dir: Path, app_id: str) -> tuple[WindowS
     return store, db
 
 
+async def restore_again(settings: Settings, codec: Any) -> Any:
+    """Partition 0 restored by a fresh store on ``settings`` (its local copy; the changelog
+    keeps nothing), the store stopped again."""
+    reopened = WindowStore(settings, codec, Recorder())  # type: ignore[arg-type]
+    await reopened.start()
+    restored = await reopened.restore(0)
+    await reopened.stop()
+    return restored
+
+
 async def coalesced_operations(path: str, state_dir: Path) -> list[int]:
     """RocksDB operations of three write-outs: 10 entries; then 1,000 events each putting an
     entry and deleting the one before (every entry but the first 10 lives one event), and a
@@ -414,10 +424,7 @@ async def expired_operations(path: str, state_dir: Path) -> tuple[list[int], Any
     await store.flush()
     counts.append(db.operations - counts[0])
     await store.stop()
-    reopened = WindowStore(store.settings, store.codec, Recorder())  # type: ignore[arg-type]
-    await reopened.start()
-    restored = await reopened.restore(0)
-    await reopened.stop()
+    restored = await restore_again(store.settings, store.codec)
     return counts, restored
 
 
@@ -497,10 +504,7 @@ async def restart_from_the_local_copy(path: str, steps: list[tuple], state_dir: 
         else:
             await store.send_changes(0)
     await store.stop()
-    reopened = WindowStore(store.settings, codec, Recorder())  # type: ignore[arg-type]
-    await reopened.start()
-    restored = await reopened.restore(0)
-    await reopened.stop()
+    restored = await restore_again(store.settings, codec)
     assert restored.local_entries_reused and restored.applied_offset == offset
     want: dict[str, list[tuple[int, Any]]] = {}
     for (key, t), partial in sorted(model.items()):
@@ -540,10 +544,7 @@ async def interrupted_write_out(path: str, state_dir: Path) -> Any:
             await writing
     assert len(db.states) == 1  # one piece of the write-out written
     await store.stop()  # a flush: the rest is no longer pending, so no checkpoint
-    reopened = WindowStore(store.settings, store.codec, Recorder())  # type: ignore[arg-type]
-    await reopened.start()
-    restored = await reopened.restore(0)
-    await reopened.stop()
+    restored = await restore_again(store.settings, store.codec)
     return restored
 
 
@@ -576,10 +577,7 @@ async def sends_beside_a_write_out(path: str, state_dir: Path) -> dict[str, Any]
         seen["second"] = (len(db.states), len(sent) - before)
         await store.stop()
     seen["pieces"] = len(db.states)
-    reopened = WindowStore(store.settings, store.codec, Recorder())  # type: ignore[arg-type]
-    await reopened.start()
-    seen["restored"] = await reopened.restore(0)
-    await reopened.stop()
+    seen["restored"] = await restore_again(store.settings, store.codec)
     return seen
 
 
@@ -662,11 +660,7 @@ async def restore_after_crash(path: str, state_dir: Path) -> Any:
     )
     assert child.returncode == 0, child.stderr.decode()
     settings = Settings(app_id=f"crash-{path}", partitions=1, state_dir=state_dir / path)
-    store = WindowStore(settings, MarshalStateCodec(MOMENTS), Recorder())  # type: ignore[arg-type]
-    await store.start()
-    restored = await store.restore(0)
-    await store.stop()
-    return restored
+    return await restore_again(settings, MarshalStateCodec(MOMENTS))
 
 
 def test_a_checkpoint_survives_a_crash_with_every_entry_it_covers() -> None:
@@ -695,10 +689,7 @@ async def after_a_refused_slice(path: str, state_dir: Path) -> Any:
     store.record_many(0, [(6, "k", 100, (2, 0.5))])
     store.evict(0, "k", [100])
     await store.stop()
-    reopened = WindowStore(store.settings, store.codec, Recorder())  # type: ignore[arg-type]
-    await reopened.start()
-    restored = await reopened.restore(0)
-    await reopened.stop()
+    restored = await restore_again(store.settings, store.codec)
     return restored
 
 
